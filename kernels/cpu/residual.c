@@ -1,0 +1,1 @@
+#include "kernels.h"  /* placeholder: being written */

@@ -1,0 +1,101 @@
+/* kernels.h: the compute kernels of a GPT, one interface, one back-end per
+ * device (kernels/cpu: C + OpenMP + CBLAS; kernels/cuda: CUDA + cuBLAS).
+ *
+ * llm.c conventions: free functions over raw fp32 pointers plus shape ints
+ * with fixed letters -- B batch, T sequence, C channels, NH heads, V vocab,
+ * N = rows (usually B*T), OC output channels.  Linear weights are
+ * [out, in] (GPT-2 naming), so a linear layer is out = inp @ weight^T + bias.
+ *
+ * [Note: backward accumulates] Every backward kernel ADDS into its gradient
+ * outputs (dinp, dweight, dbias, ...), never overwrites: the residual stream
+ * and the tied embedding receive gradients from two places, and gradient
+ * accumulation over micro-steps keeps summing.  Callers zero buffers when a
+ * new sum starts.
+ *
+ * Activation buffers that backward needs (mean/rstd, preatt/att, probs) are
+ * written by forward and read by backward, so a unit can later drop and
+ * recompute them (activation recomputation) without changing kernels.
+ */
+#ifndef FSDP_KERNELS_H
+#define FSDP_KERNELS_H
+
+#include <stddef.h>
+
+typedef struct FsdpKernelOps {
+  const char *name; /* "cpu", "cuda" */
+
+  /* out (B,T,C) = wte[inp[b,t]] + wpe[t]; inp (B,T) token ids. */
+  void (*encoder_forward)(float *out, const int *inp, const float *wte,
+                          const float *wpe, int B, int T, int C);
+  void (*encoder_backward)(float *dwte, float *dwpe, const float *dout,
+                           const int *inp, int B, int T, int C);
+
+  /* out (N,C) = (inp - mean) * rstd * weight + bias; eps 1e-5.
+   * mean, rstd (N) saved for backward. */
+  void (*layernorm_forward)(float *out, float *mean, float *rstd,
+                            const float *inp, const float *weight,
+                            const float *bias, int N, int C);
+  void (*layernorm_backward)(float *dinp, float *dweight, float *dbias,
+                             const float *dout, const float *inp,
+                             const float *weight, const float *mean,
+                             const float *rstd, int N, int C);
+
+  /* out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC); bias may be NULL. */
+  void (*matmul_forward)(float *out, const float *inp, const float *weight,
+                         const float *bias, int N, int C, int OC);
+  /* dinp (N,C) += dout @ weight; dweight (OC,C) += dout^T @ inp;
+   * dbias (OC) += column sums of dout.  dinp or dbias may be NULL. */
+  void (*matmul_backward)(float *dinp, float *dweight, float *dbias,
+                          const float *dout, const float *inp,
+                          const float *weight, int N, int C, int OC);
+
+  /* Causal multi-head self-attention.  qkv (B,T,3C) holds Q;K;V along the
+   * last dim, head h uses channels [h*C/NH, (h+1)*C/NH) of each.
+   * out (B,T,C); preatt, att (B,NH,T,T) saved for backward (scale
+   * 1/sqrt(C/NH), masked positions of att are 0). */
+  void (*attention_forward)(float *out, float *preatt, float *att,
+                            const float *qkv, int B, int T, int C, int NH);
+  void (*attention_backward)(float *dqkv, float *dpreatt, float *datt,
+                             const float *dout, const float *qkv,
+                             const float *att, int B, int T, int C, int NH);
+
+  /* GELU, tanh approximation: out = 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3))). */
+  void (*gelu_forward)(float *out, const float *inp, int N);
+  void (*gelu_backward)(float *dinp, const float *inp, const float *dout, int N);
+
+  /* out = inp1 + inp2. */
+  void (*residual_forward)(float *out, const float *inp1, const float *inp2, int N);
+  void (*residual_backward)(float *dinp1, float *dinp2, const float *dout, int N);
+
+  /* Softmax over V of logits (N,V) into probs (N,V) and
+   * losses[n] = -log probs[n, targets[n]]. */
+  void (*crossentropy_forward)(float *losses, float *probs,
+                               const float *logits, const int *targets,
+                               int N, int V);
+  /* dlogits (N,V) += (probs - onehot(targets)) * dloss, where dloss is the
+   * gradient of the total loss with respect to each position's loss
+   * (1/N for a mean). */
+  void (*crossentropy_softmax_backward)(float *dlogits, const float *probs,
+                                        const int *targets, float dloss,
+                                        int N, int V);
+
+  /* AdamW step on n elements (decoupled weight decay, bias correction with
+   * step t >= 1): g = grad * grad_scale; m = b1 m + (1-b1) g;
+   * v = b2 v + (1-b2) g^2; param -= lr (mhat / (sqrt(vhat) + eps) + wd param). */
+  void (*adamw_update)(float *param, const float *grad, float *m, float *v,
+                       size_t n, float lr, float beta1, float beta2, float eps,
+                       float weight_decay, float grad_scale, int t);
+
+  /* Sum of squares of n elements, accumulated in double. */
+  double (*sum_squares)(const float *x, size_t n);
+} FsdpKernelOps;
+
+/* The CPU back-end (kernels/cpu). */
+const FsdpKernelOps *FsdpKernelsCpu(void);
+
+/* Name of the BLAS core in use (OpenBLAS's openblas_get_corename) and
+ * whether it is a generic fallback on a CPU that supports better. */
+const char *FsdpKernelsCpuBlasCore(void);
+int FsdpKernelsCpuBlasIsFallback(void);
+
+#endif

@@ -1,0 +1,1 @@
+#include "coll.h"  /* placeholder: being written */

@@ -1,0 +1,102 @@
+/* coll.h: collectives over a backend, with byte accounting (DESIGN §3, §5).
+ *
+ * all-gather and reduce-scatter run on a sharding group, all-reduce on a
+ * replica group; each exists blocking and issued on a stream (returns an
+ * event at once).  The MPI host backend is here; the NCCL device backend
+ * plugs into the same ops table (coll_ops in coll.c) later.
+ *
+ * Buffers follow the FlatParameter layout: all-gather receives into the
+ * unsharded buffer of n*count elements (rank r's shard lands at r*count),
+ * reduce-scatter reads the unsharded gradient of n*count elements and
+ * writes this rank's count-element shard.  No copies before or after.
+ *
+ * bf16/fp16 travel as 2-byte elements; their sums use a user-defined MPI_Op
+ * that converts each pair of operands to fp32, adds, and rounds once.
+ * Reduce-scatter sums, then multiplies the result by `scale` (1/W for a
+ * gradient mean; 1 for a plain sum) in fp32 before rounding to dt.
+ *
+ * [Note: byte accounting] Counters use the algorithm-independent volume
+ * received per rank: all-gather and reduce-scatter (n-1)/n * P * K,
+ * all-reduce 2(n-1)/n * S * K, for a group of n, total elements P (S for
+ * all-reduce) of K bytes.  The volume is split into intra- and inter-node
+ * bytes in proportion to the group peers on my node versus elsewhere
+ * (FsdpGroup.peers_intra / peers_inter), i.e. each peer is charged the
+ * 1/n * P * K it contributes.  Counting happens at issue, on the issuing
+ * thread, so counters never race with the stream.
+ */
+#ifndef FSDP_COLL_H
+#define FSDP_COLL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtype.h"
+#include "stream.h"
+#include "topo.h"
+
+typedef enum {
+  FSDP_COLL_ALL_GATHER,
+  FSDP_COLL_REDUCE_SCATTER,
+  FSDP_COLL_ALL_REDUCE,
+  FSDP_COLL_NKINDS
+} FsdpCollKind;
+
+extern const char *const FsdpCollKindNames[FSDP_COLL_NKINDS];
+
+typedef enum { FSDP_COLL_BACKEND_MPI, FSDP_COLL_BACKEND_NCCL } FsdpCollBackend;
+
+typedef struct {
+  uint64_t calls[FSDP_COLL_NKINDS];
+  uint64_t bytes[FSDP_COLL_NKINDS]; /* received volume, see [Note: byte accounting] */
+  uint64_t intra_bytes, inter_bytes;
+  uint64_t scalar_calls; /* small reductions (loss, norms, flags): counted apart */
+} FsdpCommCounters;
+
+typedef struct FsdpColl_ *FsdpColl;
+
+/* Not collective.  Creates the MPI ops for bf16/fp16 sums. */
+int FsdpCollCreate(FsdpCollBackend backend, FsdpColl *c);
+int FsdpCollDestroy(FsdpColl *c);
+
+/* Collective on g.  recv holds g->size*count elements of dt; send is this
+ * rank's count elements (may be recv + g->rank*count: then in place). */
+int FsdpCollAllGather(FsdpColl c, const FsdpGroup *g, const void *send,
+                      void *recv, size_t count, FsdpDtype dt);
+/* Collective on g.  send holds g->size*count elements; recv gets this
+ * rank's count summed elements times scale. */
+int FsdpCollReduceScatter(FsdpColl c, const FsdpGroup *g, const void *send,
+                          void *recv, size_t count, FsdpDtype dt, float scale);
+/* Collective on g.  In place sum of count elements, times scale. */
+int FsdpCollAllReduce(FsdpColl c, const FsdpGroup *g, void *buf, size_t count,
+                      FsdpDtype dt, float scale);
+
+/* The same, issued on stream s: return at once, *ev completes when the
+ * collective has finished.  Buffers must stay valid until then.  A failure
+ * inside the collective is returned by FsdpEventWait. */
+int FsdpCollAllGatherAsync(FsdpColl c, const FsdpGroup *g, const void *send,
+                           void *recv, size_t count, FsdpDtype dt,
+                           FsdpStream s, FsdpEvent *ev);
+int FsdpCollReduceScatterAsync(FsdpColl c, const FsdpGroup *g,
+                               const void *send, void *recv, size_t count,
+                               FsdpDtype dt, float scale, FsdpStream s,
+                               FsdpEvent *ev);
+int FsdpCollAllReduceAsync(FsdpColl c, const FsdpGroup *g, void *buf,
+                           size_t count, FsdpDtype dt, float scale,
+                           FsdpStream s, FsdpEvent *ev);
+
+/* Collective on g.  Blocking fp64 sum (or max) of a few scalars (loss, norm
+ * squares, overflow flags): counted in scalar_calls only. */
+int FsdpCollScalarSum(FsdpColl c, const FsdpGroup *g, double *vals, int n);
+int FsdpCollScalarMax(FsdpColl c, const FsdpGroup *g, double *vals, int n);
+
+/* Counters since creation or the last reset. */
+void FsdpCollGetCounters(FsdpColl c, FsdpCommCounters *out);
+void FsdpCollResetCounters(FsdpColl c);
+
+/* The volume formula of [Note: byte accounting] for one call, split into
+ * intra/inter for group g (used by the counters, tests and fsdp-plan). */
+void FsdpCollVolume(FsdpCollKind kind, const FsdpGroup *g, size_t total_elems,
+                    size_t elem_size, uint64_t *bytes, uint64_t *intra,
+                    uint64_t *inter);
+
+#endif

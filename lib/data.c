@@ -1,0 +1,1 @@
+#include "data.h"  /* placeholder: being written */

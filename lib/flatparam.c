@@ -1,0 +1,1 @@
+#include "flatparam.h"  /* placeholder: being written */

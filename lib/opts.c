@@ -1,0 +1,1 @@
+#include "opts.h"  /* placeholder: being written */

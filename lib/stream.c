@@ -1,0 +1,1 @@
+#include "stream.h"  /* placeholder: being written */

@@ -1,0 +1,1 @@
+#include "topo.h"  /* placeholder: being written */

@@ -1,0 +1,118 @@
+# fsdp_deps.m4: dependency checks.  Each failure stops configure with one
+# message naming the Debian package that provides the missing piece.
+
+# FSDP_PKG_FLAGS(VAR, MODULE): set VAR_CFLAGS/VAR_LIBS from pkg-config when
+# the module is known; leave them alone otherwise.
+AC_DEFUN([FSDP_PKG_FLAGS], [
+  if test -n "$PKG_CONFIG" && $PKG_CONFIG --exists $2 2>/dev/null; then
+    test -n "$$1[]_CFLAGS" || $1[]_CFLAGS=`$PKG_CONFIG --cflags $2`
+    test -n "$$1[]_LIBS" || $1[]_LIBS=`$PKG_CONFIG --libs $2`
+  fi
+])
+
+# MPI: the C compiler must be an MPI wrapper (mpicc) and mpiexec must exist.
+AC_DEFUN([FSDP_CHECK_MPI], [
+  AC_MSG_CHECKING([whether $CC compiles and links MPI programs])
+  AC_LINK_IFELSE([AC_LANG_PROGRAM([[#include <mpi.h>]],
+      [[int p; MPI_Init_thread(0, 0, MPI_THREAD_MULTIPLE, &p);
+        MPI_Comm c; MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &c);
+        MPI_Finalize();]])],
+    [AC_MSG_RESULT([yes])],
+    [AC_MSG_RESULT([no])
+     AC_MSG_ERROR([no MPI-3 C compiler: install the Debian package libopenmpi-dev (or set MPICC to your MPI's mpicc)])])
+  AC_PATH_PROGS([MPIEXEC], [mpiexec mpirun], [])
+  if test -z "$MPIEXEC"; then
+    AC_MSG_ERROR([no mpiexec/mpirun found: install the Debian package openmpi-bin])
+  fi
+  # OpenMPI needs --oversubscribe to start more ranks than cores (tests do);
+  # MPICH oversubscribes by default and rejects that flag.
+  AC_MSG_CHECKING([for the launcher's oversubscribe flag])
+  MPIEXEC_PREFLAGS=""
+  if $MPIEXEC --version 2>&1 | grep -Eqi "open ?mpi|openrte"; then
+    MPIEXEC_PREFLAGS="--oversubscribe"
+  fi
+  AC_MSG_RESULT([${MPIEXEC_PREFLAGS:-none}])
+  AC_SUBST([MPIEXEC_PREFLAGS])
+])
+
+# Parallel HDF5 (MPI-IO driver).
+AC_DEFUN([FSDP_CHECK_HDF5], [
+  AC_ARG_VAR([HDF5_CFLAGS], [C flags for parallel HDF5])
+  AC_ARG_VAR([HDF5_LIBS], [linker flags for parallel HDF5])
+  FSDP_PKG_FLAGS([HDF5], [hdf5-openmpi])
+  FSDP_PKG_FLAGS([HDF5], [hdf5])
+  test -n "$HDF5_LIBS" || HDF5_LIBS="-lhdf5"
+  fsdp_save_CFLAGS=$CFLAGS; fsdp_save_LIBS=$LIBS
+  CFLAGS="$CFLAGS $HDF5_CFLAGS"; LIBS="$HDF5_LIBS $LIBS"
+  AC_MSG_CHECKING([for parallel HDF5 (H5Pset_fapl_mpio)])
+  AC_LINK_IFELSE([AC_LANG_PROGRAM([[#include <mpi.h>
+#include <hdf5.h>]],
+      [[hid_t p = H5Pcreate(H5P_FILE_ACCESS);
+        H5Pset_fapl_mpio(p, MPI_COMM_WORLD, MPI_INFO_NULL);]])],
+    [AC_MSG_RESULT([yes])],
+    [AC_MSG_RESULT([no])
+     AC_MSG_ERROR([parallel HDF5 not found: install the Debian package libhdf5-openmpi-dev (or set HDF5_CFLAGS/HDF5_LIBS)])])
+  CFLAGS=$fsdp_save_CFLAGS; LIBS=$fsdp_save_LIBS
+])
+
+# CBLAS (OpenBLAS preferred: fsdp-train reports its core).
+AC_DEFUN([FSDP_CHECK_CBLAS], [
+  AC_ARG_VAR([CBLAS_CFLAGS], [C flags for CBLAS])
+  AC_ARG_VAR([CBLAS_LIBS], [linker flags for CBLAS])
+  FSDP_PKG_FLAGS([CBLAS], [openblas])
+  test -n "$CBLAS_LIBS" || CBLAS_LIBS="-lopenblas"
+  fsdp_save_CFLAGS=$CFLAGS; fsdp_save_LIBS=$LIBS
+  CFLAGS="$CFLAGS $CBLAS_CFLAGS"; LIBS="$CBLAS_LIBS $LIBS"
+  AC_MSG_CHECKING([for CBLAS (cblas_sgemm)])
+  AC_LINK_IFELSE([AC_LANG_PROGRAM([[#include <cblas.h>]],
+      [[float a = 1, b = 1, c = 0;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 1, 1, 1, 1.0f, &a, 1, &b, 1, 0.0f, &c, 1);]])],
+    [AC_MSG_RESULT([yes])],
+    [AC_MSG_RESULT([no])
+     AC_MSG_ERROR([CBLAS not found: install the Debian package libopenblas-dev (or set CBLAS_CFLAGS/CBLAS_LIBS)])])
+  AC_CHECK_FUNCS([openblas_get_corename openblas_set_num_threads])
+  CFLAGS=$fsdp_save_CFLAGS; LIBS=$fsdp_save_LIBS
+])
+
+# POSIX threads (the communication stream's thread).
+AC_DEFUN([FSDP_CHECK_PTHREADS], [
+  AC_CHECK_HEADER([pthread.h], [],
+    [AC_MSG_ERROR([pthread.h not found: install the Debian package libc6-dev])])
+  AC_SEARCH_LIBS([pthread_create], [pthread], [],
+    [AC_MSG_ERROR([POSIX threads not found: install the Debian package libc6-dev])])
+])
+
+# Optional CUDA (--with-cuda[=DIR]): nvcc, cudart, cuBLAS(Lt), NCCL.
+AC_DEFUN([FSDP_CHECK_CUDA], [
+  AC_ARG_WITH([cuda],
+    [AS_HELP_STRING([--with-cuda@<:@=DIR@:>@], [build the CUDA back-end (default: no; DIR defaults to /usr/local/cuda)])],
+    [], [with_cuda=no])
+  fsdp_have_cuda=no
+  if test "x$with_cuda" != xno; then
+    if test "x$with_cuda" = xyes; then CUDA_HOME=/usr/local/cuda; else CUDA_HOME=$with_cuda; fi
+    AC_PATH_PROG([NVCC], [nvcc], [], [$CUDA_HOME/bin:$PATH])
+    if test -z "$NVCC"; then
+      AC_MSG_ERROR([--with-cuda: nvcc not found under $CUDA_HOME/bin: install the CUDA toolkit (Debian package nvidia-cuda-toolkit) or pass --with-cuda=DIR])
+    fi
+    AC_ARG_VAR([CUDA_ARCHS], [CUDA architectures to build (default: 80 90)])
+    test -n "$CUDA_ARCHS" || CUDA_ARCHS="80 90"
+    CUDA_CFLAGS="-I$CUDA_HOME/include"
+    CUDA_LIBS="-L$CUDA_HOME/lib64 -Wl,-rpath,$CUDA_HOME/lib64 -lcublasLt -lcublas -lcudart"
+    fsdp_save_CFLAGS=$CFLAGS; fsdp_save_LIBS=$LIBS
+    CFLAGS="$CFLAGS $CUDA_CFLAGS"; LIBS="$CUDA_LIBS -lnccl $LIBS"
+    AC_MSG_CHECKING([for NCCL and cuBLAS])
+    AC_LINK_IFELSE([AC_LANG_PROGRAM([[#include <nccl.h>
+#include <cublas_v2.h>]], [[ncclUniqueId id; ncclGetUniqueId(&id); cublasHandle_t h; cublasCreate(&h);]])],
+      [AC_MSG_RESULT([yes])],
+      [AC_MSG_RESULT([no])
+       AC_MSG_ERROR([--with-cuda: NCCL or cuBLAS not found under $CUDA_HOME: install libnccl-dev and the CUDA toolkit])])
+    CFLAGS=$fsdp_save_CFLAGS; LIBS=$fsdp_save_LIBS
+    CUDA_LIBS="$CUDA_LIBS -lnccl"
+    fsdp_have_cuda=yes
+    AC_DEFINE([FSDP_HAVE_CUDA], [1], [Define to 1 when the CUDA back-end is built])
+  fi
+  AC_SUBST([CUDA_CFLAGS])
+  AC_SUBST([CUDA_LIBS])
+  AC_SUBST([CUDA_ARCHS])
+  AM_CONDITIONAL([FSDP_CUDA], [test "x$fsdp_have_cuda" = xyes])
+])
