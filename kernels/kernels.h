@@ -52,7 +52,9 @@ typedef struct FsdpKernelOps {
   /* Causal multi-head self-attention.  qkv (B,T,3C) holds Q;K;V along the
    * last dim, head h uses channels [h*C/NH, (h+1)*C/NH) of each.
    * out (B,T,C); preatt, att (B,NH,T,T) saved for backward (scale
-   * 1/sqrt(C/NH), masked positions of att are 0). */
+   * 1/sqrt(C/NH), masked positions of att are 0).  Backward: dqkv
+   * accumulates; dpreatt and datt (B,NH,T,T) are scratch, overwritten on
+   * every call (callers need not zero them). */
   void (*attention_forward)(float *out, float *preatt, float *att,
                             const float *qkv, int B, int T, int C, int NH);
   void (*attention_backward)(float *dqkv, float *dpreatt, float *datt,
@@ -90,7 +92,10 @@ typedef struct FsdpKernelOps {
   double (*sum_squares)(const float *x, size_t n);
 } FsdpKernelOps;
 
-/* The CPU back-end (kernels/cpu). */
+/* The CPU back-end (kernels/cpu).  OpenMP threads every kernel, sgemm
+ * included; a pthreads OpenBLAS is set to one thread on each call, so
+ * OMP_NUM_THREADS alone sets a rank's threads (see [Note: one thread pool]
+ * in kernels/cpu/matmul.c). */
 const FsdpKernelOps *FsdpKernelsCpu(void);
 
 /* Name of the BLAS core in use (OpenBLAS's openblas_get_corename) and

@@ -22,7 +22,25 @@
  * bytes in proportion to the group peers on my node versus elsewhere
  * (FsdpGroup.peers_intra / peers_inter), i.e. each peer is charged the
  * 1/n * P * K it contributes.  Counting happens at issue, on the issuing
- * thread, so counters never race with the stream.
+ * thread, so counters never race with the stream.  Multiplying before
+ * dividing keeps this exact whenever n divides the product, which always
+ * holds for all-gather and reduce-scatter (P = n * count); for an
+ * all-reduce with S*K not a multiple of n, intra + inter can differ from
+ * bytes by the truncation.
+ *
+ * [Note: collectives and threads] An async collective runs on the stream's
+ * thread.  MPI requires collectives on one communicator to be called in the
+ * same order on every rank, so while async collectives on a communicator
+ * are in flight the compute thread must not call a blocking collective or
+ * scalar reduction on that same communicator (wait on the event first, or
+ * use another communicator: e.g. world for the loss).  Collectives on
+ * different communicators may overlap freely (MPI_THREAD_MULTIPLE).  The
+ * FsdpColl must outlive every collective issued with it.
+ *
+ * Per-rank counts are MPI ints: count > INT_MAX is a usage error naming the
+ * collective (raise the sharding factor or wrap fewer blocks per unit).
+ * Errors name the collective and the group: "reduce-scatter on the
+ * sharding comm (4 ranks): MPI_Reduce_scatter_block failed: ...".
  */
 #ifndef FSDP_COLL_H
 #define FSDP_COLL_H
@@ -54,7 +72,9 @@ typedef struct {
 
 typedef struct FsdpColl_ *FsdpColl;
 
-/* Not collective.  Creates the MPI ops for bf16/fp16 sums. */
+/* Not collective.  Creates the MPI ops for bf16/fp16 sums.  The NCCL
+ * backend is not implemented yet: asking for it is a usage error (it also
+ * names the missing CUDA support in a build without it). */
 int FsdpCollCreate(FsdpCollBackend backend, FsdpColl *c);
 int FsdpCollDestroy(FsdpColl *c);
 
@@ -63,7 +83,10 @@ int FsdpCollDestroy(FsdpColl *c);
 int FsdpCollAllGather(FsdpColl c, const FsdpGroup *g, const void *send,
                       void *recv, size_t count, FsdpDtype dt);
 /* Collective on g.  send holds g->size*count elements; recv gets this
- * rank's count summed elements times scale. */
+ * rank's count summed elements times scale.  send and recv must not
+ * overlap.  bf16/fp16: see [Note: low-precision sums over MPI] in coll.c
+ * (each pairwise add rounds; the scale rounds once more, exactly for a
+ * power-of-two scale). */
 int FsdpCollReduceScatter(FsdpColl c, const FsdpGroup *g, const void *send,
                           void *recv, size_t count, FsdpDtype dt, float scale);
 /* Collective on g.  In place sum of count elements, times scale. */

@@ -31,8 +31,10 @@
 
 typedef struct FsdpData_ *FsdpData;
 
-/* Collective on comm (every rank opens and validates the same file, so all
- * agree on errors).  path == NULL or "" selects the built-in task.
+/* Collective on comm (every rank opens and validates the same file; a
+ * failure on any rank fails every rank with the lowest failing rank's code
+ * and message, see data.c [Note: agreeing on data errors]).  path == NULL
+ * or "" selects the built-in task.
  * Validation (each a usage error naming the file and the defect): missing
  * or unreadable file, short header, wrong magic, wrong version, token count
  * <= 0 or larger than the file holds, file size not 1024 + 2n, any token
@@ -48,6 +50,12 @@ int FsdpDataDestroy(FsdpData *d);
  * [Note: global batch] with B = global_batch / dp_size. */
 int FsdpDataGetBatch(FsdpData d, int64_t micro_step, int dp_rank, int dp_size,
                      int *inputs, int *targets);
+
+/* Not collective.  Write n tokens to path in the token-file layout above
+ * (little-endian; 1 <= n <= INT32_MAX, the header's count is an int32), so
+ * tests and tools make files llm.c and FsdpDataCreate read.  Failing to
+ * create or write the file is FSDP_ERR_IO naming it. */
+int FsdpDataWriteFile(const char *path, const uint16_t *tokens, int64_t n);
 
 /* Number of tokens in the stream (file count, or the built-in period). */
 int64_t FsdpDataNumTokens(FsdpData d);

@@ -1,6 +1,7 @@
 /* error.c: message printing for the error convention of error.h. */
 #include "error.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -9,6 +10,8 @@
 static int g_world_rank = 0;
 static char g_host[64] = "?";
 static char g_last_message[2048];
+/* the communication stream raises errors on its own thread */
+static pthread_mutex_t g_last_lock = PTHREAD_MUTEX_INITIALIZER;
 
 void FsdpErrorSetIdentity(int world_rank, const char *host)
 {
@@ -49,7 +52,9 @@ int FsdpErrorRaise(const char *file, int line, const char *func, int code,
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  pthread_mutex_lock(&g_last_lock);
   memcpy(g_last_message, msg, sizeof g_last_message);
+  pthread_mutex_unlock(&g_last_lock);
   if (code == FSDP_ERR_USAGE) {
     /* [Note: usage errors] every rank detects it; one prints it. */
     if (g_world_rank == 0) fprintf(stderr, "fsdp: error: %s\n", msg);

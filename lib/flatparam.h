@@ -42,31 +42,44 @@ typedef struct {
 
 typedef struct FlatParam_ *FlatParam;
 
-/* Not collective.  Copies the specs.  F >= 1, 0 <= shard_rank < F. */
+/* Not collective.  Copies the specs.  F >= 1, 0 <= shard_rank < F.
+ * A spec has a non-empty name (unique within the unit), 0 <= ndim <=
+ * FSDP_MAX_NDIM (ndim 0 is a scalar of one element) and sizes >= 0; a
+ * parameter of zero elements is allowed and lies in no piece.  Anything
+ * else is FSDP_ERR_USAGE naming the parameter.  nparams may be 0 (P = 0). */
 int FlatParamCreate(const FsdpParamSpec *specs, int nparams, int F,
                     int shard_rank, FlatParam *fp);
+/* Not collective.  Accepts NULL; sets *fp = NULL. */
 int FlatParamDestroy(FlatParam *fp);
 
 int FlatParamNumParams(FlatParam fp);
+/* NULL for an index out of range. */
 const FsdpParamSpec *FlatParamSpec(FlatParam fp, int param);
+/* Product of the sizes (1 for ndim 0); -1 for an invalid spec. */
 int64_t FlatParamSpecNumel(const FsdpParamSpec *spec);
 int64_t FlatParamNumel(FlatParam fp);       /* psi */
 int64_t FlatParamPaddedNumel(FlatParam fp); /* P */
 int64_t FlatParamShardNumel(FlatParam fp);  /* P / F */
 int FlatParamShardFactor(FlatParam fp);
 int FlatParamShardRank(FlatParam fp);
-/* Offset of parameter `param` in the flat (unsharded) buffer. */
+/* Offset of parameter `param` in the flat (unsharded) buffer; -1 for an
+ * index out of range. */
 int64_t FlatParamOffset(FlatParam fp, int param);
 /* Index of the parameter with that name, or -1. */
 int FlatParamFind(FlatParam fp, const char *name);
 
-/* Pieces of shard `shard_rank` (any rank of the group, not just mine):
- * *pieces points to storage owned by fp, valid until destroy. */
+/* Pieces of shard `shard_rank` (any rank of the group, not just mine),
+ * sorted by shard_offset (= by param): *pieces points to storage owned by
+ * fp, valid until destroy.  A piece covers elements [param_offset,
+ * param_offset + count) of the parameter, stored at [shard_offset,
+ * shard_offset + count) of the shard; elements of the shard in no piece
+ * are padding.  A bad shard_rank is FSDP_ERR_USAGE. */
 int FlatParamShardPieces(FlatParam fp, int shard_rank,
                          const FlatParamPiece **pieces, int *npieces);
 
 /* View of parameter `param` inside an unsharded buffer of elements of
- * elem_size bytes (flat + offset * elem_size). */
+ * elem_size bytes (flat + offset * elem_size); NULL for a NULL buffer or
+ * an index out of range. */
 void *FlatParamView(FlatParam fp, void *flat, size_t elem_size, int param);
 
 #endif

@@ -1,16 +1,157 @@
-/* fsdp.h: the public interface of libfsdp, one include for programs. */
-#ifndef FSDP_H
-#define FSDP_H
+/* fsdp.h: the FSDP runtime -- units, their FlatParameters, and when their
+ * unsharded parameters and gradients exist (DESIGN §1, §3).
+ *
+ * A model is described to the runtime as
+ *   - units: a name and a list of parameters (name, shape), one of them
+ *     possibly the root (embeddings, final norm, tied head), and
+ *   - stages: in forward order, each a (unit, forward, backward) triple.
+ * GPT has stages [root:embed, h.0, ..., h.L-1, root:head]: the root unit
+ * appears twice, which is why stages and units are separate.  The runtime
+ * runs stages forward in order and backward in reverse; before a stage runs
+ * its unit is unsharded (all-gather), and the stage callback gets pointers
+ * to the unit's unsharded parameters and gradients, nothing else: the model
+ * never sees a shard and never calls MPI.
+ *
+ * [Note: unit life cycle] SHARDED -> GATHERING (all-gather issued on the
+ * communication stream) -> UNSHARDED (event waited, compute may read) ->
+ * SHARDED again (reshard: the gather buffer goes back to the ring).  A
+ * non-root unit is resharded after its last forward stage when
+ * reshard_after_forward is set (RAF), and after its backward otherwise
+ * (NRAF); it is gathered again in backward if it was resharded.  The root
+ * unit stays unsharded from its first forward stage to the end of backward.
+ * After a unit's last backward stage its unsharded gradient is
+ * reduce-scattered into the gradient shard (scaled by 1/W: gradients are
+ * means over the global batch), then, with hybrid sharding, all-reduced
+ * over the replica group; both are issued on the stream and waited for only
+ * in FsdpRuntimeFinishGradients.  An illegal transition is FSDP_ERR_STATE.
+ *
+ * [Note: gather memory] Unsharded parameter buffers of non-root units come
+ * from a ring of fixed slots allocated at setup, each of the largest
+ * non-root P: with RAF, min(L + 1, units) slots for -limit_all_gathers L
+ * (L = 0: one slot per unit); with NRAF every non-root unit keeps its
+ * buffer through forward, so one slot per unit.  The root has its own
+ * buffer.  Unsharded gradient buffers: one for the root plus a ring of two
+ * slots (the unit computing its backward, the unit whose reduce-scatter is
+ * in flight).  Nothing is allocated after setup, so memory never grows or
+ * fragments during training.
+ *
+ * [Note: no sharding] With F = 1 a unit's shard is the whole padded flat
+ * parameter: the unsharded buffer and gradient ARE the shard buffers, and
+ * no all-gather or reduce-scatter is issued (0 calls, 0 bytes); gradients
+ * are only all-reduced over the replica group (plain DDP).
+ */
+#ifndef FSDP_RUNTIME_H
+#define FSDP_RUNTIME_H
 
-#include "error.h"
-#include "init.h"
-#include "mem.h"
-#include "dtype.h"
-#include "opts.h"
-#include "topo.h"
-#include "flatparam.h"
-#include "stream.h"
+#include <stdint.h>
+
 #include "coll.h"
-#include "data.h"
+#include "flatparam.h"
+#include "opts.h"
+#include "stream.h"
+#include "topo.h"
+
+typedef struct FsdpRuntime_ *FsdpRuntime;
+
+typedef enum {
+  FSDP_UNIT_SHARDED,
+  FSDP_UNIT_GATHERING,
+  FSDP_UNIT_UNSHARDED,
+  FSDP_UNIT_NSTATES
+} FsdpUnitState;
+extern const char *const FsdpUnitStateNames[FSDP_UNIT_NSTATES];
+
+typedef enum { FSDP_PREFETCH_NONE, FSDP_PREFETCH_BACKWARD, FSDP_PREFETCH_BOTH } FsdpPrefetch;
+
+typedef struct {
+  int reshard_after_forward; /* -reshard_after_forward 0/1 (default 1) */
+  int limit_all_gathers;     /* -limit_all_gathers L (default 2; 0 = no limit) */
+  FsdpPrefetch prefetch;     /* -prefetch none/backward/both */
+} FsdpRuntimeOptions;
+
+/* What a stage callback sees: the unit's unsharded parameters and
+ * gradients, one pointer per parameter in registration order. */
+typedef struct {
+  int unit;
+  float *const *param; /* param[i]: parameter i, full logical shape */
+  float *const *grad;  /* grad[i]: its gradient (accumulate into it) */
+} FsdpUnitTensors;
+
+typedef int (*FsdpStageFn)(void *model, int stage, const FsdpUnitTensors *t);
+
+/* Initial value rule: fill out[0..count) with the initial values of
+ * elements [start, start + count) of parameter spec (flat index in its
+ * full logical shape).  Must be a pure function of (seed, name, index). */
+typedef int (*FsdpInitFn)(void *model, const FsdpParamSpec *spec, int64_t start,
+                          int64_t count, float *out);
+
+/* Not collective.  Reads the options above (group "FSDP"). */
+int FsdpRuntimeOptionsFromDb(FsdpOpts db, FsdpRuntimeOptions *o);
+
+/* Not collective; allocates nothing big.  Keeps topo and coll (not owned). */
+int FsdpRuntimeCreate(FsdpTopo topo, FsdpColl coll,
+                      const FsdpRuntimeOptions *o, FsdpRuntime *rt);
+/* Frees everything; accepts NULL. */
+int FsdpRuntimeDestroy(FsdpRuntime *rt);
+
+/* Not collective.  Register a unit (before setup).  *unit gets its index. */
+int FsdpRuntimeAddUnit(FsdpRuntime rt, const char *name, int is_root,
+                       const FsdpParamSpec *specs, int nparams, int *unit);
+/* Not collective.  Append a stage in forward order. */
+int FsdpRuntimeAddStage(FsdpRuntime rt, int unit, FsdpStageFn forward,
+                        FsdpStageFn backward);
+
+/* Collective on the world (every rank must register the same units).
+ * Builds FlatParameters, allocates shards, gradient shards, the gather ring
+ * and gradient buffers, starts the communication stream. */
+int FsdpRuntimeSetUp(FsdpRuntime rt);
+
+/* Not collective.  Fill my parameter shards from init (each rank fills only
+ * its own shard; padding is 0). */
+int FsdpRuntimeInitShards(FsdpRuntime rt, FsdpInitFn init, void *model);
+
+/* Collective on the world.  One forward + backward over all stages for the
+ * current micro-batch (the model holds it), ending with every gradient
+ * reduction issued.  Gradient shards receive the reduced gradients (F = 1:
+ * gradients accumulate into them; call FsdpRuntimeZeroGradShards first). */
+int FsdpRuntimeForwardBackward(FsdpRuntime rt, void *model);
+
+/* Wait for every issued reduction (before the optimizer reads shards). */
+int FsdpRuntimeFinishGradients(FsdpRuntime rt);
+
+/* Zero the gradient shards (start of an optimizer step). */
+int FsdpRuntimeZeroGradShards(FsdpRuntime rt);
+
+/* Accessors. */
+int FsdpRuntimeNumUnits(FsdpRuntime rt);
+const char *FsdpRuntimeUnitName(FsdpRuntime rt, int unit);
+int FsdpRuntimeUnitIsRoot(FsdpRuntime rt, int unit);
+FlatParam FsdpRuntimeUnitFlatParam(FsdpRuntime rt, int unit);
+float *FsdpRuntimeUnitShard(FsdpRuntime rt, int unit);
+float *FsdpRuntimeUnitGradShard(FsdpRuntime rt, int unit);
+FsdpUnitState FsdpRuntimeUnitState(FsdpRuntime rt, int unit);
+FsdpTopo FsdpRuntimeTopo(FsdpRuntime rt);
+FsdpColl FsdpRuntimeColl(FsdpRuntime rt);
+FsdpStream FsdpRuntimeStream(FsdpRuntime rt);
+const FsdpRuntimeOptions *FsdpRuntimeGetOptions(FsdpRuntime rt);
+/* Units in the order the last forward first used them (forward order). */
+int FsdpRuntimeForwardOrder(FsdpRuntime rt, const int **order, int *n);
+
+/* Planned memory (bytes), equal to [Note: gather memory]. */
+typedef struct {
+  uint64_t param_shard_bytes;   /* sum P_i / F * 4 */
+  uint64_t grad_shard_bytes;    /* same */
+  uint64_t gather_buffer_bytes; /* root P + slots * max non-root P, * 4 */
+  uint64_t grad_buffer_bytes;   /* root P + 2 * max non-root P, * 4 */
+  int gather_slots, grad_slots;
+} FsdpRuntimeMemory;
+void FsdpRuntimeGetMemory(FsdpRuntime rt, FsdpRuntimeMemory *m);
+/* Peak number of bytes of unsharded parameters / gradients that were held
+ * by units at once since setup (<= the planned buffers). */
+void FsdpRuntimePeakUnsharded(FsdpRuntime rt, uint64_t *params, uint64_t *grads);
+
+/* Collective on the sharding group.  Gather unit's full (unpadded) flat
+ * parameters into out (numel floats): for tests and export only. */
+int FsdpRuntimeGatherUnit(FsdpRuntime rt, int unit, float *out);
 
 #endif

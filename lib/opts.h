@@ -7,12 +7,17 @@
  *      after it override the file and options before it are overridden.
  * An options file holds one option per line (`-name value` or `-flag`),
  * `#` starts a comment, blank lines are ignored; files may be given
- * several times and may not nest more than 8 deep.  Files are read by
- * rank 0 and broadcast, so every rank sees the same database.
+ * several times and may not nest more than 8 deep.  Rank 0 reads all of
+ * it (its environment, its command line, the files) and broadcasts the
+ * result, so every rank sees the same database.
  *
- * A token `-name` starts an option when name begins with a letter; the
- * next token is its value unless it too starts an option, so `-steps -3`
- * gives -steps the value "-3" (which the getter then rejects).
+ * A token `-name` (or `--name`) starts an option when name begins with a
+ * letter; the next token is its value unless it too starts an option, so
+ * `-steps -3` gives -steps the value "-3" (which the getter then rejects).
+ * `-name=value` also works.  Any other token where an option should start
+ * (a stray positional argument) is a usage error.  In FSDP_OPTIONS and in
+ * files, quotes ('...' or "...") group a value with spaces and make it a
+ * value even if it starts with a dash; `#` starting a token ends the line.
  *
  * Getters register the option (component group, name, default, help) and
  * return its value.  Parsing failures are FSDP_ERR_USAGE errors that name
@@ -42,13 +47,19 @@ int FsdpOptsCreate(MPI_Comm comm, int argc, char **argv, FsdpOpts *db);
 /* Not collective.  Frees the database; accepts NULL; sets *db = NULL. */
 int FsdpOptsDestroy(FsdpOpts *db);
 
-/* Insert or replace an option programmatically (value may be NULL for a
- * flag).  Used for built-in defaults of a program and by tests. */
+/* Not collective.  Insert or replace an option programmatically (value
+ * may be NULL for a flag; a leading dash on name is ignored).  Used for
+ * built-in defaults of a program and by tests.  Strings returned earlier
+ * by FsdpOptsGetString stay valid. */
 int FsdpOptsSetValue(FsdpOpts db, const char *name, const char *value);
 
-/* Typed getters.  group: component heading for -help (e.g. "Topology");
- * name without the leading dash; help: one line.  Each returns the given
- * value or the default.  Ranges are inclusive. */
+/* Typed getters, not collective (all ranks hold the same database, so a
+ * usage error is raised identically on every rank).  group: component
+ * heading for -help (e.g. "Topology"); name without the leading dash; help:
+ * one line.  Each returns the given value or the default (also on error).
+ * Ranges are inclusive.  Integers also accept exact forms such as 1e6.
+ * Reading an option again, from any component, is cheap and returns the
+ * same value; -help lists it once, under its first group. */
 int FsdpOptsGetInt(FsdpOpts db, const char *group, const char *name,
                    const char *help, int64_t def, int64_t min, int64_t max,
                    int64_t *value);
@@ -72,7 +83,8 @@ int FsdpOptsGetEnum(FsdpOpts db, const char *group, const char *name,
                     const char *help, const char *const *choices,
                     int def_index, int *index);
 
-/* 1 if the option was given (any source). */
+/* 1 if the option was given (any source).  Does not register the option
+ * nor count as reading it. */
 int FsdpOptsHas(FsdpOpts db, const char *name);
 
 /* Usage error naming the first option given but never registered. */
@@ -83,12 +95,14 @@ int FsdpOptsHelpRequested(FsdpOpts db);
  * current value and help (rank 0 of the creating comm prints). */
 int FsdpOptsPrintHelp(FsdpOpts db, FILE *out, const char *program_help);
 
-/* Print options given but never read (rank 0 prints); returns count in
- * *nleft when not NULL. */
+/* Print options given but never read (rank 0 prints; out NULL: count
+ * only); returns count in *nleft when not NULL.  After this, destroy does
+ * not print them again. */
 int FsdpOptsReportLeft(FsdpOpts db, FILE *out, int *nleft);
 
 /* Write "-name value" pairs of every given option, space separated, into
- * buf (for run files); truncates to size. */
+ * buf (for run files); truncates to size.  Values that need it are quoted,
+ * so the string reads back as FSDP_OPTIONS or an options file line. */
 int FsdpOptsToString(FsdpOpts db, char *buf, size_t size);
 
 #endif

@@ -69,11 +69,13 @@ int FsdpEventQuery(FsdpEvent ev, int *done);
 int FsdpStreamSynchronize(FsdpStream s);
 
 /* Seconds spent by callers blocked in FsdpEventWait/Synchronize on this
- * stream since creation (exposed communication time). */
+ * stream, or in FsdpStreamEnqueue on a full queue, since creation (exposed
+ * communication time). */
 double FsdpStreamWaitSeconds(FsdpStream s);
 
-/* Install a recorder called on the stream thread after each task (NULL to
- * remove).  Set it while the stream is idle. */
+/* Install a recorder called on the stream thread after each task that ran
+ * (not for tasks skipped after a failure), in issue order; arg is the
+ * task's argument copy.  NULL removes it.  Set it while the stream is idle. */
 int FsdpStreamSetRecorder(FsdpStream s, FsdpStreamRecorder rec, void *ctx);
 
 /* Monotonic wall clock in seconds. */

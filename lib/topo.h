@@ -43,10 +43,13 @@ typedef struct FsdpTopo_ *FsdpTopo;
  * -rank_placement block|cyclic, -topology_view (group "Topology"). */
 int FsdpTopoOptionsFromDb(FsdpOpts db, FsdpTopoOptions *o);
 
-/* Collective on world.  Builds node, sharding and replica communicators.
- * F not dividing W, F > W, G not dividing W, or detected nodes of unequal
- * size are usage errors on every rank (checked before any split, from
- * values every rank agrees on: no hang). */
+/* Collective on world.  Builds node, sharding and replica communicators
+ * (and a duplicate of world for FsdpTopoWorld).  F not dividing W, F > W,
+ * G not dividing W, or detected nodes of unequal size are usage errors on
+ * every rank (checked before any split, from values every rank agrees on:
+ * no hang); so are options that differ between ranks.  On error *t is
+ * NULL and nothing is left allocated.  With o->view, calls FsdpTopoView on
+ * stdout. */
 int FsdpTopoCreate(MPI_Comm world, const FsdpTopoOptions *o, FsdpTopo *t);
 
 /* Collective on world.  Frees the communicators; accepts NULL. */
@@ -60,11 +63,20 @@ int FsdpTopoNumNodes(FsdpTopo t);
 int FsdpTopoNodeIndex(FsdpTopo t);   /* my node */
 int FsdpTopoRanksPerNode(FsdpTopo t); /* G */
 int FsdpTopoShardIndex(FsdpTopo t);  /* which sharding group I am in */
-/* Node index of any world rank. */
+/* Node index of any world rank (-1 out of range).  Not collective. */
 int FsdpTopoNodeOfRank(FsdpTopo t, int world_rank);
+/* 1 if every sharding group lies on one node (always when F <= G and
+ * G % F == 0), so all-gather and reduce-scatter never leave a node. */
+int FsdpTopoShardWithinNode(FsdpTopo t);
 
-/* Collective on world.  Rank 0 prints nodes, sharding groups and replica
- * groups as lists of world ranks. */
+/* Not collective.  One line: W, G, nodes (detected or emulated with the
+ * placement), F, R, the mode (full sharding, replication, hybrid) and
+ * whether sharding groups stay inside nodes; for logs and run files. */
+int FsdpTopoSummary(FsdpTopo t, char *buf, size_t size);
+
+/* Collective on world.  Rank 0 prints the summary line, then nodes (with
+ * the host of their first rank), sharding groups and replica groups as
+ * lists of world ranks.  out NULL means stdout. */
 int FsdpTopoView(FsdpTopo t, FILE *out);
 
 #endif

@@ -1,2 +1,83 @@
-#include "fsdp.h"
-int main(void) { return 0; }
+/* fsdp-train: train a GPT with Fully Sharded Data Parallel over MPI.
+ *
+ *   mpiexec -n 4 fsdp-train                       # the built-in default
+ *   mpiexec -n 8 fsdp-train -model gpt2 -sharding_factor 4 -data train.bin
+ *   fsdp-train -help                              # every option
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "libfsdp.h"
+#include "train.h"
+
+static const char kHelp[] =
+    "fsdp-train: train a GPT-2 style transformer with parameters, gradients and\n"
+    "optimizer state sharded across MPI ranks (Fully Sharded Data Parallel).\n"
+    "Usage: mpiexec -n W fsdp-train [-option value ...]\n"
+    "Options come from FSDP_OPTIONS, then the command line left to right, where\n"
+    "-options_file FILE inserts FILE's options; a later value wins.\n";
+
+/* Everything up to the end of training; returns an error code. */
+static int Run(int argc, char **argv, int *handled_help)
+{
+  FsdpOpts db = NULL;
+  FsdpTrainOptions o;
+  FsdpTrainer tr = NULL;
+  *handled_help = 0;
+  FSDP_CALL(FsdpOptsCreate(MPI_COMM_WORLD, argc, argv, &db));
+  /* read every option first: -help lists them all and a typo is an error
+   * before any MPI work or allocation */
+  int err = FsdpTrainOptionsFromDb(db, &o);
+  if (FsdpOptsHelpRequested(db)) {
+    FsdpOptsPrintHelp(db, stdout, kHelp);
+    *handled_help = 1;
+    FsdpOptsDestroy(&db);
+    return FSDP_SUCCESS;
+  }
+  if (!err) err = FsdpOptsCheckUnknown(db);
+  if (err) {
+    FsdpOptsDestroy(&db);
+    return err;
+  }
+  int rank = 0;
+  FSDP_CALL_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  err = FsdpTrainerCreate(MPI_COMM_WORLD, &o, &tr);
+  if (!err && rank == 0) {
+    const char *core = FsdpKernelsCpuBlasCore();
+    printf("fsdp-train: %s (%lld parameters) on %d ranks, sharding factor %d, BLAS core %s\n",
+           o.model_name, (long long)GptConfigParamCount(&o.model),
+           FsdpTopoWorld(FsdpTrainerTopo(tr))->size, FsdpTopoShard(FsdpTrainerTopo(tr))->size, core);
+    if (FsdpKernelsCpuBlasIsFallback())
+      FsdpWarn(1, "OpenBLAS runs its generic '%s' kernel on a CPU that supports a faster one: "
+                  "set OPENBLAS_CORETYPE (e.g. OPENBLAS_CORETYPE=SkylakeX or Haswell), see README",
+               core);
+    fflush(stdout);
+  }
+  if (!err && o.topo.view) err = FsdpTopoView(FsdpTrainerTopo(tr), stdout);
+  if (!err) err = FsdpTrainerRun(tr, stdout);
+  if (!err) err = FsdpTrainerSummary(tr, stdout);
+  if (!err) {
+    int nleft = 0;
+    if (FsdpOptsHas(db, "options_left")) err = FsdpOptsReportLeft(db, stderr, &nleft);
+  }
+  int derr = FsdpTrainerDestroy(&tr);
+  FsdpOptsDestroy(&db);
+  return err ? err : derr;
+}
+
+int main(int argc, char **argv)
+{
+  int err = FsdpInitialize(&argc, &argv);
+  if (err) {
+    FsdpFinalize();
+    return FsdpExitStatus(err);
+  }
+  int help = 0;
+  err = Run(argc, argv, &help);
+  if (err && err != FSDP_ERR_USAGE) {
+    /* a rank-local failure may leave other ranks inside a collective */
+    FsdpAbort(err);
+  }
+  FsdpFinalize();
+  return FsdpExitStatus(err);
+}

@@ -1,1 +1,62 @@
-#include "kernels.h"  /* placeholder: being written */
+/* crossentropy.c: fused softmax + cross-entropy over the vocabulary (CPU).
+ * Row bodies are FSDP_CPU_CLONES functions [Note: ISA clones]. */
+#include <math.h>
+
+#include "kernels.h"
+#include "kernels_cpu.h"
+
+/* One row: p = softmax(z); returns log(sum e^(z - max)) + max. */
+FSDP_CPU_CLONES
+static float softmax_row(float *restrict p, const float *restrict z, int V)
+{
+  float mx = -INFINITY;
+  #pragma omp simd reduction(max:mx)
+  for (int v = 0; v < V; v++) mx = z[v] > mx ? z[v] : mx;
+  float sum = 0.0f;
+  #pragma omp simd reduction(+:sum)
+  for (int v = 0; v < V; v++) {
+    float e = expf_fast_cpu(z[v] - mx);
+    p[v] = e;
+    sum += e;
+  }
+  float inv = 1.0f / sum;
+  #pragma omp simd
+  for (int v = 0; v < V; v++) p[v] *= inv;
+  return logf(sum) + mx;
+}
+
+/* probs (N,V) = softmax(logits (N,V)); losses (N) = -log probs[n, target].
+ * The loss comes from the log-sum-exp, log(sum) + max - logit[target],
+ * not from log(probs[target]), which would be -log(0) = inf once the
+ * target's probability underflows. */
+void crossentropy_forward_cpu(float *losses, float *probs,
+                              const float *logits, const int *targets,
+                              int N, int V)
+{
+  #pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float *z = logits + (size_t)n * V;
+    float lse = softmax_row(probs + (size_t)n * V, z, V);
+    losses[n] = lse - z[targets[n]];
+  }
+}
+
+FSDP_CPU_CLONES
+static void softmax_backward_row(float *restrict dz, const float *restrict p,
+                                 int target, float dloss, int V)
+{
+  #pragma omp simd
+  for (int v = 0; v < V; v++) dz[v] += p[v] * dloss;
+  dz[target] -= dloss;
+}
+
+/* dlogits (N,V) += (probs - onehot(targets)) * dloss. */
+void crossentropy_softmax_backward_cpu(float *dlogits, const float *probs,
+                                       const int *targets, float dloss,
+                                       int N, int V)
+{
+  #pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++)
+    softmax_backward_row(dlogits + (size_t)n * V, probs + (size_t)n * V,
+                         targets[n], dloss, V);
+}

@@ -1,0 +1,295 @@
+/* train.c: the training driver (see train.h). */
+#include "train.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "kernels.h"
+#include "mem.h"
+
+static const char *const kSummaryNames[] = {"text", "json", NULL};
+static const char *const kDeviceNames[] = {"cpu", "cuda", NULL};
+
+struct FsdpTrainer_ {
+  MPI_Comm comm;
+  FsdpTrainOptions o;
+  int rank, W;
+  FsdpTopo topo;
+  FsdpColl coll;
+  FsdpRuntime rt;
+  GptModel model;
+  FsdpData data;
+  FsdpOptim optim;
+  const FsdpKernelOps *k;
+  int B, T;
+  int *inputs, *targets;
+  int64_t step;        /* optimizer steps done */
+  double *losses;      /* per step */
+  double *step_ms;     /* per step */
+  double last_norm, last_lr;
+  FsdpCommCounters comm_total;
+  uint64_t scalar_calls;
+};
+
+int FsdpTrainOptionsFromDb(FsdpOpts db, FsdpTrainOptions *o)
+{
+  memset(o, 0, sizeof *o);
+  int64_t v;
+  int idx = 0;
+  const char *g = "Training";
+  FSDP_CALL(FsdpTopoOptionsFromDb(db, &o->topo));
+  FSDP_CALL(GptConfigFromDb(db, &o->model));
+  FSDP_CALL(FsdpOptsGetEnum(db, "Model", "model", "model preset", GptPresetNames, 1, &idx));
+  snprintf(o->model_name, sizeof o->model_name, "%s", GptPresetNames[idx]);
+  FSDP_CALL(FsdpOptsGetInt(db, "FSDP", "wrap", "transformer blocks per FSDP unit", 1, 1, 1 << 20, &v));
+  o->wrap = (int)v;
+  FSDP_CALL(FsdpRuntimeOptionsFromDb(db, &o->fsdp));
+  FSDP_CALL(FsdpOptimOptionsFromDb(db, &o->optim));
+  FSDP_CALL(FsdpOptsGetInt(db, g, "batch_size", "sequences per rank per micro-step (B)", 4, 1,
+                           1 << 24, &v));
+  o->batch_size = (int)v;
+  FSDP_CALL(FsdpOptsGetInt(db, g, "steps", "optimizer steps to run", 300, 1, INT64_MAX / 4, &o->steps));
+  FSDP_CALL(FsdpOptsGetInt(db, g, "seed", "seed of initialization and the built-in task", 1337, 0,
+                           INT64_MAX, &o->seed));
+  FSDP_CALL(FsdpOptsGetInt(db, g, "log_every", "print a progress line every N steps (0 = never)", 10,
+                           0, INT64_MAX / 4, &v));
+  o->log_every = (int)v;
+  FSDP_CALL(FsdpOptsGetString(db, g, "data", "token file in llm.c .bin layout (default: built-in task)",
+                              NULL, &o->data));
+  if (o->data && !o->data[0]) o->data = NULL;
+  FSDP_CALL(FsdpOptsGetEnum(db, g, "summary", "final summary: text, or json (one JSON object as the "
+                            "last line of stdout)", kSummaryNames, 0, &idx));
+  o->summary = (FsdpSummaryFormat)idx;
+  FSDP_CALL(FsdpOptsGetEnum(db, g, "device", "compute device: cpu, or cuda (needs a CUDA build)",
+                            kDeviceNames, 0, &o->device_cuda));
+  o->optim.total_steps = o->steps;
+  return FSDP_SUCCESS;
+}
+
+int FsdpTrainerCreate(MPI_Comm comm, const FsdpTrainOptions *o, FsdpTrainer *out)
+{
+  *out = NULL;
+  if (o->device_cuda)
+    FSDP_ERROR(FSDP_ERR_USAGE,
+               "option -device cuda: this build has no CUDA back-end (configure --with-cuda); use "
+               "-device cpu");
+  FsdpTrainer tr = calloc(1, sizeof *tr);
+  FSDP_CHECK_ALLOC(tr, sizeof *tr);
+  *out = tr;
+  tr->comm = comm;
+  tr->o = *o;
+  FSDP_CALL_MPI(MPI_Comm_rank(comm, &tr->rank));
+  FSDP_CALL_MPI(MPI_Comm_size(comm, &tr->W));
+  tr->k = FsdpKernelsCpu();
+  tr->B = o->batch_size;
+  tr->T = o->model.seq_len;
+  FSDP_CALL(FsdpTopoCreate(comm, &o->topo, &tr->topo));
+  FSDP_CALL(FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &tr->coll));
+  FSDP_CALL(GptModelCreate(&o->model, o->wrap, tr->B, tr->T, tr->k, (uint64_t)o->seed, &tr->model));
+  /* data first: a bad file is a usage error before any big allocation */
+  FSDP_CALL(FsdpDataCreate(comm, o->data, o->model.vocab_size, tr->T, tr->W * tr->B,
+                           (uint64_t)o->seed, &tr->data));
+  FSDP_CALL(FsdpRuntimeCreate(tr->topo, tr->coll, &o->fsdp, &tr->rt));
+  FSDP_CALL(GptModelRegister(tr->model, tr->rt));
+  FSDP_CALL(FsdpRuntimeSetUp(tr->rt));
+  FSDP_CALL(FsdpRuntimeInitShards(tr->rt, GptModelInit, tr->model));
+  FSDP_CALL(GptModelSetUp(tr->model));
+  FSDP_CALL(FsdpOptimCreate(tr->rt, tr->k, &o->optim, GptParamDecays, &tr->optim));
+  size_t BT = (size_t)tr->B * tr->T;
+  FSDP_CALL(FsdpMalloc(FSDP_MEM_DATA, BT * sizeof(int), &tr->inputs));
+  FSDP_CALL(FsdpMalloc(FSDP_MEM_DATA, BT * sizeof(int), &tr->targets));
+  tr->losses = calloc((size_t)o->steps + 1, sizeof(double));
+  tr->step_ms = calloc((size_t)o->steps + 1, sizeof(double));
+  FSDP_CHECK_ALLOC(tr->losses, sizeof(double));
+  FSDP_CHECK_ALLOC(tr->step_ms, sizeof(double));
+  return FSDP_SUCCESS;
+}
+
+int FsdpTrainerDestroy(FsdpTrainer *ptr)
+{
+  if (!ptr || !*ptr) return FSDP_SUCCESS;
+  FsdpTrainer tr = *ptr;
+  FSDP_CALL(FsdpOptimDestroy(&tr->optim));
+  FSDP_CALL(FsdpRuntimeDestroy(&tr->rt));
+  FSDP_CALL(GptModelDestroy(&tr->model));
+  FSDP_CALL(FsdpDataDestroy(&tr->data));
+  FSDP_CALL(FsdpCollDestroy(&tr->coll));
+  FSDP_CALL(FsdpTopoDestroy(&tr->topo));
+  FSDP_CALL(FsdpFree(&tr->inputs));
+  FSDP_CALL(FsdpFree(&tr->targets));
+  free(tr->losses);
+  free(tr->step_ms);
+  free(tr);
+  *ptr = NULL;
+  return FSDP_SUCCESS;
+}
+
+int FsdpTrainerStep(FsdpTrainer tr, double *loss)
+{
+  if (tr->step >= tr->o.steps)
+    FSDP_ERROR(FSDP_ERR_STATE, "step %lld beyond -steps %lld", (long long)tr->step + 1,
+               (long long)tr->o.steps);
+  double t0 = FsdpWallTime();
+  FsdpCommCounters before;
+  FsdpCollGetCounters(tr->coll, &before);
+  FSDP_CALL(FsdpDataGetBatch(tr->data, tr->step, tr->rank, tr->W, tr->inputs, tr->targets));
+  FSDP_CALL(GptModelSetBatch(tr->model, tr->inputs, tr->targets));
+  FSDP_CALL(FsdpRuntimeZeroGradShards(tr->rt));
+  FSDP_CALL(FsdpRuntimeForwardBackward(tr->rt, tr->model));
+  FSDP_CALL(FsdpRuntimeFinishGradients(tr->rt));
+  FSDP_CALL(FsdpOptimStep(tr->optim, tr->step, &tr->last_norm, &tr->last_lr));
+  /* the loss is a mean over this rank's samples; the global batch mean is
+   * the mean over ranks (equal batch sizes) */
+  double l = GptModelLoss(tr->model);
+  FSDP_CALL(FsdpCollScalarSum(tr->coll, FsdpTopoWorld(tr->topo), &l, 1));
+  l /= tr->W;
+  double t1 = FsdpWallTime();
+  FsdpCommCounters after;
+  FsdpCollGetCounters(tr->coll, &after);
+  for (int k = 0; k < FSDP_COLL_NKINDS; k++) {
+    tr->comm_total.calls[k] += after.calls[k] - before.calls[k];
+    tr->comm_total.bytes[k] += after.bytes[k] - before.bytes[k];
+  }
+  tr->comm_total.intra_bytes += after.intra_bytes - before.intra_bytes;
+  tr->comm_total.inter_bytes += after.inter_bytes - before.inter_bytes;
+  tr->comm_total.scalar_calls += after.scalar_calls - before.scalar_calls;
+  tr->losses[tr->step] = l;
+  tr->step_ms[tr->step] = (t1 - t0) * 1e3;
+  tr->step++;
+  if (loss) *loss = l;
+  if (!isfinite(l))
+    FSDP_ERROR(FSDP_ERR_USAGE, "loss became %f at step %lld: lower -lr or check the data", l,
+               (long long)tr->step);
+  return FSDP_SUCCESS;
+}
+
+static double Median(const double *x, int64_t n)
+{
+  if (n <= 0) return 0.0;
+  double *c = malloc((size_t)n * sizeof *c);
+  if (!c) return 0.0;
+  memcpy(c, x, (size_t)n * sizeof *c);
+  for (int64_t i = 1; i < n; i++) { /* insertion sort: n is small */
+    double v = c[i];
+    int64_t j = i - 1;
+    while (j >= 0 && c[j] > v) { c[j + 1] = c[j]; j--; }
+    c[j + 1] = v;
+  }
+  double m = (n % 2) ? c[n / 2] : 0.5 * (c[n / 2 - 1] + c[n / 2]);
+  free(c);
+  return m;
+}
+
+static void HumanCount(double v, char *buf, size_t n)
+{
+  if (v >= 1e9) snprintf(buf, n, "%.1fG", v / 1e9);
+  else if (v >= 1e6) snprintf(buf, n, "%.1fM", v / 1e6);
+  else if (v >= 1e3) snprintf(buf, n, "%.1fk", v / 1e3);
+  else snprintf(buf, n, "%.0f", v);
+}
+
+int FsdpTrainerRun(FsdpTrainer tr, FILE *out)
+{
+  int64_t tokens_per_step = (int64_t)tr->W * tr->B * tr->T;
+  while (tr->step < tr->o.steps) {
+    double loss = 0.0;
+    FSDP_CALL(FsdpTrainerStep(tr, &loss));
+    int64_t s = tr->step;
+    if (tr->rank == 0 && tr->o.log_every > 0 && (s % tr->o.log_every == 0 || s == 1 || s == tr->o.steps)) {
+      double ms = tr->step_ms[s - 1];
+      char tps[32];
+      HumanCount(tokens_per_step / (ms * 1e-3), tps, sizeof tps);
+      fprintf(out, "step %lld/%lld | loss %.4f | lr %.1e | %.1f ms | %s tok/s | mem %.1f MiB\n",
+              (long long)s, (long long)tr->o.steps, loss, tr->last_lr, ms, tps,
+              FsdpMemCurrentTotal() / 1048576.0);
+      fflush(out);
+    }
+  }
+  return FSDP_SUCCESS;
+}
+
+void FsdpTrainerCommTotals(FsdpTrainer tr, FsdpCommCounters *c) { *c = tr->comm_total; }
+
+int FsdpTrainerSummary(FsdpTrainer tr, FILE *out)
+{
+  FsdpRuntimeMemory mem;
+  FsdpRuntimeGetMemory(tr->rt, &mem);
+  uint64_t peak_p = 0, peak_g = 0;
+  FsdpRuntimePeakUnsharded(tr->rt, &peak_p, &peak_g);
+  /* peak RSS: the largest over ranks is what a node must hold per rank */
+  double rss = (double)FsdpMemPeakRSS();
+  FSDP_CALL(FsdpCollScalarMax(tr->coll, FsdpTopoWorld(tr->topo), &rss, 1));
+  if (tr->rank != 0) return FSDP_SUCCESS;
+  int64_t n = tr->step;
+  double med = Median(tr->step_ms, n);
+  double tokens_per_s = med > 0 ? (double)tr->W * tr->B * tr->T / (med * 1e-3) : 0.0;
+  const GptConfig *c = &tr->o.model;
+  uint64_t steps = n > 0 ? (uint64_t)n : 1;
+  const FsdpCommCounters *ct = &tr->comm_total;
+  if (tr->o.summary == FSDP_SUMMARY_TEXT) {
+    fprintf(out,
+            "summary: %lld steps | final loss %.4f | median step %.1f ms | %.0f tok/s | W %d F %d "
+            "R %d | params %lld | shard %.2f MiB/rank | gather buffers %.2f MiB/rank\n",
+            (long long)n, n ? tr->losses[n - 1] : 0.0, med, tokens_per_s,
+            tr->W, FsdpTopoShard(tr->topo)->size, FsdpTopoReplica(tr->topo)->size,
+            (long long)GptConfigParamCount(c), mem.param_shard_bytes / 1048576.0,
+            mem.gather_buffer_bytes / 1048576.0);
+    return FSDP_SUCCESS;
+  }
+  fprintf(out, "{\"world_size\": %d, \"sharding_factor\": %d, \"replica_size\": %d, "
+               "\"ranks_per_node\": %d, \"nodes\": %d, ",
+          tr->W, FsdpTopoShard(tr->topo)->size, FsdpTopoReplica(tr->topo)->size,
+          FsdpTopoRanksPerNode(tr->topo), FsdpTopoNumNodes(tr->topo));
+  fprintf(out, "\"model\": {\"name\": \"%s\", \"n_layer\": %d, \"n_embd\": %d, \"n_head\": %d, "
+               "\"vocab_size\": %d, \"seq_len\": %d, \"param_count\": %lld}, ",
+          tr->o.model_name, c->n_layer, c->n_embd, c->n_head, c->vocab_size, c->seq_len,
+          (long long)GptConfigParamCount(c));
+  fprintf(out, "\"batch_size\": %d, \"wrap\": %d, \"reshard_after_forward\": %d, "
+               "\"limit_all_gathers\": %d, ",
+          tr->B, tr->o.wrap, tr->o.fsdp.reshard_after_forward, tr->o.fsdp.limit_all_gathers);
+  fprintf(out, "\"units\": [");
+  for (int u = 0; u < FsdpRuntimeNumUnits(tr->rt); u++) {
+    FlatParam fp = FsdpRuntimeUnitFlatParam(tr->rt, u);
+    fprintf(out, "%s{\"name\": \"%s\", \"numel\": %lld, \"padded_numel\": %lld}", u ? ", " : "",
+            FsdpRuntimeUnitName(tr->rt, u), (long long)FlatParamNumel(fp),
+            (long long)FlatParamPaddedNumel(fp));
+  }
+  fprintf(out, "], \"steps\": %lld, \"losses\": [", (long long)n);
+  for (int64_t i = 0; i < n; i++) fprintf(out, "%s%.9g", i ? ", " : "", tr->losses[i]);
+  fprintf(out, "], \"final_loss\": %.9g, \"step_time_ms_median\": %.4f, \"tokens_per_s\": %.1f, ",
+          n ? tr->losses[n - 1] : 0.0, med, tokens_per_s);
+  fprintf(out, "\"memory\": {\"param_shard_bytes\": %llu, \"grad_shard_bytes\": %llu, "
+               "\"optim_state_bytes\": %llu, \"gather_buffer_bytes\": %llu, "
+               "\"grad_buffer_bytes\": %llu, \"peak_unsharded_param_bytes\": %llu, "
+               "\"peak_unsharded_grad_bytes\": %llu, \"peak_rss_bytes\": %.0f}, ",
+          (unsigned long long)mem.param_shard_bytes, (unsigned long long)mem.grad_shard_bytes,
+          (unsigned long long)FsdpOptimStateBytes(tr->optim),
+          (unsigned long long)mem.gather_buffer_bytes, (unsigned long long)mem.grad_buffer_bytes,
+          (unsigned long long)peak_p, (unsigned long long)peak_g, rss);
+  fprintf(out, "\"comm_per_step\": {\"all_gather_bytes\": %llu, \"reduce_scatter_bytes\": %llu, "
+               "\"all_reduce_bytes\": %llu, \"all_gather_calls\": %llu, "
+               "\"reduce_scatter_calls\": %llu, \"all_reduce_calls\": %llu, "
+               "\"intra_node_bytes\": %llu, \"inter_node_bytes\": %llu, \"scalar_calls\": %llu}, ",
+          (unsigned long long)(ct->bytes[FSDP_COLL_ALL_GATHER] / steps),
+          (unsigned long long)(ct->bytes[FSDP_COLL_REDUCE_SCATTER] / steps),
+          (unsigned long long)(ct->bytes[FSDP_COLL_ALL_REDUCE] / steps),
+          (unsigned long long)(ct->calls[FSDP_COLL_ALL_GATHER] / steps),
+          (unsigned long long)(ct->calls[FSDP_COLL_REDUCE_SCATTER] / steps),
+          (unsigned long long)(ct->calls[FSDP_COLL_ALL_REDUCE] / steps),
+          (unsigned long long)(ct->intra_bytes / steps),
+          (unsigned long long)(ct->inter_bytes / steps),
+          (unsigned long long)(ct->scalar_calls / steps));
+  fprintf(out, "\"blas_core\": \"%s\"}\n", FsdpKernelsCpuBlasCore());
+  fflush(out);
+  return FSDP_SUCCESS;
+}
+
+FsdpRuntime FsdpTrainerRuntime(FsdpTrainer tr) { return tr->rt; }
+GptModel FsdpTrainerModel(FsdpTrainer tr) { return tr->model; }
+FsdpOptim FsdpTrainerOptim(FsdpTrainer tr) { return tr->optim; }
+FsdpTopo FsdpTrainerTopo(FsdpTrainer tr) { return tr->topo; }
+int64_t FsdpTrainerStepsDone(FsdpTrainer tr) { return tr->step; }
+const double *FsdpTrainerLosses(FsdpTrainer tr) { return tr->losses; }
+double FsdpTrainerLastGradNorm(FsdpTrainer tr) { return tr->last_norm; }

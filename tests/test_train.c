@@ -1,0 +1,262 @@
+/* test_train: training with FSDP against one rank, and the DESIGN §5
+ * formulas against measured memory and communication.
+ *
+ *   test_train            sharded init, trajectory equivalence, gradient
+ *                         norms, formulas (needs 4 ranks; 2 also works)
+ *   test_train learning   the demo's defaults learn: final loss < half the
+ *                         first
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "libfsdp.h"
+#include "testutil.h"
+
+#define STEPS 20
+
+/* Build a trainer on comm from an option string. */
+static FsdpTrainer make_trainer(MPI_Comm comm, const char *options, FsdpOpts *db_out)
+{
+  char buf[1024];
+  snprintf(buf, sizeof buf, "test %s", options);
+  char *argv[64];
+  int argc = 0;
+  for (char *t = strtok(buf, " "); t && argc < 63; t = strtok(NULL, " ")) argv[argc++] = t;
+  FsdpOpts db = NULL;
+  TCALL(FsdpOptsCreate(comm, argc, argv, &db));
+  FsdpTrainOptions o;
+  TCALL(FsdpTrainOptionsFromDb(db, &o));
+  TCALL(FsdpOptsCheckUnknown(db));
+  FsdpTrainer tr = NULL;
+  TCALL(FsdpTrainerCreate(comm, &o, &tr));
+  *db_out = db;
+  return tr;
+}
+
+static int64_t padded(int64_t numel, int F)
+{
+  int64_t q = (int64_t)F * FSDP_FLAT_ALIGN;
+  return (numel + q - 1) / q * q;
+}
+
+typedef struct {
+  int F, G, raf, n_layer;
+  int no_prefetch; /* -prefetch none (default: backward) */
+} Config;
+
+/* Independent DESIGN §5 arithmetic for the tiny model family. */
+static void check_formulas(FsdpTrainer tr, const Config *c, int W, int steps)
+{
+  const GptConfig *g = GptModelConfig(FsdpTrainerModel(tr));
+  int64_t C = g->n_embd, V = g->vocab_size, T = g->seq_len;
+  int F = c->F, R = W / F, nb = c->n_layer;
+  int64_t Proot = padded(V * C + T * C + 2 * C, F), Pb = padded(12 * C * C + 13 * C, F);
+  /* members of my sharding / replica group on my node vs elsewhere */
+  int rank;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int G = c->G ? c->G : W; /* one real node here */
+  int node = rank / G, spos = rank % F, sgrp = rank / F;
+  int s_in = 0, s_out = 0, r_in = 0, r_out = 0;
+  for (int q = 0; q < W; q++) {
+    if (q == rank) continue;
+    if (q / F == sgrp) (q / G == node ? s_in++ : s_out++);
+    if (q % F == spos) (q / G == node ? r_in++ : r_out++);
+  }
+  uint64_t ag_calls = 0, rs_calls = 0, ar_calls = 0, ag_b = 0, rs_b = 0, ar_b = 0, in_b = 0, out_b = 0;
+  int64_t units[64];
+  int nu = 0;
+  units[nu++] = Proot;
+  for (int i = 0; i < nb; i++) units[nu++] = Pb;
+  for (int u = 0; u < nu; u++) {
+    int gathers = F == 1 ? 0 : (u == 0 ? 1 : (c->raf ? 2 : 1));
+    uint64_t PK = (uint64_t)units[u] * 4;
+    ag_calls += gathers;
+    ag_b += gathers * ((uint64_t)(F - 1) * PK / F);
+    in_b += gathers * ((uint64_t)s_in * PK / F);
+    out_b += gathers * ((uint64_t)s_out * PK / F);
+    if (F > 1) {
+      rs_calls++;
+      rs_b += (uint64_t)(F - 1) * PK / F;
+      in_b += (uint64_t)s_in * PK / F;
+      out_b += (uint64_t)s_out * PK / F;
+    }
+    if (R > 1) {
+      uint64_t SK = PK / F;
+      ar_calls++;
+      ar_b += 2 * (uint64_t)(R - 1) * SK / R;
+      in_b += 2 * (uint64_t)r_in * SK / R;
+      out_b += 2 * (uint64_t)r_out * SK / R;
+    }
+  }
+  FsdpCommCounters ct;
+  FsdpTrainerCommTotals(tr, &ct);
+  uint64_t s = (uint64_t)steps;
+  const char *tag = "formula";
+  CHECK(ct.calls[FSDP_COLL_ALL_GATHER] == ag_calls * s, "%s F=%d G=%d raf=%d: all-gather calls %llu, expected %llu", tag, F, c->G, c->raf, (unsigned long long)ct.calls[0], (unsigned long long)(ag_calls * s));
+  CHECK(ct.calls[FSDP_COLL_REDUCE_SCATTER] == rs_calls * s, "%s F=%d: reduce-scatter calls %llu, expected %llu", tag, F, (unsigned long long)ct.calls[1], (unsigned long long)(rs_calls * s));
+  CHECK(ct.calls[FSDP_COLL_ALL_REDUCE] == ar_calls * s, "%s F=%d: all-reduce calls %llu, expected %llu", tag, F, (unsigned long long)ct.calls[2], (unsigned long long)(ar_calls * s));
+  CHECK(ct.bytes[FSDP_COLL_ALL_GATHER] == ag_b * s, "%s F=%d raf=%d: all-gather bytes %llu, expected %llu", tag, F, c->raf, (unsigned long long)ct.bytes[0], (unsigned long long)(ag_b * s));
+  CHECK(ct.bytes[FSDP_COLL_REDUCE_SCATTER] == rs_b * s, "%s F=%d: reduce-scatter bytes %llu, expected %llu", tag, F, (unsigned long long)ct.bytes[1], (unsigned long long)(rs_b * s));
+  CHECK(ct.bytes[FSDP_COLL_ALL_REDUCE] == ar_b * s, "%s F=%d: all-reduce bytes %llu, expected %llu", tag, F, (unsigned long long)ct.bytes[2], (unsigned long long)(ar_b * s));
+  CHECK(ct.intra_bytes == in_b * s && ct.inter_bytes == out_b * s, "%s F=%d G=%d: intra/inter %llu/%llu, expected %llu/%llu", tag, F, c->G, (unsigned long long)ct.intra_bytes, (unsigned long long)ct.inter_bytes, (unsigned long long)(in_b * s), (unsigned long long)(out_b * s));
+  CHECK(ct.scalar_calls == 2 * s, "scalar calls %llu, expected %llu (grad norm + loss per step)", (unsigned long long)ct.scalar_calls, (unsigned long long)(2 * s));
+
+  FsdpRuntimeMemory m;
+  FsdpRuntimeGetMemory(FsdpTrainerRuntime(tr), &m);
+  uint64_t shard = 4 * (uint64_t)(Proot + nb * Pb) / F;
+  CHECK(m.param_shard_bytes == shard && m.grad_shard_bytes == shard, "%s F=%d: shard bytes %llu, expected %llu", tag, F, (unsigned long long)m.param_shard_bytes, (unsigned long long)shard);
+  CHECK(FsdpOptimStateBytes(FsdpTrainerOptim(tr)) == 2 * shard, "optimizer state %llu, expected %llu", (unsigned long long)FsdpOptimStateBytes(FsdpTrainerOptim(tr)), (unsigned long long)(2 * shard));
+  int slots = c->raf ? (nb < 3 ? nb : 3) : nb; /* -limit_all_gathers 2 */
+  uint64_t gather = F == 1 ? 0 : 4 * (uint64_t)(Proot + slots * Pb);
+  /* RAF: the unit computing, plus the one prefetched behind it */
+  int held = c->raf ? (c->no_prefetch || nb < 2 ? 1 : 2) : nb;
+  uint64_t peak_p = F == 1 ? 0 : 4 * (uint64_t)(Proot + held * Pb);
+  uint64_t peak_g = F == 1 ? 0 : 4 * (uint64_t)(Proot + Pb);
+  uint64_t pp, pg;
+  FsdpRuntimePeakUnsharded(FsdpTrainerRuntime(tr), &pp, &pg);
+  CHECK(m.gather_buffer_bytes == gather, "%s F=%d raf=%d: gather buffers %llu, expected %llu", tag, F, c->raf, (unsigned long long)m.gather_buffer_bytes, (unsigned long long)gather);
+  CHECK(pp == peak_p, "%s F=%d raf=%d: peak unsharded params %llu, expected %llu", tag, F, c->raf, (unsigned long long)pp, (unsigned long long)peak_p);
+  CHECK(pg == peak_g, "%s F=%d raf=%d: peak unsharded grads %llu, expected %llu", tag, F, c->raf, (unsigned long long)pg, (unsigned long long)peak_g);
+}
+
+static int test_equivalence(void)
+{
+  int rank, W;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &W);
+  const char *common = "-model tiny -steps 20 -lr 1e-2 -warmup 2 -log_every 0 -seed 7";
+  char opts[512];
+
+  /* one-rank reference with the same global batch (rank 0 only) */
+  double ref_loss[STEPS], ref_norm[STEPS];
+  FsdpOpts db = NULL;
+  if (rank == 0) {
+    snprintf(opts, sizeof opts, "%s -batch_size %d", common, 2 * W);
+    FsdpTrainer tr = make_trainer(MPI_COMM_SELF, opts, &db);
+    for (int s = 0; s < STEPS; s++) {
+      TCALL(FsdpTrainerStep(tr, &ref_loss[s]));
+      ref_norm[s] = FsdpTrainerLastGradNorm(tr);
+    }
+    TCALL(FsdpTrainerDestroy(&tr));
+    FsdpOptsDestroy(&db);
+    printf("reference W=1 B=%d: loss %.6f -> %.6f\n", 2 * W, ref_loss[0], ref_loss[STEPS - 1]);
+  }
+  MPI_Bcast(ref_loss, STEPS, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  MPI_Bcast(ref_norm, STEPS, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+
+  /* sharded init: every unit gathered at W ranks equals the one-rank model bitwise */
+  {
+    snprintf(opts, sizeof opts, "%s -batch_size 2", common);
+    FsdpTrainer tr = make_trainer(MPI_COMM_WORLD, opts, &db);
+    FsdpTrainer ref = NULL;
+    FsdpOpts dbr = NULL;
+    if (rank == 0) {
+      snprintf(opts, sizeof opts, "%s -batch_size 2", common);
+      ref = make_trainer(MPI_COMM_SELF, opts, &dbr);
+    }
+    FsdpRuntime rt = FsdpTrainerRuntime(tr);
+    for (int u = 0; u < FsdpRuntimeNumUnits(rt); u++) {
+      int64_t n = FlatParamNumel(FsdpRuntimeUnitFlatParam(rt, u));
+      float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
+      TCALL(FsdpRuntimeGatherUnit(rt, u, a));
+      if (rank == 0) {
+        TCALL(FsdpRuntimeGatherUnit(FsdpTrainerRuntime(ref), u, b));
+        CHECK(memcmp(a, b, (size_t)n * sizeof *a) == 0, "unit %s: W=%d init differs from W=1", FsdpRuntimeUnitName(rt, u), W);
+        double sum = 0;
+        for (int64_t i = 0; i < n; i++) sum += fabs(a[i]);
+        CHECK(sum > 0, "unit %s is all zero", FsdpRuntimeUnitName(rt, u));
+      }
+      free(a);
+      free(b);
+    }
+    if (rank == 0) { TCALL(FsdpTrainerDestroy(&ref)); FsdpOptsDestroy(&dbr); }
+    TCALL(FsdpTrainerDestroy(&tr));
+    FsdpOptsDestroy(&db);
+  }
+
+  /* trajectories: full, hybrid (2 ranks per emulated node), replicated; RAF and NRAF */
+  Config cfgs[8];
+  int nc = 0;
+  int Fs[3] = {W, W >= 4 ? 2 : 1, 1};
+  int Gs[3] = {0, W >= 4 ? 2 : 0, 0};
+  for (int i = 0; i < 3; i++)
+    for (int raf = 1; raf >= 0; raf--) cfgs[nc++] = (Config){Fs[i], Gs[i], raf, 2, 0};
+  if (W >= 4) cfgs[nc++] = (Config){W, 2, 1, 2, 0}; /* full sharding across two emulated nodes */
+  for (int k = 0; k < nc; k++) {
+    Config *c = &cfgs[k];
+    snprintf(opts, sizeof opts, "%s -batch_size 2 -sharding_factor %d -ranks_per_node %d -reshard_after_forward %d",
+             common, c->F, c->G, c->raf);
+    FsdpTrainer tr = make_trainer(MPI_COMM_WORLD, opts, &db);
+    double worst = 0.0, worst_norm = 0.0;
+    for (int s = 0; s < STEPS; s++) {
+      double loss;
+      TCALL(FsdpTrainerStep(tr, &loss));
+      double rel = fabs(loss - ref_loss[s]) / fabs(ref_loss[s]);
+      double reln = fabs(FsdpTrainerLastGradNorm(tr) - ref_norm[s]) / ref_norm[s];
+      worst = fmax(worst, rel);
+      worst_norm = fmax(worst_norm, reln);
+      CHECK(rel <= 1e-4, "F=%d G=%d raf=%d step %d: loss %.7f vs one rank %.7f (rel %.2e)", c->F, c->G, c->raf, s + 1, loss, ref_loss[s], rel);
+      CHECK(reln <= 1e-4, "F=%d G=%d raf=%d step %d: grad norm %.7f vs one rank %.7f", c->F, c->G, c->raf, s + 1, FsdpTrainerLastGradNorm(tr), ref_norm[s]);
+    }
+    check_formulas(tr, c, W, STEPS);
+    if (rank == 0)
+      printf("W=%d F=%d G=%d raf=%d: worst loss rel diff %.2e, grad norm %.2e\n", W, c->F, c->G, c->raf, worst, worst_norm);
+    TCALL(FsdpTrainerDestroy(&tr));
+    FsdpOptsDestroy(&db);
+  }
+  /* prefetch changes when gathers are issued, never what is computed or moved */
+  const char *pf[3] = {"none", "backward", "both"};
+  for (int k = 0; k < 3; k++) {
+    Config c = {W, 0, 1, 2, k == 0};
+    snprintf(opts, sizeof opts, "%s -batch_size 2 -prefetch %s -limit_all_gathers %d", common, pf[k], k + 1);
+    FsdpTrainer tr = make_trainer(MPI_COMM_WORLD, opts, &db);
+    for (int s = 0; s < STEPS; s++) {
+      double loss;
+      TCALL(FsdpTrainerStep(tr, &loss));
+      CHECK(fabs(loss - ref_loss[s]) <= 1e-4 * fabs(ref_loss[s]), "-prefetch %s step %d: loss %.7f vs %.7f", pf[k], s + 1, loss, ref_loss[s]);
+    }
+    check_formulas(tr, &c, W, STEPS);
+    TCALL(FsdpTrainerDestroy(&tr));
+    FsdpOptsDestroy(&db);
+  }
+  /* more blocks than gather slots: the ring size differs between RAF and NRAF */
+  for (int raf = 0; raf <= 1; raf++) {
+    Config c = {W, 0, raf, 5, 0};
+    snprintf(opts, sizeof opts, "-model tiny -n_layer 5 -steps 2 -log_every 0 -batch_size 1 -reshard_after_forward %d", raf);
+    FsdpTrainer tr = make_trainer(MPI_COMM_WORLD, opts, &db);
+    for (int s = 0; s < 2; s++) TCALL(FsdpTrainerStep(tr, NULL));
+    check_formulas(tr, &c, W, 2);
+    TCALL(FsdpTrainerDestroy(&tr));
+    FsdpOptsDestroy(&db);
+  }
+  return 0;
+}
+
+static int test_learning(void)
+{
+  int rank;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  FsdpOpts db = NULL;
+  FsdpTrainer tr = make_trainer(MPI_COMM_WORLD, "-log_every 0", &db); /* the demo's defaults */
+  TCALL(FsdpTrainerRun(tr, stdout));
+  int64_t n = FsdpTrainerStepsDone(tr);
+  const double *l = FsdpTrainerLosses(tr);
+  CHECK(l[n - 1] < 0.5 * l[0], "after %lld steps loss %.4f is not below half of the first %.4f", (long long)n, l[n - 1], l[0]);
+  if (rank == 0) printf("learning: %lld steps, loss %.4f -> %.4f\n", (long long)n, l[0], l[n - 1]);
+  TCALL(FsdpTrainerDestroy(&tr));
+  FsdpOptsDestroy(&db);
+  return 0;
+}
+
+int main(int argc, char **argv)
+{
+  TCALL(FsdpInitialize(&argc, &argv));
+  int learning = argc > 1 && strcmp(argv[1], "learning") == 0;
+  if (learning) test_learning();
+  else test_equivalence();
+  int rc = test_finish(learning ? "test_train learning" : "test_train");
+  FsdpFinalize();
+  return rc;
+}
