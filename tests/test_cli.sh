@@ -1,0 +1,117 @@
+#!/bin/sh
+# test_cli.sh: fsdp-train as users run it -- bad input fails on every rank
+# with a message naming the option or file, exit status 2, no hang, and no
+# file of the user's touched; -help lists the options; -summary json ends
+# stdout with one JSON object holding the documented fields.
+#   usage: test_cli.sh MPIEXEC "PREFLAGS" FSDP_TRAIN
+set -u
+MPIEXEC=$1
+PREFLAGS=$2
+TRAIN=$3
+tmp=$(mktemp -d /tmp/fsdp_test_cli.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+checks=0
+
+# expect NP STATUS PATTERN [options...]: run, check status and that stderr+stdout match
+expect() {
+  np=$1 want=$2 pattern=$3
+  shift 3
+  checks=$((checks + 1))
+  # shellcheck disable=SC2086
+  timeout 120 "$MPIEXEC" $PREFLAGS -n "$np" "$TRAIN" "$@" >"$tmp/out" 2>&1
+  got=$?
+  if [ "$got" -ne "$want" ]; then
+    echo "FAIL: fsdp-train $* (np $np): exit status $got, expected $want"
+    sed 's/^/    /' "$tmp/out" | tail -5
+    fails=$((fails + 1))
+  elif ! grep -q -- "$pattern" "$tmp/out"; then
+    echo "FAIL: fsdp-train $* (np $np): output lacks '$pattern'"
+    sed 's/^/    /' "$tmp/out" | tail -5
+    fails=$((fails + 1))
+  else
+    echo "ok: fsdp-train $* -> $got: $(grep -m1 -- "$pattern" "$tmp/out")"
+  fi
+}
+
+tiny="-model tiny -steps 2 -log_every 0"
+# options
+expect 2 2 "unknown option -stpes" $tiny -stpes 10
+expect 2 2 "option -steps: 'ten'" $tiny -steps ten
+expect 2 2 "option -steps" -model tiny -steps -3
+expect 2 2 "gpt2-medium" -model foo
+expect 2 2 "nonexistent.opts" -options_file "$tmp/nonexistent.opts"
+expect 2 2 "reshard_after_forward" $tiny -reshard_after_forward maybe
+# topology and model
+expect 4 2 "sharding_factor 3" $tiny -sharding_factor 3
+expect 4 2 "ranks_per_node 3" $tiny -ranks_per_node 3
+expect 2 2 "not divisible by -n_head" -model custom -n_embd 30 -n_head 4 -steps 2
+expect 2 2 "cuda" $tiny -device cuda
+
+# data files (written with python3: magic, version, count, then uint16 tokens)
+mk() { # mk FILE MAGIC VERSION COUNT NTOKENS MAXTOKEN
+  python3 - "$@" <<'PY'
+import struct, sys
+path, magic, version, count, ntok, maxtok = sys.argv[1], *map(int, sys.argv[2:])
+hdr = [0] * 256
+hdr[0], hdr[1], hdr[2] = magic, version, count
+with open(path, "wb") as f:
+    f.write(struct.pack("<256i", *hdr))
+    f.write(struct.pack("<%dH" % ntok, *[(i * 7) % (maxtok + 1) for i in range(ntok)]))
+PY
+}
+mk "$tmp/good.bin" 20240520 1 4000 4000 63
+mk "$tmp/magic.bin" 20240521 1 4000 4000 63
+mk "$tmp/version.bin" 20240520 2 4000 4000 63
+mk "$tmp/trunc.bin" 20240520 1 5000 4000 63
+mk "$tmp/vocab.bin" 20240520 1 4000 4000 100
+mk "$tmp/short.bin" 20240520 1 40 40 63
+expect 2 2 "missing.bin" $tiny -data "$tmp/missing.bin"
+expect 2 2 "magic" $tiny -data "$tmp/magic.bin"
+expect 2 2 "version" $tiny -data "$tmp/version.bin"
+expect 2 2 "5000 tokens" $tiny -data "$tmp/trunc.bin"
+expect 2 2 "vocab_size" $tiny -data "$tmp/vocab.bin"
+expect 2 2 "short.bin" $tiny -data "$tmp/short.bin"
+checks=$((checks + 1))
+if ! cmp -s "$tmp/good.bin" "$tmp/good.bin" || [ "$(wc -c <"$tmp/trunc.bin")" -ne $((1024 + 8000)) ]; then
+  echo "FAIL: an input file was modified"; fails=$((fails + 1))
+fi
+
+# -help lists every component's options with defaults
+expect 1 0 "-sharding_factor" -help
+for opt in -reshard_after_forward -limit_all_gathers -prefetch -wrap -batch_size -lr -grad_clip \
+           -warmup -data -summary -ranks_per_node -topology_view -n_layer -options_file; do
+  checks=$((checks + 1))
+  grep -q -- "$opt" "$tmp/out" || { echo "FAIL: -help lacks $opt"; fails=$((fails + 1)); }
+done
+
+# a good run: the JSON summary is the last line of stdout and has the contract's fields
+expect 4 0 "final_loss" -model tiny -steps 3 -log_every 1 -sharding_factor 2 -ranks_per_node 2 -summary json -data "$tmp/good.bin"
+checks=$((checks + 1))
+python3 - "$tmp/out" <<'PY' || fails=$((fails + 1))
+import json, sys
+lines = [l for l in open(sys.argv[1]) if l.strip()]
+s = json.loads(lines[-1])
+need = {"world_size": 4, "sharding_factor": 2, "replica_size": 2, "ranks_per_node": 2, "steps": 3}
+for k, v in need.items():
+    assert s[k] == v, (k, s[k], v)
+for k in ["n_layer", "n_embd", "n_head", "vocab_size", "seq_len", "param_count"]:
+    assert k in s["model"], k
+assert len(s["losses"]) == 3 and s["final_loss"] == s["losses"][-1]
+assert all(set(u) >= {"name", "numel", "padded_numel"} for u in s["units"])
+assert sum(u["numel"] for u in s["units"]) == s["model"]["param_count"]
+for k in ["param_shard_bytes", "grad_shard_bytes", "optim_state_bytes", "peak_unsharded_param_bytes",
+          "peak_unsharded_grad_bytes", "peak_rss_bytes"]:
+    assert s["memory"][k] >= 0, k
+c = s["comm_per_step"]
+for k in ["all_gather_bytes", "reduce_scatter_bytes", "all_reduce_bytes", "all_gather_calls",
+          "reduce_scatter_calls", "all_reduce_calls", "intra_node_bytes", "inter_node_bytes", "scalar_calls"]:
+    assert k in c, k
+# hybrid F=2 over 2 emulated nodes of 2: gathers stay inside nodes, the replica all-reduce crosses
+assert c["all_reduce_calls"] == len(s["units"]) and c["inter_node_bytes"] == c["all_reduce_bytes"] > 0
+assert c["intra_node_bytes"] == c["all_gather_bytes"] + c["reduce_scatter_bytes"]
+print("ok: JSON summary has the documented fields")
+PY
+
+echo "test_cli: $checks checks, $fails failed"
+[ "$fails" -eq 0 ]
