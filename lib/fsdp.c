@@ -1,6 +1,7 @@
 /* fsdp.c: the FSDP runtime (see fsdp.h for the notes this file cites). */
 #include "fsdp.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,20 +14,38 @@ static const char *const kPrefetchNames[] = {"none", "backward", "both", NULL};
 
 #define MAX_STAGES 4096
 #define GRAD_SLOTS 2
+/* units gathered ahead of the one computing ([Note: prefetch and the limiter]) */
+#define PREFETCH_DEPTH 1
+
+/* A gradient buffer and what its reduction needs (see reduce path in
+ * UnitReduceGrad).  Reused only after `done`, the last collective or task
+ * that reads it. */
+typedef struct {
+  float *grad;   /* fp32 unsharded gradient, P */
+  void *send;    /* reduce_dtype copy of grad, P (low-precision reduce only) */
+  void *recv;    /* reduce_dtype shard result, P/F (when it cannot land directly) */
+  int owner;     /* unit or -1 */
+  FsdpEvent done;
+} GradSlot;
 
 typedef struct {
   char name[64];
-  int is_root;
+  int is_root, index;
   FsdpParamSpec *specs;
   int nparams;
   FlatParam fp;
   int64_t P, shard_numel;
-  float *shard, *grad_shard; /* P/F each; with F = 1 also the unsharded buffers */
-  float *full, *full_grad;   /* current unsharded buffers or NULL */
-  int slot, grad_slot;       /* ring slots in use, -1 none */
+  float *shard, *grad_shard; /* fp32 master shard and gradient shard, P/F */
+  void *low_shard;           /* param_dtype copy of the shard (low precision only) */
+  float *acc_grad;           /* persistent unsharded gradient (-accum_comm 0, K > 1) */
+  void *full;                /* gathered buffer (param_dtype) or NULL */
+  float *compute;            /* fp32 parameters the stages read */
+  float *full_grad;          /* fp32 unsharded gradient the stages write */
+  int slot;                  /* gather ring slot, -1 none */
+  GradSlot *gslot;           /* gradient slot in use, NULL none */
   FsdpUnitState state;
   FsdpEvent gather_ev;
-  int last_fwd_stage, first_fwd_stage; /* stage indices */
+  int first_fwd_stage, last_fwd_stage;
   float **param_views, **grad_views;
 } Unit;
 
@@ -36,52 +55,81 @@ typedef struct {
 } Stage;
 
 typedef struct {
-  float *buf;
-  int owner; /* unit index or -1 */
-  FsdpEvent done; /* reduce-scatter that last read this gradient slot */
-} Slot;
+  void *buf;
+  int owner;
+} GatherSlot;
 
 struct FsdpRuntime_ {
   FsdpTopo topo;
   FsdpColl coll;
   FsdpRuntimeOptions opt;
   FsdpStream stream;
+  FsdpTrace trace;
+  int64_t step;
   int F, R, W;
+  size_t klow, kred; /* bytes per element: param_dtype, reduce_dtype */
   Unit *units;
   int nunits, cap_units;
   Stage stages[MAX_STAGES];
   int nstages;
   int setup;
   int root;
-  /* gather ring and gradient ring (see [Note: gather memory]) */
-  float *root_full, *root_grad;
-  Slot *gslots, *rslots;
-  int ngslots, nrslots, next_gslot, next_rslot;
-  int64_t slot_numel; /* largest non-root P */
+  /* [Note: gather memory] */
+  GatherSlot *gslots;
+  int ngslots, next_gslot;
+  void *root_full;          /* root's gathered buffer */
+  float *root_compute;      /* root's fp32 compute buffer (low precision) */
+  float *scratch;           /* shared fp32 compute buffer for non-root units */
+  int scratch_owner;        /* unit whose parameters are in scratch, -1 */
+  int root_compute_valid;
+  GradSlot *rslots, root_rslot;
+  int nrslots, next_rslot;
+  int64_t slot_numel;       /* largest non-root P */
   /* forward order of this step and of the previous one (forward prefetch) */
   int *order, *prev_order;
   int norder, have_prev_order;
   /* live unsharded bytes and their peaks */
   uint64_t live_params, live_grads, peak_params, peak_grads;
+  FsdpPhase phase;
 };
 
 int FsdpRuntimeOptionsFromDb(FsdpOpts db, FsdpRuntimeOptions *o)
 {
   int64_t v;
-  int pf = 1;
+  int idx = 1;
+  memset(o, 0, sizeof *o);
   FSDP_CALL(FsdpOptsGetBool(db, "FSDP", "reshard_after_forward",
                             "free a unit's gathered parameters after its forward (1, RAF) or keep "
                             "them until its backward (0, NRAF)",
                             1, &o->reshard_after_forward));
   FSDP_CALL(FsdpOptsGetInt(db, "FSDP", "limit_all_gathers",
-                           "at most L all-gathers in flight; sizes the gather buffer ring (0 = no "
-                           "limit)",
+                           "at most L all-gathers issued but not yet consumed; sizes the gather "
+                           "buffer ring (0 = no limit)",
                            2, 0, 1 << 20, &v));
   o->limit_all_gathers = (int)v;
   FSDP_CALL(FsdpOptsGetEnum(db, "FSDP", "prefetch",
-                            "issue the next unit's all-gather early: none, backward, both",
-                            kPrefetchNames, 1, &pf));
-  o->prefetch = (FsdpPrefetch)pf;
+                            "issue the next unit's all-gather early: none, backward (in backward, "
+                            "before the current unit's reduce-scatter), both (also in forward, "
+                            "from the previous step's order)",
+                            kPrefetchNames, 1, &idx));
+  o->prefetch = (FsdpPrefetch)idx;
+  FSDP_CALL(FsdpOptsGetEnum(db, "FSDP", "param_dtype",
+                            "type of gathered parameters (on the wire and in the gather buffers); "
+                            "master shards stay fp32",
+                            FsdpDtypeNames, 0, &idx));
+  o->param_dtype = (FsdpDtype)idx;
+  FSDP_CALL(FsdpOptsGetEnum(db, "FSDP", "reduce_dtype",
+                            "type of gradient reduce-scatter and all-reduce (fp16 enables the "
+                            "gradient scaler)",
+                            FsdpDtypeNames, 0, &idx));
+  o->reduce_dtype = (FsdpDtype)idx;
+  FSDP_CALL(FsdpOptsGetInt(db, "FSDP", "grad_accum", "micro-steps per optimizer step (K)", 1, 1,
+                           1 << 20, &v));
+  o->grad_accum = (int)v;
+  FSDP_CALL(FsdpOptsGetBool(db, "FSDP", "accum_comm",
+                            "with -grad_accum: reduce gradients every micro-step (1) or keep them "
+                            "unsharded and reduce once (0: more memory, 1/K the communication)",
+                            1, &o->accum_comm));
   return FSDP_SUCCESS;
 }
 
@@ -93,11 +141,23 @@ int FsdpRuntimeCreate(FsdpTopo topo, FsdpColl coll, const FsdpRuntimeOptions *o,
   rt->topo = topo;
   rt->coll = coll;
   rt->opt = *o;
+  if (rt->opt.grad_accum < 1) rt->opt.grad_accum = 1;
   rt->root = -1;
+  rt->scratch_owner = -1;
   rt->F = FsdpTopoShard(topo)->size;
   rt->R = FsdpTopoReplica(topo)->size;
   rt->W = FsdpTopoWorld(topo)->size;
+  rt->klow = FsdpDtypeSize(o->param_dtype);
+  rt->kred = FsdpDtypeSize(o->reduce_dtype);
   *out = rt;
+  return FSDP_SUCCESS;
+}
+
+static int FreeGradSlot(GradSlot *g)
+{
+  FSDP_CALL(FsdpFree(&g->grad));
+  FSDP_CALL(FsdpFree(&g->send));
+  FSDP_CALL(FsdpFree(&g->recv));
   return FSDP_SUCCESS;
 }
 
@@ -111,14 +171,18 @@ int FsdpRuntimeDestroy(FsdpRuntime *prt)
     FSDP_CALL(FlatParamDestroy(&x->fp));
     FSDP_CALL(FsdpFree(&x->shard));
     FSDP_CALL(FsdpFree(&x->grad_shard));
+    FSDP_CALL(FsdpFree(&x->low_shard));
+    FSDP_CALL(FsdpFree(&x->acc_grad));
     free(x->specs);
     free(x->param_views);
     free(x->grad_views);
   }
   for (int s = 0; s < rt->ngslots; s++) FSDP_CALL(FsdpFree(&rt->gslots[s].buf));
-  for (int s = 0; s < rt->nrslots; s++) FSDP_CALL(FsdpFree(&rt->rslots[s].buf));
+  for (int s = 0; s < rt->nrslots; s++) FSDP_CALL(FreeGradSlot(&rt->rslots[s]));
+  FSDP_CALL(FreeGradSlot(&rt->root_rslot));
   FSDP_CALL(FsdpFree(&rt->root_full));
-  FSDP_CALL(FsdpFree(&rt->root_grad));
+  FSDP_CALL(FsdpFree(&rt->root_compute));
+  FSDP_CALL(FsdpFree(&rt->scratch));
   free(rt->gslots);
   free(rt->rslots);
   free(rt->units);
@@ -147,11 +211,12 @@ int FsdpRuntimeAddUnit(FsdpRuntime rt, const char *name, int is_root, const Fsdp
   memset(x, 0, sizeof *x);
   snprintf(x->name, sizeof x->name, "%s", name);
   x->is_root = is_root;
+  x->index = rt->nunits;
   x->nparams = nparams;
   x->specs = malloc((size_t)nparams * sizeof *specs);
   FSDP_CHECK_ALLOC(x->specs, (size_t)nparams * sizeof *specs);
   memcpy(x->specs, specs, (size_t)nparams * sizeof *specs);
-  x->slot = x->grad_slot = -1;
+  x->slot = -1;
   x->first_fwd_stage = x->last_fwd_stage = -1;
   x->state = FSDP_UNIT_SHARDED;
   if (is_root) rt->root = rt->nunits;
@@ -165,8 +230,8 @@ int FsdpRuntimeAddStage(FsdpRuntime rt, int unit, FsdpStageFn forward, FsdpStage
   if (unit < 0 || unit >= rt->nunits) FSDP_ERROR(FSDP_ERR_STATE, "stage for unknown unit %d", unit);
   if (rt->nstages == MAX_STAGES) FSDP_ERROR(FSDP_ERR_STATE, "more than %d stages", MAX_STAGES);
   Unit *x = &rt->units[unit];
-  /* a non-root unit must run as one stage (or consecutive stages) so that
-   * RAF can reshard it after its forward */
+  /* a non-root unit must run as consecutive stages so that RAF can reshard
+   * it after its forward */
   if (!x->is_root && x->last_fwd_stage >= 0 && x->last_fwd_stage != rt->nstages - 1)
     FSDP_ERROR(FSDP_ERR_STATE,
                "unit '%s' has non-consecutive stages: only the root unit may appear twice",
@@ -177,12 +242,34 @@ int FsdpRuntimeAddStage(FsdpRuntime rt, int unit, FsdpStageFn forward, FsdpStage
   return FSDP_SUCCESS;
 }
 
+/* Whether a unit's gradient is the gradient shard itself (no copies): F = 1,
+ * fp32 reduction, and the shard only ever receives one reduction per step. */
+static int GradIsShard(FsdpRuntime rt)
+{
+  return rt->F == 1 && rt->opt.reduce_dtype == FSDP_DTYPE_FP32 &&
+         (rt->opt.grad_accum == 1 || !rt->opt.accum_comm);
+}
+
+static int AllocGradSlot(FsdpRuntime rt, GradSlot *g, int64_t P)
+{
+  g->owner = -1;
+  g->done = FSDP_EVENT_NULL;
+  FSDP_CALL(FsdpMalloc(FSDP_MEM_REDUCE, (size_t)P * sizeof(float), &g->grad));
+  if (rt->opt.reduce_dtype != FSDP_DTYPE_FP32)
+    FSDP_CALL(FsdpMalloc(FSDP_MEM_REDUCE, (size_t)P * rt->kred, &g->send));
+  if (rt->F > 1 && (rt->opt.reduce_dtype != FSDP_DTYPE_FP32 ||
+                    (rt->opt.grad_accum > 1 && rt->opt.accum_comm)))
+    FSDP_CALL(FsdpMalloc(FSDP_MEM_REDUCE, (size_t)(P / rt->F) * rt->kred, &g->recv));
+  return FSDP_SUCCESS;
+}
+
 int FsdpRuntimeSetUp(FsdpRuntime rt)
 {
   if (rt->setup) FSDP_ERROR(FSDP_ERR_STATE, "FsdpRuntimeSetUp called twice");
   if (rt->nstages == 0) FSDP_ERROR(FSDP_ERR_STATE, "no stages registered");
   const FsdpGroup *shard = FsdpTopoShard(rt->topo);
-  int nonroot = 0;
+  int nonroot = 0, low = rt->opt.param_dtype != FSDP_DTYPE_FP32;
+  int persistent = rt->opt.grad_accum > 1 && !rt->opt.accum_comm && !GradIsShard(rt);
   rt->slot_numel = 0;
   for (int u = 0; u < rt->nunits; u++) {
     Unit *x = &rt->units[u];
@@ -191,8 +278,10 @@ int FsdpRuntimeSetUp(FsdpRuntime rt)
     x->shard_numel = FlatParamShardNumel(x->fp);
     FSDP_CALL(FsdpMalloc(FSDP_MEM_PARAMS, (size_t)x->shard_numel * sizeof(float), &x->shard));
     FSDP_CALL(FsdpMalloc(FSDP_MEM_GRADS, (size_t)x->shard_numel * sizeof(float), &x->grad_shard));
-    x->param_views = calloc((size_t)x->nparams, sizeof(float *));
-    x->grad_views = calloc((size_t)x->nparams, sizeof(float *));
+    if (low) FSDP_CALL(FsdpMalloc(FSDP_MEM_PARAMS, (size_t)x->shard_numel * rt->klow, &x->low_shard));
+    if (persistent) FSDP_CALL(FsdpMalloc(FSDP_MEM_REDUCE, (size_t)x->P * sizeof(float), &x->acc_grad));
+    x->param_views = calloc((size_t)x->nparams + 1, sizeof(float *));
+    x->grad_views = calloc((size_t)x->nparams + 1, sizeof(float *));
     FSDP_CHECK_ALLOC(x->param_views, sizeof(float *));
     FSDP_CHECK_ALLOC(x->grad_views, sizeof(float *));
     if (!x->is_root) {
@@ -200,29 +289,51 @@ int FsdpRuntimeSetUp(FsdpRuntime rt)
       if (x->P > rt->slot_numel) rt->slot_numel = x->P;
     }
   }
+  int64_t rootP = rt->root >= 0 ? rt->units[rt->root].P : 0;
   if (rt->F > 1) {
     /* [Note: gather memory] */
-    int L = rt->opt.limit_all_gathers;
-    rt->ngslots = (!rt->opt.reshard_after_forward || L == 0 || L + 1 > nonroot) ? nonroot : L + 1;
-    rt->nrslots = nonroot < GRAD_SLOTS ? nonroot : GRAD_SLOTS;
+    /* RAF: the unit computing plus the gathers that may be in flight: at
+     * most min(L, PREFETCH_DEPTH) with prefetching, none without */
+    int L = rt->opt.limit_all_gathers, ahead = 0;
+    if (rt->opt.prefetch != FSDP_PREFETCH_NONE)
+      ahead = (L == 0 || L > PREFETCH_DEPTH) ? PREFETCH_DEPTH : L;
+    rt->ngslots = (!rt->opt.reshard_after_forward || 1 + ahead > nonroot) ? nonroot : 1 + ahead;
     rt->gslots = calloc((size_t)rt->ngslots + 1, sizeof *rt->gslots);
-    rt->rslots = calloc((size_t)rt->nrslots + 1, sizeof *rt->rslots);
     FSDP_CHECK_ALLOC(rt->gslots, sizeof *rt->gslots);
-    FSDP_CHECK_ALLOC(rt->rslots, sizeof *rt->rslots);
-    size_t slot_bytes = (size_t)rt->slot_numel * sizeof(float);
     for (int s = 0; s < rt->ngslots; s++) {
-      FSDP_CALL(FsdpMalloc(FSDP_MEM_GATHER, slot_bytes, &rt->gslots[s].buf));
+      FSDP_CALL(FsdpMalloc(FSDP_MEM_GATHER, (size_t)rt->slot_numel * rt->klow, &rt->gslots[s].buf));
       rt->gslots[s].owner = -1;
     }
+    if (rootP) FSDP_CALL(FsdpMalloc(FSDP_MEM_GATHER, (size_t)rootP * rt->klow, &rt->root_full));
+  }
+  if (low) { /* [Note: mixed precision] fp32 compute buffers */
+    if (rootP) FSDP_CALL(FsdpMalloc(FSDP_MEM_GATHER, (size_t)rootP * sizeof(float), &rt->root_compute));
+    if (rt->slot_numel)
+      FSDP_CALL(FsdpMalloc(FSDP_MEM_GATHER, (size_t)rt->slot_numel * sizeof(float), &rt->scratch));
+  }
+  if (!GradIsShard(rt) && !persistent) {
+    rt->nrslots = nonroot < GRAD_SLOTS ? nonroot : GRAD_SLOTS;
+    rt->rslots = calloc((size_t)rt->nrslots + 1, sizeof *rt->rslots);
+    FSDP_CHECK_ALLOC(rt->rslots, sizeof *rt->rslots);
+    for (int s = 0; s < rt->nrslots; s++) FSDP_CALL(AllocGradSlot(rt, &rt->rslots[s], rt->slot_numel));
+    if (rootP) FSDP_CALL(AllocGradSlot(rt, &rt->root_rslot, rootP));
+  } else if (persistent && rt->opt.reduce_dtype != FSDP_DTYPE_FP32) {
+    /* persistent fp32 gradients still need low-precision send/recv buffers */
+    rt->nrslots = nonroot < GRAD_SLOTS ? nonroot : GRAD_SLOTS;
+    rt->rslots = calloc((size_t)rt->nrslots + 1, sizeof *rt->rslots);
+    FSDP_CHECK_ALLOC(rt->rslots, sizeof *rt->rslots);
     for (int s = 0; s < rt->nrslots; s++) {
-      FSDP_CALL(FsdpMalloc(FSDP_MEM_REDUCE, slot_bytes, &rt->rslots[s].buf));
-      rt->rslots[s].owner = -1;
-      rt->rslots[s].done = FSDP_EVENT_NULL;
+      GradSlot *g = &rt->rslots[s];
+      g->owner = -1;
+      FSDP_CALL(FsdpMalloc(FSDP_MEM_REDUCE, (size_t)rt->slot_numel * rt->kred, &g->send));
+      if (rt->F > 1)
+        FSDP_CALL(FsdpMalloc(FSDP_MEM_REDUCE, (size_t)(rt->slot_numel / rt->F) * rt->kred, &g->recv));
     }
-    if (rt->root >= 0) {
-      size_t rb = (size_t)rt->units[rt->root].P * sizeof(float);
-      FSDP_CALL(FsdpMalloc(FSDP_MEM_GATHER, rb, &rt->root_full));
-      FSDP_CALL(FsdpMalloc(FSDP_MEM_REDUCE, rb, &rt->root_grad));
+    if (rootP) {
+      rt->root_rslot.owner = -1;
+      FSDP_CALL(FsdpMalloc(FSDP_MEM_REDUCE, (size_t)rootP * rt->kred, &rt->root_rslot.send));
+      if (rt->F > 1)
+        FSDP_CALL(FsdpMalloc(FSDP_MEM_REDUCE, (size_t)(rootP / rt->F) * rt->kred, &rt->root_rslot.recv));
     }
   }
   rt->order = calloc((size_t)rt->nunits, sizeof *rt->order);
@@ -250,38 +361,122 @@ int FsdpRuntimeInitShards(FsdpRuntime rt, FsdpInitFn init, void *model)
   return FSDP_SUCCESS;
 }
 
+int FsdpRuntimeSetTrace(FsdpRuntime rt, FsdpTrace trace)
+{
+  FSDP_CALL(FsdpStreamSynchronize(rt->stream));
+  rt->trace = trace;
+  FSDP_CALL(FsdpStreamSetRecorder(rt->stream, trace ? FsdpTraceStreamRecorder : NULL, trace));
+  return FSDP_SUCCESS;
+}
+
+void FsdpRuntimeSetStep(FsdpRuntime rt, int64_t step) { rt->step = step; }
+
+/* ---- stream tasks: casts and landing reduced gradients ------------------- */
+
+typedef struct {
+  const void *src;
+  void *dst;
+  size_t n;
+  FsdpDtype from, to;
+  float scale;
+  int add; /* dst (fp32) += src converted */
+} CastTask;
+
+/* [Note: mixed precision] conversions run on the stream, in order with the
+ * collectives that produce or consume them. */
+static int CastRun(void *arg)
+{
+  CastTask *t = arg;
+  if (t->add) { /* land: fp32 shard += scale * convert(src) */
+    float *d = t->dst;
+    if (t->from == FSDP_DTYPE_FP32) {
+      const float *s = t->src;
+      for (size_t i = 0; i < t->n; i++) d[i] += t->scale * s[i];
+    } else {
+      const uint16_t *s = t->src;
+      if (t->from == FSDP_DTYPE_BF16)
+        for (size_t i = 0; i < t->n; i++) d[i] += t->scale * FsdpBf16ToFloat(s[i]);
+      else
+        for (size_t i = 0; i < t->n; i++) d[i] += t->scale * FsdpFp16ToFloat(s[i]);
+    }
+  } else {
+    FsdpDtypeFromFloat(t->to, t->src, t->dst, t->n);
+  }
+  return FSDP_SUCCESS;
+}
+
+static int IssueTask(FsdpRuntime rt, const char *label, const CastTask *t, FsdpEvent *ev)
+{
+  return FsdpStreamEnqueue(rt->stream, label, CastRun, t, sizeof *t, ev);
+}
+
+/* Record a collective's metadata for the timeline. */
+static void NoteIssue(FsdpRuntime rt, FsdpEvent ev, FsdpCollKind kind, int unit, uint64_t bytes)
+{
+  if (FsdpTraceEnabled(rt->trace))
+    FsdpTraceIssue(rt->trace, ev.seq, kind, rt->phase, rt->step,
+                   rt->units[unit].index, bytes, FsdpTraceNow(rt->trace));
+}
+
+/* Wait on ev; the time blocked is exposed communication. */
+static int TimedWait(FsdpRuntime rt, FsdpEvent ev, const char *what, int unit)
+{
+  int done = 1;
+  FSDP_CALL(FsdpEventQuery(ev, &done));
+  if (done) return FsdpEventWait(ev);
+  double b = rt->trace ? FsdpTraceNow(rt->trace) : 0.0;
+  int err = FsdpEventWait(ev);
+  if (rt->trace) FsdpTraceWait(rt->trace, what, rt->step, unit, b, FsdpTraceNow(rt->trace));
+  return err;
+}
+
 /* ---- unit transitions ------------------------------------------------------ */
 
 static int SetViews(Unit *x)
 {
   for (int i = 0; i < x->nparams; i++) {
-    x->param_views[i] = x->full ? FlatParamView(x->fp, x->full, sizeof(float), i) : NULL;
+    x->param_views[i] = x->compute ? FlatParamView(x->fp, x->compute, sizeof(float), i) : NULL;
     x->grad_views[i] = x->full_grad ? FlatParamView(x->fp, x->full_grad, sizeof(float), i) : NULL;
   }
   return FSDP_SUCCESS;
 }
 
-static void TrackLive(uint64_t *live, uint64_t *peak, int64_t delta_elems)
+static void TrackLive(uint64_t *live, uint64_t *peak, int64_t delta_bytes)
 {
-  *live = (uint64_t)((int64_t)*live + delta_elems * (int64_t)sizeof(float));
+  *live = (uint64_t)((int64_t)*live + delta_bytes);
   if (*live > *peak) *peak = *live;
 }
 
-/* SHARDED -> GATHERING: take a buffer and issue the all-gather. */
+static int InFlightGathers(FsdpRuntime rt)
+{
+  int n = 0;
+  for (int u = 0; u < rt->nunits; u++) n += rt->units[u].state == FSDP_UNIT_GATHERING;
+  return n;
+}
+
+/* SHARDED -> GATHERING: take a buffer, cast (low precision), all-gather. */
 static int UnitIssueGather(FsdpRuntime rt, int u)
 {
   Unit *x = &rt->units[u];
+  int low = rt->opt.param_dtype != FSDP_DTYPE_FP32;
   if (x->state != FSDP_UNIT_SHARDED)
     FSDP_ERROR(FSDP_ERR_STATE, "unit %d (%s): gather requested in state %s", u, x->name,
                FsdpUnitStateNames[x->state]);
+  x->gather_ev = FSDP_EVENT_NULL;
+  const void *send = x->shard;
+  if (low) { /* cast once per gather, from the fp32 shard */
+    CastTask t = {x->shard, x->low_shard, (size_t)x->shard_numel, FSDP_DTYPE_FP32,
+                  rt->opt.param_dtype, 1.0f, 0};
+    FSDP_CALL(IssueTask(rt, "cast_params", &t, &x->gather_ev));
+    send = x->low_shard;
+  }
   if (rt->F == 1) { /* [Note: no sharding] */
-    x->full = x->shard;
-    x->gather_ev = FSDP_EVENT_NULL;
+    x->full = (void *)send;
   } else {
     if (x->is_root) {
       x->full = rt->root_full;
     } else {
-      Slot *s = &rt->gslots[rt->next_gslot];
+      GatherSlot *s = &rt->gslots[rt->next_gslot];
       if (s->owner >= 0)
         FSDP_ERROR(FSDP_ERR_STATE,
                    "unit %d (%s): gather ring slot %d still held by unit %d (%s); the ring has %d "
@@ -293,11 +488,14 @@ static int UnitIssueGather(FsdpRuntime rt, int u)
       rt->next_gslot = (rt->next_gslot + 1) % rt->ngslots;
     }
     const FsdpGroup *g = FsdpTopoShard(rt->topo);
-    FSDP_CALL(FsdpCollAllGatherAsync(rt->coll, g, x->shard, x->full, (size_t)x->shard_numel,
-                                     FSDP_DTYPE_FP32, rt->stream, &x->gather_ev));
-    TrackLive(&rt->live_params, &rt->peak_params, x->P);
+    FSDP_CALL(FsdpCollAllGatherAsync(rt->coll, g, send, x->full, (size_t)x->shard_numel,
+                                     rt->opt.param_dtype, rt->stream, &x->gather_ev));
+    NoteIssue(rt, x->gather_ev, FSDP_COLL_ALL_GATHER, u,
+              (uint64_t)(rt->F - 1) * (uint64_t)x->P * rt->klow / (uint64_t)rt->F);
+    TrackLive(&rt->live_params, &rt->peak_params, x->P * (int64_t)rt->klow);
   }
   x->state = FSDP_UNIT_GATHERING;
+  if (rt->trace) FsdpTraceNoteInFlight(rt->trace, InFlightGathers(rt));
   return FSDP_SUCCESS;
 }
 
@@ -308,12 +506,11 @@ static int UnitWaitGather(FsdpRuntime rt, int u)
   if (x->state != FSDP_UNIT_GATHERING)
     FSDP_ERROR(FSDP_ERR_STATE, "unit %d (%s): wait on gather in state %s", u, x->name,
                FsdpUnitStateNames[x->state]);
-  int err = FsdpEventWait(x->gather_ev);
+  int err = TimedWait(rt, x->gather_ev, "wait all_gather", x->index);
   if (err)
     FSDP_ERROR(err, "all-gather of unit %d (%s) on the sharding comm (%d ranks) failed", u, x->name,
                rt->F);
   x->state = FSDP_UNIT_UNSHARDED;
-  FSDP_CALL(SetViews(x));
   return FSDP_SUCCESS;
 }
 
@@ -326,6 +523,37 @@ static int UnitUnshard(FsdpRuntime rt, int u)
   return FSDP_SUCCESS;
 }
 
+/* Point the unit's parameter views at fp32 values: the gathered buffer
+ * itself in fp32, else a conversion into the root's or the shared compute
+ * buffer ([Note: mixed precision]). */
+static int UnitPrepareCompute(FsdpRuntime rt, int u)
+{
+  Unit *x = &rt->units[u];
+  if (x->state != FSDP_UNIT_UNSHARDED)
+    FSDP_ERROR(FSDP_ERR_STATE, "unit %d (%s): compute in state %s", u, x->name,
+               FsdpUnitStateNames[x->state]);
+  if (rt->opt.param_dtype == FSDP_DTYPE_FP32) {
+    x->compute = x->full;
+  } else if (x->is_root) {
+    if (!rt->root_compute_valid) {
+      FsdpDtypeToFloat(rt->opt.param_dtype, x->full, rt->root_compute, (size_t)x->P);
+      rt->root_compute_valid = 1;
+    }
+    x->compute = rt->root_compute;
+  } else {
+    if (rt->scratch_owner != u) {
+      FsdpDtypeToFloat(rt->opt.param_dtype, x->full, rt->scratch, (size_t)x->P);
+      if (rt->scratch_owner >= 0) {
+        rt->units[rt->scratch_owner].compute = NULL;
+        SetViews(&rt->units[rt->scratch_owner]);
+      }
+      rt->scratch_owner = u;
+    }
+    x->compute = rt->scratch;
+  }
+  return SetViews(x);
+}
+
 /* UNSHARDED -> SHARDED: give the gather buffer back. */
 static int UnitReshard(FsdpRuntime rt, int u)
 {
@@ -335,93 +563,148 @@ static int UnitReshard(FsdpRuntime rt, int u)
                FsdpUnitStateNames[x->state]);
   if (rt->F > 1) {
     if (x->slot >= 0) rt->gslots[x->slot].owner = -1;
-    TrackLive(&rt->live_params, &rt->peak_params, -x->P);
+    TrackLive(&rt->live_params, &rt->peak_params, -x->P * (int64_t)rt->klow);
   }
+  if (rt->scratch_owner == u) rt->scratch_owner = -1;
+  if (x->is_root) rt->root_compute_valid = 0;
   x->slot = -1;
   x->full = NULL;
+  x->compute = NULL;
   x->state = FSDP_UNIT_SHARDED;
   return SetViews(x);
 }
 
-/* Give the unit an unsharded gradient buffer, zeroed (backward accumulates). */
-static int UnitAcquireGrad(FsdpRuntime rt, int u)
+/* Give the unit an unsharded fp32 gradient buffer for micro-step `micro`. */
+static int UnitAcquireGrad(FsdpRuntime rt, int u, int micro)
 {
   Unit *x = &rt->units[u];
   if (x->full_grad) return FSDP_SUCCESS;
-  if (rt->F == 1) {
+  if (GradIsShard(rt)) {
     x->full_grad = x->grad_shard; /* [Note: no sharding] zeroed per step */
+  } else if (x->acc_grad) {
+    /* [Note: gradient accumulation] persistent; starts from 0 each step */
+    x->full_grad = x->acc_grad;
+    if (micro == 0) memset(x->acc_grad, 0, (size_t)x->P * sizeof(float));
   } else {
-    if (x->is_root) {
-      x->full_grad = rt->root_grad;
-    } else {
-      Slot *s = &rt->rslots[rt->next_rslot];
-      /* the reduce-scatter that last read this slot must be done */
-      int err = FsdpEventWait(s->done);
-      if (err) FSDP_ERROR(err, "reduce-scatter of an earlier unit failed");
-      s->owner = u;
-      x->grad_slot = rt->next_rslot;
-      x->full_grad = s->buf;
-      rt->next_rslot = (rt->next_rslot + 1) % rt->nrslots;
-    }
+    GradSlot *s = x->is_root ? &rt->root_rslot : &rt->rslots[rt->next_rslot];
+    int err = TimedWait(rt, s->done, "wait grad buffer", x->index);
+    if (err) FSDP_ERROR(err, "a gradient reduction of an earlier unit failed");
+    s->owner = u;
+    x->gslot = s;
+    x->full_grad = s->grad;
+    if (!x->is_root) rt->next_rslot = (rt->next_rslot + 1) % rt->nrslots;
     memset(x->full_grad, 0, (size_t)x->P * sizeof(float));
-    TrackLive(&rt->live_grads, &rt->peak_grads, x->P);
   }
+  if (!GradIsShard(rt)) TrackLive(&rt->live_grads, &rt->peak_grads, x->P * (int64_t)sizeof(float));
   return SetViews(x);
 }
 
-/* After the unit's last backward stage: reduce-scatter its gradient into the
- * shard, all-reduce over replicas (hybrid / replicated), release the buffer
- * to the slot (the slot is reused only after the event). */
-static int UnitReduceGrad(FsdpRuntime rt, int u)
+/* After the unit's last backward stage: reduce its gradient into the
+ * gradient shard (reduce-scatter over the sharding group, all-reduce over
+ * the replica group, both means over the world: scale 1/W once), all on
+ * the stream.  See [Note: mixed precision] and [Note: gradient
+ * accumulation] for the buffers. */
+static int UnitReduceGrad(FsdpRuntime rt, int u, int micro, int nmicro)
 {
   Unit *x = &rt->units[u];
+  int last = micro == nmicro - 1;
+  if (!rt->opt.accum_comm && !last) { /* keep accumulating locally */
+    if (!GradIsShard(rt)) TrackLive(&rt->live_grads, &rt->peak_grads, -x->P * (int64_t)sizeof(float));
+    x->full_grad = NULL;
+    return SetViews(x);
+  }
   FsdpEvent ev = FSDP_EVENT_NULL;
-  if (rt->F > 1) {
-    FSDP_CALL(FsdpCollReduceScatterAsync(rt->coll, FsdpTopoShard(rt->topo), x->full_grad,
-                                         x->grad_shard, (size_t)x->shard_numel, FSDP_DTYPE_FP32,
-                                         1.0f / (float)rt->W, rt->stream, &ev));
-    if (x->grad_slot >= 0) {
-      rt->rslots[x->grad_slot].done = ev;
-      rt->rslots[x->grad_slot].owner = -1;
+  const FsdpGroup *sg = FsdpTopoShard(rt->topo), *rg = FsdpTopoReplica(rt->topo);
+  float mean = 1.0f / (float)rt->W;
+  FsdpDtype rd = rt->opt.reduce_dtype;
+  uint64_t PK = (uint64_t)x->P * rt->kred;
+  if (GradIsShard(rt)) {
+    /* F = 1 and fp32: the gradient is the shard; average over replicas */
+    if (rt->R > 1) {
+      FSDP_CALL(FsdpCollAllReduceAsync(rt->coll, rg, x->grad_shard, (size_t)x->shard_numel,
+                                       FSDP_DTYPE_FP32, mean, rt->stream, &ev));
+      NoteIssue(rt, ev, FSDP_COLL_ALL_REDUCE, u, 2 * (uint64_t)(rt->R - 1) * PK / (uint64_t)rt->R);
     }
-    TrackLive(&rt->live_grads, &rt->peak_grads, -x->P);
+    x->full_grad = NULL;
+    return SetViews(x);
   }
-  if (rt->R > 1) {
-    /* F == 1: the gradient was summed locally only; the 1/W mean goes here */
-    float scale = rt->F > 1 ? 1.0f : 1.0f / (float)rt->W;
-    FSDP_CALL(FsdpCollAllReduceAsync(rt->coll, FsdpTopoReplica(rt->topo), x->grad_shard,
-                                     (size_t)x->shard_numel, FSDP_DTYPE_FP32, scale, rt->stream,
-                                     &ev));
+  GradSlot *s = x->gslot;
+  if (!s && rd != FSDP_DTYPE_FP32) { /* persistent gradient, low-precision reduce: borrow buffers */
+    s = x->is_root ? &rt->root_rslot : &rt->rslots[rt->next_rslot];
+    if (!x->is_root) rt->next_rslot = (rt->next_rslot + 1) % rt->nrslots;
+    int err = TimedWait(rt, s->done, "wait grad buffer", x->index);
+    if (err) FSDP_ERROR(err, "a gradient reduction of an earlier unit failed");
   }
-  x->grad_slot = -1;
+  const void *send = x->full_grad;
+  if (rd != FSDP_DTYPE_FP32) {
+    CastTask t = {x->full_grad, s->send, (size_t)x->P, FSDP_DTYPE_FP32, rd, 1.0f, 0};
+    FSDP_CALL(IssueTask(rt, "cast_grads", &t, &ev));
+    send = s->send;
+  }
+  /* where the reduced shard lands: straight into the gradient shard when it
+   * is fp32 and the shard holds no earlier micro-step's sum */
+  int direct = rd == FSDP_DTYPE_FP32 && (micro == 0 || !rt->opt.accum_comm);
+  void *result;
+  if (rt->F > 1) {
+    result = direct ? (void *)x->grad_shard : s->recv;
+    FSDP_CALL(FsdpCollReduceScatterAsync(rt->coll, sg, send, result, (size_t)x->shard_numel, rd,
+                                         mean, rt->stream, &ev));
+    NoteIssue(rt, ev, FSDP_COLL_REDUCE_SCATTER, u, (uint64_t)(rt->F - 1) * PK / (uint64_t)rt->F);
+    if (rt->R > 1) {
+      FSDP_CALL(FsdpCollAllReduceAsync(rt->coll, rg, result, (size_t)x->shard_numel, rd, 1.0f,
+                                       rt->stream, &ev));
+      NoteIssue(rt, ev, FSDP_COLL_ALL_REDUCE, u,
+                2 * (uint64_t)(rt->R - 1) * (PK / (uint64_t)rt->F) / (uint64_t)rt->R);
+    }
+  } else { /* F = 1 with low precision or per-micro-step accumulation */
+    result = (void *)send;
+    direct = 0;
+    if (rt->R > 1) {
+      FSDP_CALL(FsdpCollAllReduceAsync(rt->coll, rg, result, (size_t)x->shard_numel, rd, mean,
+                                       rt->stream, &ev));
+      NoteIssue(rt, ev, FSDP_COLL_ALL_REDUCE, u, 2 * (uint64_t)(rt->R - 1) * PK / (uint64_t)rt->R);
+    }
+  }
+  if (!direct) {
+    CastTask t = {result, x->grad_shard, (size_t)x->shard_numel, rd, FSDP_DTYPE_FP32, 1.0f, 1};
+    FSDP_CALL(IssueTask(rt, "land_grads", &t, &ev));
+  }
+  if (s) { /* the slot's buffers are free once the last task ran */
+    s->done = ev;
+    s->owner = -1;
+  }
+  x->gslot = NULL;
+  TrackLive(&rt->live_grads, &rt->peak_grads, -x->P * (int64_t)sizeof(float));
   x->full_grad = NULL;
   return SetViews(x);
 }
 
 /* [Note: prefetch and the limiter] Prefetching issues a unit's all-gather
  * before the unit is needed, so it runs on the stream while the compute
- * thread works on the current unit.  Backward prefetch gathers the next unit
- * in reverse forward order before the current unit's backward (and so
- * before its reduce-scatter); forward prefetch gathers the next unit of the
+ * thread works on the current unit.  Backward prefetch gathers the unit of
+ * the next backward stage before the current unit's backward (and so before
+ * its reduce-scatter); forward prefetch gathers the next unit of the
  * previous step's forward order (static graphs), from the second step on.
- * A prefetch is skipped, never waited for, when the unit is not SHARDED,
- * when L gathers are already in flight (issued, not yet consumed), or when
- * the next ring slot is still held; the unit is then gathered on demand. */
-static int InFlightGathers(FsdpRuntime rt)
-{
-  int n = 0;
-  for (int u = 0; u < rt->nunits; u++) n += rt->units[u].state == FSDP_UNIT_GATHERING;
-  return n;
-}
-
+ * The limiter: with L gathers issued but not yet consumed, the issuing
+ * thread first blocks on the oldest one's event.  A prefetch is skipped
+ * when the unit is not SHARDED or the next ring slot is still held (by a
+ * unit computing: waiting would deadlock); the unit is then gathered on
+ * demand. */
 static int UnitPrefetch(FsdpRuntime rt, int u)
 {
   if (u < 0 || rt->F == 1) return FSDP_SUCCESS;
   Unit *x = &rt->units[u];
   if (x->state != FSDP_UNIT_SHARDED) return FSDP_SUCCESS;
-  int L = rt->opt.limit_all_gathers;
-  if (L > 0 && InFlightGathers(rt) >= L) return FSDP_SUCCESS;
   if (!x->is_root && rt->gslots[rt->next_gslot].owner >= 0) return FSDP_SUCCESS;
+  int L = rt->opt.limit_all_gathers;
+  while (L > 0 && InFlightGathers(rt) >= L) {
+    int oldest = -1;
+    for (int v = 0; v < rt->nunits; v++)
+      if (rt->units[v].state == FSDP_UNIT_GATHERING &&
+          (oldest < 0 || rt->units[v].gather_ev.seq < rt->units[oldest].gather_ev.seq))
+        oldest = v;
+    FSDP_CALL(UnitWaitGather(rt, oldest));
+  }
   return UnitIssueGather(rt, u);
 }
 
@@ -431,22 +714,34 @@ static int RunStage(FsdpRuntime rt, void *model, int s, int backward)
 {
   Stage *st = &rt->stages[s];
   Unit *x = &rt->units[st->unit];
+  FSDP_CALL(UnitPrepareCompute(rt, st->unit));
   FsdpUnitTensors t = {st->unit, x->param_views, x->grad_views};
+  double b = rt->trace ? FsdpTraceNow(rt->trace) : 0.0;
   int err = backward ? st->backward(model, s, &t) : st->forward(model, s, &t);
   if (err)
     FSDP_ERROR(err, "%s of stage %d (unit %d, %s) failed", backward ? "backward" : "forward", s,
                st->unit, x->name);
+  if (FsdpTraceEnabled(rt->trace)) {
+    char name[96];
+    snprintf(name, sizeof name, "%s %s", backward ? "backward" : "forward", x->name);
+    FsdpTraceCompute(rt->trace, name, backward ? "backward" : "forward", rt->step, x->index, b,
+                     FsdpTraceNow(rt->trace));
+  }
   return FSDP_SUCCESS;
 }
 
-int FsdpRuntimeForwardBackward(FsdpRuntime rt, void *model)
+int FsdpRuntimeForwardBackward(FsdpRuntime rt, void *model, int micro, int nmicro)
 {
   if (!rt->setup) FSDP_ERROR(FSDP_ERR_STATE, "FsdpRuntimeForwardBackward before FsdpRuntimeSetUp");
+  if (nmicro != rt->opt.grad_accum || micro < 0 || micro >= nmicro)
+    FSDP_ERROR(FSDP_ERR_STATE, "micro-step %d of %d, but the runtime was set up for -grad_accum %d",
+               micro, nmicro, rt->opt.grad_accum);
   int raf = rt->opt.reshard_after_forward;
   int fwd_prefetch = rt->opt.prefetch == FSDP_PREFETCH_BOTH && rt->have_prev_order;
   int bwd_prefetch = rt->opt.prefetch != FSDP_PREFETCH_NONE;
   int pos = 0; /* position in this step's forward order */
   /* forward: stages in order; record the order units are first used */
+  rt->phase = FSDP_PHASE_FORWARD;
   for (int s = 0; s < rt->nstages; s++) {
     int u = rt->stages[s].unit;
     Unit *x = &rt->units[u];
@@ -461,6 +756,7 @@ int FsdpRuntimeForwardBackward(FsdpRuntime rt, void *model)
   memcpy(rt->prev_order, rt->order, (size_t)pos * sizeof *rt->order);
   rt->have_prev_order = 1;
   /* backward: stages in reverse */
+  rt->phase = FSDP_PHASE_BACKWARD;
   for (int s = rt->nstages - 1; s >= 0; s--) {
     int u = rt->stages[s].unit;
     Unit *x = &rt->units[u];
@@ -469,10 +765,10 @@ int FsdpRuntimeForwardBackward(FsdpRuntime rt, void *model)
      * its unit now, before u's backward and reduce-scatter */
     if (bwd_prefetch && s > 0 && rt->stages[s - 1].unit != u)
       FSDP_CALL(UnitPrefetch(rt, rt->stages[s - 1].unit));
-    FSDP_CALL(UnitAcquireGrad(rt, u));
+    FSDP_CALL(UnitAcquireGrad(rt, u, micro));
     FSDP_CALL(RunStage(rt, model, s, 1));
     if (s == x->first_fwd_stage) { /* the unit's last backward stage */
-      FSDP_CALL(UnitReduceGrad(rt, u));
+      FSDP_CALL(UnitReduceGrad(rt, u, micro, nmicro));
       FSDP_CALL(UnitReshard(rt, u));
     }
   }
@@ -481,7 +777,9 @@ int FsdpRuntimeForwardBackward(FsdpRuntime rt, void *model)
 
 int FsdpRuntimeFinishGradients(FsdpRuntime rt)
 {
+  double b = rt->trace ? FsdpTraceNow(rt->trace) : 0.0;
   int err = FsdpStreamSynchronize(rt->stream);
+  if (rt->trace) FsdpTraceWait(rt->trace, "wait gradients", rt->step, -1, b, FsdpTraceNow(rt->trace));
   if (err) FSDP_ERROR(err, "a gradient reduction on the communication stream failed");
   return FSDP_SUCCESS;
 }
@@ -517,16 +815,16 @@ int FsdpRuntimeForwardOrder(FsdpRuntime rt, const int **order, int *n)
 void FsdpRuntimeGetMemory(FsdpRuntime rt, FsdpRuntimeMemory *m)
 {
   memset(m, 0, sizeof *m);
-  for (int u = 0; u < rt->nunits; u++) {
+  for (int u = 0; u < rt->nunits; u++)
     m->param_shard_bytes += (uint64_t)rt->units[u].shard_numel * sizeof(float);
-  }
   m->grad_shard_bytes = m->param_shard_bytes;
-  if (rt->F > 1) {
-    uint64_t root = rt->root >= 0 ? (uint64_t)rt->units[rt->root].P * sizeof(float) : 0;
-    uint64_t slot = (uint64_t)rt->slot_numel * sizeof(float);
-    m->gather_buffer_bytes = root + (uint64_t)rt->ngslots * slot;
-    m->grad_buffer_bytes = root + (uint64_t)rt->nrslots * slot;
-  }
+  if (rt->opt.param_dtype != FSDP_DTYPE_FP32)
+    m->low_shard_bytes = m->param_shard_bytes / sizeof(float) * rt->klow;
+  uint64_t rootP = rt->root >= 0 ? (uint64_t)rt->units[rt->root].P : 0;
+  uint64_t slotP = (uint64_t)rt->slot_numel;
+  if (rt->F > 1) m->gather_buffer_bytes = (rootP + (uint64_t)rt->ngslots * slotP) * rt->klow;
+  if (rt->opt.param_dtype != FSDP_DTYPE_FP32) m->compute_buffer_bytes = (rootP + slotP) * sizeof(float);
+  m->grad_buffer_bytes = FsdpMemCurrent(FSDP_MEM_REDUCE);
   m->gather_slots = rt->ngslots;
   m->grad_slots = rt->nrslots;
 }

@@ -27,13 +27,33 @@
  *
  * [Note: gather memory] Unsharded parameter buffers of non-root units come
  * from a ring of fixed slots allocated at setup, each of the largest
- * non-root P: with RAF, min(L + 1, units) slots for -limit_all_gathers L
- * (L = 0: one slot per unit); with NRAF every non-root unit keeps its
- * buffer through forward, so one slot per unit.  The root has its own
+ * non-root P, exactly as many as can be live at once: with RAF, the unit
+ * computing plus the gathers allowed in flight ahead of it -- prefetching
+ * runs one unit ahead (PREFETCH_DEPTH), capped by -limit_all_gathers L
+ * (L = 0: no cap) -- so 1 slot with -prefetch none and min(L, 1) + 1 with
+ * prefetching; with NRAF every non-root unit keeps its buffer through
+ * forward, so one slot per unit.  The peak of unsharded parameters then
+ * equals the planned ring.  The root has its own
  * buffer.  Unsharded gradient buffers: one for the root plus a ring of two
  * slots (the unit computing its backward, the unit whose reduce-scatter is
  * in flight).  Nothing is allocated after setup, so memory never grows or
  * fragments during training.
+ *
+ * [Note: mixed precision] With -param_dtype bf16/fp16 each gather first
+ * casts the fp32 shard to a low-precision shard copy (once per gather, on
+ * the stream), all-gathers that (K_low bytes per element on the wire and in
+ * the ring), and the unit's stage converts the gathered buffer to an fp32
+ * compute buffer on entry (CPU kernels compute in fp32; one buffer for the
+ * root, one shared scratch for the unit computing).  Gradients are computed
+ * in fp32; with -reduce_dtype bf16/fp16 they are cast to a send buffer, and
+ * reduce-scatter and all-reduce run in that type, then land in the fp32
+ * gradient shard.  fp16 needs the sharded gradient scaler (optim.h).
+ *
+ * [Note: gradient accumulation] With -grad_accum K one optimizer step is K
+ * micro-steps.  -accum_comm 1 reduces every micro-step and adds the result
+ * to the gradient shard; -accum_comm 0 keeps each unit's unsharded fp32
+ * gradient in a persistent buffer of its own (memory grows by sum P_i * 4)
+ * and reduces once, on the last micro-step (communication falls by K).
  *
  * [Note: no sharding] With F = 1 a unit's shard is the whole padded flat
  * parameter: the unsharded buffer and gradient ARE the shard buffers, and
@@ -50,6 +70,7 @@
 #include "opts.h"
 #include "stream.h"
 #include "topo.h"
+#include "trace.h"
 
 typedef struct FsdpRuntime_ *FsdpRuntime;
 
@@ -67,6 +88,10 @@ typedef struct {
   int reshard_after_forward; /* -reshard_after_forward 0/1 (default 1) */
   int limit_all_gathers;     /* -limit_all_gathers L (default 2; 0 = no limit) */
   FsdpPrefetch prefetch;     /* -prefetch none/backward/both */
+  FsdpDtype param_dtype;     /* -param_dtype: gathered parameters and their wire type */
+  FsdpDtype reduce_dtype;    /* -reduce_dtype: reduce-scatter / all-reduce type */
+  int grad_accum;            /* -grad_accum K micro-steps per optimizer step */
+  int accum_comm;            /* -accum_comm 1: reduce every micro-step; 0: once */
 } FsdpRuntimeOptions;
 
 /* What a stage callback sees: the unit's unsharded parameters and
@@ -111,10 +136,15 @@ int FsdpRuntimeSetUp(FsdpRuntime rt);
 int FsdpRuntimeInitShards(FsdpRuntime rt, FsdpInitFn init, void *model);
 
 /* Collective on the world.  One forward + backward over all stages for the
- * current micro-batch (the model holds it), ending with every gradient
- * reduction issued.  Gradient shards receive the reduced gradients (F = 1:
- * gradients accumulate into them; call FsdpRuntimeZeroGradShards first). */
-int FsdpRuntimeForwardBackward(FsdpRuntime rt, void *model);
+ * current micro-batch (the model holds it): micro-step `micro` of `nmicro`
+ * of one optimizer step.  Gradients reduced in this call are ADDED to the
+ * gradient shards (see [Note: gradient accumulation]); call
+ * FsdpRuntimeZeroGradShards before micro-step 0. */
+int FsdpRuntimeForwardBackward(FsdpRuntime rt, void *model, int micro, int nmicro);
+
+/* Record the timeline into trace (NULL: stop); step labels events. */
+int FsdpRuntimeSetTrace(FsdpRuntime rt, FsdpTrace trace);
+void FsdpRuntimeSetStep(FsdpRuntime rt, int64_t step);
 
 /* Wait for every issued reduction (before the optimizer reads shards). */
 int FsdpRuntimeFinishGradients(FsdpRuntime rt);
@@ -139,10 +169,12 @@ int FsdpRuntimeForwardOrder(FsdpRuntime rt, const int **order, int *n);
 
 /* Planned memory (bytes), equal to [Note: gather memory]. */
 typedef struct {
-  uint64_t param_shard_bytes;   /* sum P_i / F * 4 */
+  uint64_t param_shard_bytes;   /* sum P_i / F * 4 (fp32 master shards) */
   uint64_t grad_shard_bytes;    /* same */
-  uint64_t gather_buffer_bytes; /* root P + slots * max non-root P, * 4 */
-  uint64_t grad_buffer_bytes;   /* root P + 2 * max non-root P, * 4 */
+  uint64_t low_shard_bytes;     /* sum P_i / F * K_low (param_dtype copies; 0 for fp32) */
+  uint64_t gather_buffer_bytes; /* (root P + slots * max non-root P) * K_low */
+  uint64_t compute_buffer_bytes;/* (root P + max non-root P) * 4 when K_low < 4, else 0 */
+  uint64_t grad_buffer_bytes;   /* unsharded gradient buffers and their reduce buffers */
   int gather_slots, grad_slots;
 } FsdpRuntimeMemory;
 void FsdpRuntimeGetMemory(FsdpRuntime rt, FsdpRuntimeMemory *m);

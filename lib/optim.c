@@ -16,6 +16,7 @@ struct FsdpOptim_ {
   int nunits;
   float **m, **v;
   int64_t t; /* AdamW steps taken (bias correction) */
+  double grad_scale; /* gradients in the shards are this times the true ones */
   uint64_t state_bytes;
 };
 
@@ -52,6 +53,7 @@ int FsdpOptimCreate(FsdpRuntime rt, const FsdpKernelOps *k, const FsdpOptimOptio
   opt->o = *o;
   opt->rule = rule;
   opt->nunits = FsdpRuntimeNumUnits(rt);
+  opt->grad_scale = 1.0;
   opt->m = calloc((size_t)opt->nunits, sizeof(float *));
   opt->v = calloc((size_t)opt->nunits, sizeof(float *));
   FSDP_CHECK_ALLOC(opt->m, sizeof(float *));
@@ -103,7 +105,24 @@ int FsdpOptimGradNorm(FsdpOptim opt, double *norm)
   /* [Note: gradient norm over the sharding group] */
   FSDP_CALL(FsdpCollScalarSum(FsdpRuntimeColl(opt->rt), FsdpTopoShard(FsdpRuntimeTopo(opt->rt)),
                               &sq, 1));
-  *norm = sqrt(sq);
+  *norm = sqrt(sq) / opt->grad_scale;
+  return FSDP_SUCCESS;
+}
+
+void FsdpOptimSetGradScale(FsdpOptim opt, double scale) { opt->grad_scale = scale; }
+
+int FsdpOptimCheckOverflow(FsdpOptim opt, int *overflow)
+{
+  double bad = 0.0;
+  for (int u = 0; u < opt->nunits && bad == 0.0; u++) {
+    const float *g = FsdpRuntimeUnitGradShard(opt->rt, u);
+    int64_t n = FlatParamShardNumel(FsdpRuntimeUnitFlatParam(opt->rt, u));
+    for (int64_t i = 0; i < n; i++)
+      if (!isfinite(g[i])) { bad = 1.0; break; }
+  }
+  FSDP_CALL(FsdpCollScalarMax(FsdpRuntimeColl(opt->rt), FsdpTopoWorld(FsdpRuntimeTopo(opt->rt)),
+                              &bad, 1));
+  *overflow = bad > 0.0;
   return FSDP_SUCCESS;
 }
 
@@ -111,9 +130,9 @@ int FsdpOptimStep(FsdpOptim opt, int64_t step, double *grad_norm, double *lr_out
 {
   double norm = 0.0;
   FSDP_CALL(FsdpOptimGradNorm(opt, &norm));
-  float scale = 1.0f;
-  if (opt->o.grad_clip > 0 && norm > opt->o.grad_clip)
-    scale = (float)(opt->o.grad_clip / (norm + 1e-6));
+  double clip = 1.0;
+  if (opt->o.grad_clip > 0 && norm > opt->o.grad_clip) clip = opt->o.grad_clip / (norm + 1e-6);
+  float scale = (float)(clip / opt->grad_scale); /* unscale and clip in one factor */
   double lr = FsdpOptimLearningRate(&opt->o, step);
   opt->t++;
   for (int u = 0; u < opt->nunits; u++) {

@@ -52,6 +52,15 @@ int FsdpOptimGradNorm(FsdpOptim opt, double *norm);
  * *grad_norm (may be NULL) gets the norm before clipping, *lr the rate. */
 int FsdpOptimStep(FsdpOptim opt, int64_t step, double *grad_norm, double *lr);
 
+/* Gradients in the shards are multiplied by `scale` (the fp16 loss
+ * scale); the norm, clipping and update divide it out.  Default 1. */
+void FsdpOptimSetGradScale(FsdpOptim opt, double scale);
+
+/* Collective on the world group.  1 in *overflow when any rank's gradient
+ * shard holds an inf or NaN (the sharded gradient scaler's check: every
+ * rank gets the same answer, so every rank skips the same steps). */
+int FsdpOptimCheckOverflow(FsdpOptim opt, int *overflow);
+
 /* Bytes of optimizer state on this rank. */
 uint64_t FsdpOptimStateBytes(FsdpOptim opt);
 /* Moments of a unit's shard (for checkpoints). */

@@ -30,7 +30,11 @@ struct FsdpTrainer_ {
   double *step_ms;     /* per step */
   double last_norm, last_lr;
   FsdpCommCounters comm_total;
-  uint64_t scalar_calls;
+  FsdpTrace trace;
+  double exposed_s, busy_s;      /* summed over steps */
+  int scaler_on;                 /* fp16 anywhere: the sharded gradient scaler runs */
+  double scale;                  /* current loss scale */
+  int64_t good_steps, skipped;   /* scaler bookkeeping */
 };
 
 int FsdpTrainOptionsFromDb(FsdpOpts db, FsdpTrainOptions *o)
@@ -64,6 +68,18 @@ int FsdpTrainOptionsFromDb(FsdpOpts db, FsdpTrainOptions *o)
   o->summary = (FsdpSummaryFormat)idx;
   FSDP_CALL(FsdpOptsGetEnum(db, g, "device", "compute device: cpu, or cuda (needs a CUDA build)",
                             kDeviceNames, 0, &o->device_cuda));
+  FSDP_CALL(FsdpOptsGetString(db, g, "trace",
+                              "write a timeline (Chrome trace-event JSON, opens in Perfetto) of "
+                              "compute and communication per rank to FILE",
+                              NULL, &o->trace));
+  if (o->trace && !o->trace[0]) o->trace = NULL;
+  FSDP_CALL(FsdpOptsGetDouble(db, "FSDP", "loss_scale",
+                              "initial loss scale of the sharded gradient scaler (used when "
+                              "-param_dtype or -reduce_dtype is fp16)",
+                              65536.0, 1e-30, 1e38, &o->loss_scale));
+  FSDP_CALL(FsdpOptsGetInt(db, "FSDP", "scaler_growth_interval",
+                           "steps without overflow before the loss scale doubles", 200, 1,
+                           INT64_MAX / 4, &o->scaler_growth_interval));
   o->optim.total_steps = o->steps;
   return FSDP_SUCCESS;
 }
@@ -97,6 +113,12 @@ int FsdpTrainerCreate(MPI_Comm comm, const FsdpTrainOptions *o, FsdpTrainer *out
   FSDP_CALL(FsdpRuntimeInitShards(tr->rt, GptModelInit, tr->model));
   FSDP_CALL(GptModelSetUp(tr->model));
   FSDP_CALL(FsdpOptimCreate(tr->rt, tr->k, &o->optim, GptParamDecays, &tr->optim));
+  /* the timeline is always measured (exposed comm time for the summary);
+   * events are stored only with -trace */
+  FSDP_CALL(FsdpTraceCreate(comm, o->trace != NULL, &tr->trace));
+  FSDP_CALL(FsdpRuntimeSetTrace(tr->rt, tr->trace));
+  tr->scaler_on = o->fsdp.param_dtype == FSDP_DTYPE_FP16 || o->fsdp.reduce_dtype == FSDP_DTYPE_FP16;
+  tr->scale = tr->scaler_on ? o->loss_scale : 1.0;
   size_t BT = (size_t)tr->B * tr->T;
   FSDP_CALL(FsdpMalloc(FSDP_MEM_DATA, BT * sizeof(int), &tr->inputs));
   FSDP_CALL(FsdpMalloc(FSDP_MEM_DATA, BT * sizeof(int), &tr->targets));
@@ -113,6 +135,7 @@ int FsdpTrainerDestroy(FsdpTrainer *ptr)
   FsdpTrainer tr = *ptr;
   FSDP_CALL(FsdpOptimDestroy(&tr->optim));
   FSDP_CALL(FsdpRuntimeDestroy(&tr->rt));
+  FSDP_CALL(FsdpTraceDestroy(&tr->trace));
   FSDP_CALL(GptModelDestroy(&tr->model));
   FSDP_CALL(FsdpDataDestroy(&tr->data));
   FSDP_CALL(FsdpCollDestroy(&tr->coll));
@@ -134,15 +157,45 @@ int FsdpTrainerStep(FsdpTrainer tr, double *loss)
   double t0 = FsdpWallTime();
   FsdpCommCounters before;
   FsdpCollGetCounters(tr->coll, &before);
-  FSDP_CALL(FsdpDataGetBatch(tr->data, tr->step, tr->rank, tr->W, tr->inputs, tr->targets));
-  FSDP_CALL(GptModelSetBatch(tr->model, tr->inputs, tr->targets));
+  double wait0 = FsdpTraceWaitSeconds(tr->trace), busy0 = FsdpTraceCommBusySeconds(tr->trace);
+  int K = tr->o.fsdp.grad_accum;
+  FsdpRuntimeSetStep(tr->rt, tr->step);
   FSDP_CALL(FsdpRuntimeZeroGradShards(tr->rt));
-  FSDP_CALL(FsdpRuntimeForwardBackward(tr->rt, tr->model));
+  double l = 0.0;
+  for (int m = 0; m < K; m++) {
+    /* [Note: global batch] (data.h): micro-step m of step s reads global
+     * micro-batch s*K + m, so K micro-steps of B see the samples of one
+     * step of K*B */
+    FSDP_CALL(FsdpDataGetBatch(tr->data, tr->step * K + m, tr->rank, tr->W, tr->inputs,
+                               tr->targets));
+    FSDP_CALL(GptModelSetBatch(tr->model, tr->inputs, tr->targets));
+    GptModelSetLossScale(tr->model, (float)(tr->scale / K));
+    FSDP_CALL(FsdpRuntimeForwardBackward(tr->rt, tr->model, m, K));
+    l += GptModelLoss(tr->model) / K;
+  }
   FSDP_CALL(FsdpRuntimeFinishGradients(tr->rt));
-  FSDP_CALL(FsdpOptimStep(tr->optim, tr->step, &tr->last_norm, &tr->last_lr));
+  double tb = FsdpTraceNow(tr->trace);
+  int overflow = 0;
+  if (tr->scaler_on) FSDP_CALL(FsdpOptimCheckOverflow(tr->optim, &overflow));
+  if (overflow) {
+    /* every rank saw the same reduced flag: all skip this step and halve */
+    tr->skipped++;
+    tr->good_steps = 0;
+    tr->scale *= 0.5;
+    tr->last_norm = NAN;
+    tr->last_lr = FsdpOptimLearningRate(&tr->o.optim, tr->step);
+  } else {
+    FsdpOptimSetGradScale(tr->optim, tr->scale);
+    FSDP_CALL(FsdpOptimStep(tr->optim, tr->step, &tr->last_norm, &tr->last_lr));
+    if (tr->scaler_on && ++tr->good_steps >= tr->o.scaler_growth_interval) {
+      tr->scale *= 2.0;
+      tr->good_steps = 0;
+    }
+  }
+  FsdpTraceCompute(tr->trace, overflow ? "optimizer (skipped: overflow)" : "optimizer", "optimizer",
+                   tr->step, -1, tb, FsdpTraceNow(tr->trace));
   /* the loss is a mean over this rank's samples; the global batch mean is
    * the mean over ranks (equal batch sizes) */
-  double l = GptModelLoss(tr->model);
   FSDP_CALL(FsdpCollScalarSum(tr->coll, FsdpTopoWorld(tr->topo), &l, 1));
   l /= tr->W;
   double t1 = FsdpWallTime();
@@ -155,6 +208,8 @@ int FsdpTrainerStep(FsdpTrainer tr, double *loss)
   tr->comm_total.intra_bytes += after.intra_bytes - before.intra_bytes;
   tr->comm_total.inter_bytes += after.inter_bytes - before.inter_bytes;
   tr->comm_total.scalar_calls += after.scalar_calls - before.scalar_calls;
+  tr->exposed_s += FsdpTraceWaitSeconds(tr->trace) - wait0;
+  tr->busy_s += FsdpTraceCommBusySeconds(tr->trace) - busy0;
   tr->losses[tr->step] = l;
   tr->step_ms[tr->step] = (t1 - t0) * 1e3;
   tr->step++;
@@ -207,10 +262,30 @@ int FsdpTrainerRun(FsdpTrainer tr, FILE *out)
       fflush(out);
     }
   }
+  if (tr->o.trace) {
+    FSDP_CALL(FsdpRuntimeFinishGradients(tr->rt)); /* the stream is idle */
+    FSDP_CALL(FsdpTraceWrite(tr->trace, tr->o.trace));
+    if (tr->rank == 0) fprintf(out, "trace written to %s\n", tr->o.trace);
+  }
   return FSDP_SUCCESS;
 }
 
 void FsdpTrainerCommTotals(FsdpTrainer tr, FsdpCommCounters *c) { *c = tr->comm_total; }
+
+int FsdpTrainerScaler(FsdpTrainer tr, double *scale, int64_t *skipped)
+{
+  if (scale) *scale = tr->scale;
+  if (skipped) *skipped = tr->skipped;
+  return tr->scaler_on;
+}
+
+void FsdpTrainerCommTimes(FsdpTrainer tr, double *exposed_s, double *busy_s)
+{
+  *exposed_s = tr->exposed_s;
+  *busy_s = tr->busy_s;
+}
+
+FsdpTrace FsdpTrainerTrace(FsdpTrainer tr) { return tr->trace; }
 
 int FsdpTrainerSummary(FsdpTrainer tr, FILE *out)
 {
@@ -262,12 +337,13 @@ int FsdpTrainerSummary(FsdpTrainer tr, FILE *out)
           n ? tr->losses[n - 1] : 0.0, med, tokens_per_s);
   fprintf(out, "\"memory\": {\"param_shard_bytes\": %llu, \"grad_shard_bytes\": %llu, "
                "\"optim_state_bytes\": %llu, \"gather_buffer_bytes\": %llu, "
-               "\"grad_buffer_bytes\": %llu, \"peak_unsharded_param_bytes\": %llu, "
+               "\"grad_buffer_bytes\": %llu, \"compute_buffer_bytes\": %llu, "
+               "\"peak_unsharded_param_bytes\": %llu, "
                "\"peak_unsharded_grad_bytes\": %llu, \"peak_rss_bytes\": %.0f}, ",
           (unsigned long long)mem.param_shard_bytes, (unsigned long long)mem.grad_shard_bytes,
           (unsigned long long)FsdpOptimStateBytes(tr->optim),
           (unsigned long long)mem.gather_buffer_bytes, (unsigned long long)mem.grad_buffer_bytes,
-          (unsigned long long)peak_p, (unsigned long long)peak_g, rss);
+          (unsigned long long)mem.compute_buffer_bytes, (unsigned long long)peak_p, (unsigned long long)peak_g, rss);
   fprintf(out, "\"comm_per_step\": {\"all_gather_bytes\": %llu, \"reduce_scatter_bytes\": %llu, "
                "\"all_reduce_bytes\": %llu, \"all_gather_calls\": %llu, "
                "\"reduce_scatter_calls\": %llu, \"all_reduce_calls\": %llu, "
@@ -281,6 +357,19 @@ int FsdpTrainerSummary(FsdpTrainer tr, FILE *out)
           (unsigned long long)(ct->intra_bytes / steps),
           (unsigned long long)(ct->inter_bytes / steps),
           (unsigned long long)(ct->scalar_calls / steps));
+  fprintf(out, "\"comm_time_per_step\": {\"exposed_ms\": %.4f, \"busy_ms\": %.4f, "
+               "\"overlap_fraction\": %.4f, \"max_gathers_in_flight\": %d}, ",
+          tr->exposed_s * 1e3 / steps, tr->busy_s * 1e3 / steps,
+          tr->busy_s > 0 ? fmax(0.0, 1.0 - tr->exposed_s / tr->busy_s) : 0.0,
+          FsdpTraceMaxInFlight(tr->trace));
+  fprintf(out, "\"precision\": {\"param_dtype\": \"%s\", \"reduce_dtype\": \"%s\", "
+               "\"loss_scale\": %g, \"skipped_steps\": %lld}, ",
+          FsdpDtypeNames[tr->o.fsdp.param_dtype], FsdpDtypeNames[tr->o.fsdp.reduce_dtype], tr->scale,
+          (long long)tr->skipped);
+  fprintf(out, "\"grad_accum\": %d, \"accum_comm\": %d, \"prefetch\": \"%s\", ",
+          tr->o.fsdp.grad_accum, tr->o.fsdp.accum_comm,
+          tr->o.fsdp.prefetch == FSDP_PREFETCH_NONE ? "none"
+          : tr->o.fsdp.prefetch == FSDP_PREFETCH_BACKWARD ? "backward" : "both");
   fprintf(out, "\"blas_core\": \"%s\"}\n", FsdpKernelsCpuBlasCore());
   fflush(out);
   return FSDP_SUCCESS;

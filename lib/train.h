@@ -29,6 +29,9 @@ typedef struct {
   const char *data; /* NULL: built-in task */
   FsdpSummaryFormat summary;
   int device_cuda;
+  const char *trace;          /* -trace FILE: Chrome trace-event timeline */
+  double loss_scale;          /* -loss_scale: initial fp16 loss scale */
+  int64_t scaler_growth_interval; /* -scaler_growth_interval: good steps before doubling */
 } FsdpTrainOptions;
 
 /* Not collective.  Reads every option of every component (so -help lists
@@ -63,5 +66,13 @@ const double *FsdpTrainerLosses(FsdpTrainer tr);
 double FsdpTrainerLastGradNorm(FsdpTrainer tr);
 /* Collective counters summed over the steps run so far (rank-local). */
 void FsdpTrainerCommTotals(FsdpTrainer tr, FsdpCommCounters *c);
+
+/* The sharded gradient scaler (fp16): whether it is active, its current
+ * scale and how many steps it skipped for an overflow. */
+int FsdpTrainerScaler(FsdpTrainer tr, double *scale, int64_t *skipped);
+/* Exposed communication (compute thread blocked on the stream) and stream
+ * busy time, seconds summed over the steps so far (rank-local). */
+void FsdpTrainerCommTimes(FsdpTrainer tr, double *exposed_s, double *busy_s);
+FsdpTrace FsdpTrainerTrace(FsdpTrainer tr);
 
 #endif

@@ -27,6 +27,9 @@ static inline void test_gpt_create(MPI_Comm comm, const GptConfig *cfg, int B, i
   ro.reshard_after_forward = raf;
   ro.limit_all_gathers = 2;
   ro.prefetch = FSDP_PREFETCH_NONE;
+  ro.param_dtype = ro.reduce_dtype = FSDP_DTYPE_FP32;
+  ro.grad_accum = 1;
+  ro.accum_comm = 1;
   TCALL(FsdpTopoCreate(comm, &to, &g->topo));
   TCALL(FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &g->coll));
   TCALL(GptModelCreate(cfg, 1, B, T, FsdpKernelsCpu(), 1234, &g->model));
@@ -82,7 +85,7 @@ static inline double test_gpt_step(TestGpt *g, const int *inputs, const int *tar
 {
   TCALL(GptModelSetBatch(g->model, inputs, targets));
   TCALL(FsdpRuntimeZeroGradShards(g->rt));
-  TCALL(FsdpRuntimeForwardBackward(g->rt, g->model));
+  TCALL(FsdpRuntimeForwardBackward(g->rt, g->model, 0, 1));
   TCALL(FsdpRuntimeFinishGradients(g->rt));
   return GptModelLoss(g->model);
 }

@@ -19,8 +19,9 @@ expect() {
   shift 3
   checks=$((checks + 1))
   # shellcheck disable=SC2086
-  timeout 120 "$MPIEXEC" $PREFLAGS -n "$np" "$TRAIN" "$@" >"$tmp/out" 2>&1
+  timeout 120 "$MPIEXEC" $PREFLAGS -n "$np" "$TRAIN" "$@" >"$tmp/stdout" 2>"$tmp/stderr"
   got=$?
+  cat "$tmp/stdout" "$tmp/stderr" >"$tmp/out"
   if [ "$got" -ne "$want" ]; then
     echo "FAIL: fsdp-train $* (np $np): exit status $got, expected $want"
     sed 's/^/    /' "$tmp/out" | tail -5
@@ -88,7 +89,7 @@ done
 # a good run: the JSON summary is the last line of stdout and has the contract's fields
 expect 4 0 "final_loss" -model tiny -steps 3 -log_every 1 -sharding_factor 2 -ranks_per_node 2 -summary json -data "$tmp/good.bin"
 checks=$((checks + 1))
-python3 - "$tmp/out" <<'PY' || fails=$((fails + 1))
+python3 - "$tmp/stdout" <<'PY' || fails=$((fails + 1))
 import json, sys
 lines = [l for l in open(sys.argv[1]) if l.strip()]
 s = json.loads(lines[-1])

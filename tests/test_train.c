@@ -108,7 +108,8 @@ static void check_formulas(FsdpTrainer tr, const Config *c, int W, int steps)
   uint64_t shard = 4 * (uint64_t)(Proot + nb * Pb) / F;
   CHECK(m.param_shard_bytes == shard && m.grad_shard_bytes == shard, "%s F=%d: shard bytes %llu, expected %llu", tag, F, (unsigned long long)m.param_shard_bytes, (unsigned long long)shard);
   CHECK(FsdpOptimStateBytes(FsdpTrainerOptim(tr)) == 2 * shard, "optimizer state %llu, expected %llu", (unsigned long long)FsdpOptimStateBytes(FsdpTrainerOptim(tr)), (unsigned long long)(2 * shard));
-  int slots = c->raf ? (nb < 3 ? nb : 3) : nb; /* -limit_all_gathers 2 */
+  /* RAF: the unit computing and one prefetched (limit >= 1); NRAF: all */
+  int slots = c->raf ? (c->no_prefetch || nb < 2 ? 1 : 2) : nb;
   uint64_t gather = F == 1 ? 0 : 4 * (uint64_t)(Proot + slots * Pb);
   /* RAF: the unit computing, plus the one prefetched behind it */
   int held = c->raf ? (c->no_prefetch || nb < 2 ? 1 : 2) : nb;

@@ -1,5 +1,5 @@
 /* matmul.c: linear layer through CBLAS (CPU).  Weights are [out, in]
- * (kernels.h), so every product is one cblas_sgemm on row-major data. */
+ * (kernels.h), so every product is a cblas_sgemm on row-major data. */
 #include <cblas.h>
 #ifdef _OPENMP
 #include <omp.h>

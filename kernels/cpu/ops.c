@@ -42,7 +42,7 @@ int openblas_get_parallel(void);
  * OpenMP threads everything.  Only the pthreads build (get_parallel 1) is
  * told: the OpenMP build's openblas_set_num_threads calls
  * omp_set_num_threads, and it runs one thread inside our parallel regions
- * anyway.  Idempotent, so concurrent first calls are harmless. */
+ * anyway.  Idempotent, so concurrent calls are harmless. */
 const FsdpKernelOps *FsdpKernelsCpu(void)
 {
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
