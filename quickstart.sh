@@ -22,7 +22,8 @@ esac
 
 # ---- 1. Debian packages -----------------------------------------------------
 packages="build-essential autoconf automake libtool pkg-config openmpi-bin
-libopenmpi-dev libhdf5-openmpi-dev hdf5-tools libopenblas-dev cmake python3"
+libopenmpi-dev libhdf5-openmpi-dev hdf5-tools libopenblas-dev cmake python3
+python3-h5py python3-numpy python3-matplotlib slurm-wlm munge iproute2"
 missing=""
 for p in $packages; do
   dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

@@ -794,6 +794,15 @@ int FsdpRuntimeZeroGradShards(FsdpRuntime rt)
 /* ---- accessors -------------------------------------------------------------- */
 
 int FsdpRuntimeNumUnits(FsdpRuntime rt) { return rt->nunits; }
+
+int FsdpRuntimeUnitSpecs(FsdpRuntime rt, int unit, const FsdpParamSpec **specs, int *nparams)
+{
+  if (unit < 0 || unit >= rt->nunits)
+    FSDP_ERROR(FSDP_ERR_STATE, "unit %d out of range [0, %d)", unit, rt->nunits);
+  *specs = rt->units[unit].specs;
+  *nparams = rt->units[unit].nparams;
+  return FSDP_SUCCESS;
+}
 const char *FsdpRuntimeUnitName(FsdpRuntime rt, int u) { return rt->units[u].name; }
 int FsdpRuntimeUnitIsRoot(FsdpRuntime rt, int u) { return rt->units[u].is_root; }
 FlatParam FsdpRuntimeUnitFlatParam(FsdpRuntime rt, int u) { return rt->units[u].fp; }

@@ -154,6 +154,9 @@ int FsdpRuntimeZeroGradShards(FsdpRuntime rt);
 
 /* Accessors. */
 int FsdpRuntimeNumUnits(FsdpRuntime rt);
+/* Not collective.  A unit's parameter list, valid from AddUnit on (before
+ * setup too: planning tools use it without allocating anything). */
+int FsdpRuntimeUnitSpecs(FsdpRuntime rt, int unit, const FsdpParamSpec **specs, int *nparams);
 const char *FsdpRuntimeUnitName(FsdpRuntime rt, int unit);
 int FsdpRuntimeUnitIsRoot(FsdpRuntime rt, int unit);
 FlatParam FsdpRuntimeUnitFlatParam(FsdpRuntime rt, int unit);

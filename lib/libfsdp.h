@@ -15,6 +15,9 @@
 #include "fsdp.h"
 #include "gpt.h"
 #include "optim.h"
+#include "ckpt.h"
+#include "metrics.h"
+#include "trace.h"
 #include "train.h"
 
 #endif

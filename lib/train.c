@@ -35,6 +35,10 @@ struct FsdpTrainer_ {
   int scaler_on;                 /* fp16 anywhere: the sharded gradient scaler runs */
   double scale;                  /* current loss scale */
   int64_t good_steps, skipped;   /* scaler bookkeeping */
+  int64_t first_step;            /* 0, or the step resumed from */
+  int64_t data_base;             /* micro-batches consumed before first_step */
+  uint64_t last_intra, last_inter; /* this step's node-local / cross-node bytes */
+  FsdpMetrics metrics;
 };
 
 int FsdpTrainOptionsFromDb(FsdpOpts db, FsdpTrainOptions *o)
@@ -80,6 +84,9 @@ int FsdpTrainOptionsFromDb(FsdpOpts db, FsdpTrainOptions *o)
   FSDP_CALL(FsdpOptsGetInt(db, "FSDP", "scaler_growth_interval",
                            "steps without overflow before the loss scale doubles", 200, 1,
                            INT64_MAX / 4, &o->scaler_growth_interval));
+  FSDP_CALL(FsdpCkptOptionsFromDb(db, &o->ckpt));
+  FSDP_CALL(FsdpMetricsOptionsFromDb(db, &o->metrics));
+  FsdpOptsToString(db, o->options_string, sizeof o->options_string);
   o->optim.total_steps = o->steps;
   return FSDP_SUCCESS;
 }
@@ -119,6 +126,37 @@ int FsdpTrainerCreate(MPI_Comm comm, const FsdpTrainOptions *o, FsdpTrainer *out
   FSDP_CALL(FsdpRuntimeSetTrace(tr->rt, tr->trace));
   tr->scaler_on = o->fsdp.param_dtype == FSDP_DTYPE_FP16 || o->fsdp.reduce_dtype == FSDP_DTYPE_FP16;
   tr->scale = tr->scaler_on ? o->loss_scale : 1.0;
+  /* resume: shards, moments and position from a checkpoint written at any
+   * (W, F); validated before anything is modified */
+  char path[4096];
+  int found = 0;
+  FSDP_CALL(FsdpCkptResolveResume(comm, &o->ckpt, path, sizeof path, &found));
+  if (found) {
+    FsdpCkptMeta meta;
+    FSDP_CALL(FsdpCkptLoad(tr->rt, tr->optim, path, &o->model, &meta));
+    if (meta.step >= o->steps)
+      FSDP_ERROR(FSDP_ERR_USAGE,
+                 "checkpoint %s is at step %lld, not before -steps %lld: nothing to do (raise "
+                 "-steps)",
+                 path, (long long)meta.step, (long long)o->steps);
+    if (meta.global_batch != (int64_t)tr->W * tr->B * o->fsdp.grad_accum)
+      FsdpWarn(1, "checkpoint %s was written with a global batch of %lld sequences, this run uses "
+                  "%lld: the data order and the trajectory will differ",
+               path, (long long)meta.global_batch,
+               (long long)tr->W * tr->B * o->fsdp.grad_accum);
+    tr->step = tr->first_step = meta.step;
+    tr->data_base = meta.data_position;
+    if (tr->rank == 0) printf("resumed from %s at step %lld\n", path, (long long)meta.step);
+  }
+  if (o->metrics) {
+    char topo[512];
+    FSDP_CALL(FsdpTopoSummary(tr->topo, topo, sizeof topo));
+    FsdpMetricsInfo mi = {o->options_string, topo, o->model_name, o->model,
+                          GptConfigParamCount(&o->model),
+                          (int64_t)tr->W * tr->B * tr->T * o->fsdp.grad_accum};
+    /* a resumed run appends to its run file; a fresh one never overwrites */
+    FSDP_CALL(FsdpMetricsCreate(comm, o->metrics, &mi, found, &tr->metrics));
+  }
   size_t BT = (size_t)tr->B * tr->T;
   FSDP_CALL(FsdpMalloc(FSDP_MEM_DATA, BT * sizeof(int), &tr->inputs));
   FSDP_CALL(FsdpMalloc(FSDP_MEM_DATA, BT * sizeof(int), &tr->targets));
@@ -133,6 +171,7 @@ int FsdpTrainerDestroy(FsdpTrainer *ptr)
 {
   if (!ptr || !*ptr) return FSDP_SUCCESS;
   FsdpTrainer tr = *ptr;
+  FSDP_CALL(FsdpMetricsClose(&tr->metrics));
   FSDP_CALL(FsdpOptimDestroy(&tr->optim));
   FSDP_CALL(FsdpRuntimeDestroy(&tr->rt));
   FSDP_CALL(FsdpTraceDestroy(&tr->trace));
@@ -166,8 +205,8 @@ int FsdpTrainerStep(FsdpTrainer tr, double *loss)
     /* [Note: global batch] (data.h): micro-step m of step s reads global
      * micro-batch s*K + m, so K micro-steps of B see the samples of one
      * step of K*B */
-    FSDP_CALL(FsdpDataGetBatch(tr->data, tr->step * K + m, tr->rank, tr->W, tr->inputs,
-                               tr->targets));
+    FSDP_CALL(FsdpDataGetBatch(tr->data, tr->data_base + (tr->step - tr->first_step) * K + m,
+                               tr->rank, tr->W, tr->inputs, tr->targets));
     FSDP_CALL(GptModelSetBatch(tr->model, tr->inputs, tr->targets));
     GptModelSetLossScale(tr->model, (float)(tr->scale / K));
     FSDP_CALL(FsdpRuntimeForwardBackward(tr->rt, tr->model, m, K));
@@ -205,8 +244,10 @@ int FsdpTrainerStep(FsdpTrainer tr, double *loss)
     tr->comm_total.calls[k] += after.calls[k] - before.calls[k];
     tr->comm_total.bytes[k] += after.bytes[k] - before.bytes[k];
   }
-  tr->comm_total.intra_bytes += after.intra_bytes - before.intra_bytes;
-  tr->comm_total.inter_bytes += after.inter_bytes - before.inter_bytes;
+  tr->last_intra = after.intra_bytes - before.intra_bytes;
+  tr->last_inter = after.inter_bytes - before.inter_bytes;
+  tr->comm_total.intra_bytes += tr->last_intra;
+  tr->comm_total.inter_bytes += tr->last_inter;
   tr->comm_total.scalar_calls += after.scalar_calls - before.scalar_calls;
   tr->exposed_s += FsdpTraceWaitSeconds(tr->trace) - wait0;
   tr->busy_s += FsdpTraceCommBusySeconds(tr->trace) - busy0;
@@ -252,8 +293,35 @@ int FsdpTrainerRun(FsdpTrainer tr, FILE *out)
     double loss = 0.0;
     FSDP_CALL(FsdpTrainerStep(tr, &loss));
     int64_t s = tr->step;
-    if (tr->rank == 0 && tr->o.log_every > 0 && (s % tr->o.log_every == 0 || s == 1 || s == tr->o.steps)) {
-      double ms = tr->step_ms[s - 1];
+    int log = tr->o.log_every > 0 && (s % tr->o.log_every == 0 || s == tr->first_step + 1 || s == tr->o.steps);
+    double ms = tr->step_ms[s - 1];
+    if (tr->metrics && log) { /* collective: every rank's memory goes into the row */
+      FsdpMetricsRow row = {s, loss, tr->last_lr, tr->last_norm, ms * 1e-3,
+                            tokens_per_step / (ms * 1e-3), (int64_t)tr->last_intra,
+                            (int64_t)tr->last_inter};
+      FSDP_CALL(FsdpMetricsAppendRow(tr->metrics, &row, NULL));
+    }
+    const FsdpCkptOptions *ck = &tr->o.ckpt;
+    if (ck->every > 0 && (s % ck->every == 0 || s == tr->o.steps)) {
+      FsdpCkptMeta m;
+      memset(&m, 0, sizeof m);
+      m.step = s;
+      m.data_position = tr->data_base + (s - tr->first_step) * tr->o.fsdp.grad_accum;
+      m.seed = tr->o.seed;
+      m.global_batch = (int64_t)tr->W * tr->B * tr->o.fsdp.grad_accum;
+      m.model = tr->o.model;
+      m.optim = tr->o.optim;
+      snprintf(m.model_name, sizeof m.model_name, "%s", tr->o.model_name);
+      char p[4096];
+      double secs = 0.0;
+      FSDP_CALL(FsdpCkptWriteStep(tr->rt, tr->optim, ck, &m, p, sizeof p, &secs));
+      if (tr->metrics) FSDP_CALL(FsdpMetricsEvent(tr->metrics, s, "checkpoint", p, secs));
+      if (tr->rank == 0 && tr->o.log_every > 0) {
+        fprintf(out, "checkpoint %s written in %.2f s\n", p, secs);
+        fflush(out);
+      }
+    }
+    if (tr->rank == 0 && log) {
       char tps[32];
       HumanCount(tokens_per_step / (ms * 1e-3), tps, sizeof tps);
       fprintf(out, "step %lld/%lld | loss %.4f | lr %.1e | %.1f ms | %s tok/s | mem %.1f MiB\n",
@@ -286,6 +354,7 @@ void FsdpTrainerCommTimes(FsdpTrainer tr, double *exposed_s, double *busy_s)
 }
 
 FsdpTrace FsdpTrainerTrace(FsdpTrainer tr) { return tr->trace; }
+int64_t FsdpTrainerFirstStep(FsdpTrainer tr) { return tr->first_step; }
 
 int FsdpTrainerSummary(FsdpTrainer tr, FILE *out)
 {
@@ -297,9 +366,12 @@ int FsdpTrainerSummary(FsdpTrainer tr, FILE *out)
   double rss = (double)FsdpMemPeakRSS();
   FSDP_CALL(FsdpCollScalarMax(tr->coll, FsdpTopoWorld(tr->topo), &rss, 1));
   if (tr->rank != 0) return FSDP_SUCCESS;
-  int64_t n = tr->step;
-  double med = Median(tr->step_ms, n);
-  double tokens_per_s = med > 0 ? (double)tr->W * tr->B * tr->T / (med * 1e-3) : 0.0;
+  /* this job's steps: a resumed run starts at first_step */
+  int64_t n = tr->step - tr->first_step;
+  const double *losses = tr->losses + tr->first_step;
+  double med = Median(tr->step_ms + tr->first_step, n);
+  double tokens_per_s =
+      med > 0 ? (double)tr->W * tr->B * tr->T * tr->o.fsdp.grad_accum / (med * 1e-3) : 0.0;
   const GptConfig *c = &tr->o.model;
   uint64_t steps = n > 0 ? (uint64_t)n : 1;
   const FsdpCommCounters *ct = &tr->comm_total;
@@ -307,7 +379,7 @@ int FsdpTrainerSummary(FsdpTrainer tr, FILE *out)
     fprintf(out,
             "summary: %lld steps | final loss %.4f | median step %.1f ms | %.0f tok/s | W %d F %d "
             "R %d | params %lld | shard %.2f MiB/rank | gather buffers %.2f MiB/rank\n",
-            (long long)n, n ? tr->losses[n - 1] : 0.0, med, tokens_per_s,
+            (long long)n, n ? losses[n - 1] : 0.0, med, tokens_per_s,
             tr->W, FsdpTopoShard(tr->topo)->size, FsdpTopoReplica(tr->topo)->size,
             (long long)GptConfigParamCount(c), mem.param_shard_bytes / 1048576.0,
             mem.gather_buffer_bytes / 1048576.0);
@@ -331,10 +403,11 @@ int FsdpTrainerSummary(FsdpTrainer tr, FILE *out)
             FsdpRuntimeUnitName(tr->rt, u), (long long)FlatParamNumel(fp),
             (long long)FlatParamPaddedNumel(fp));
   }
-  fprintf(out, "], \"steps\": %lld, \"losses\": [", (long long)n);
-  for (int64_t i = 0; i < n; i++) fprintf(out, "%s%.9g", i ? ", " : "", tr->losses[i]);
+  fprintf(out, "], \"first_step\": %lld, \"steps\": %lld, \"losses\": [", (long long)tr->first_step,
+          (long long)n);
+  for (int64_t i = 0; i < n; i++) fprintf(out, "%s%.9g", i ? ", " : "", losses[i]);
   fprintf(out, "], \"final_loss\": %.9g, \"step_time_ms_median\": %.4f, \"tokens_per_s\": %.1f, ",
-          n ? tr->losses[n - 1] : 0.0, med, tokens_per_s);
+          n ? losses[n - 1] : 0.0, med, tokens_per_s);
   fprintf(out, "\"memory\": {\"param_shard_bytes\": %llu, \"grad_shard_bytes\": %llu, "
                "\"optim_state_bytes\": %llu, \"gather_buffer_bytes\": %llu, "
                "\"grad_buffer_bytes\": %llu, \"compute_buffer_bytes\": %llu, "

@@ -9,8 +9,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "ckpt.h"
 #include "coll.h"
 #include "data.h"
+#include "metrics.h"
 #include "fsdp.h"
 #include "gpt.h"
 #include "optim.h"
@@ -32,6 +34,9 @@ typedef struct {
   const char *trace;          /* -trace FILE: Chrome trace-event timeline */
   double loss_scale;          /* -loss_scale: initial fp16 loss scale */
   int64_t scaler_growth_interval; /* -scaler_growth_interval: good steps before doubling */
+  FsdpCkptOptions ckpt;       /* -checkpoint_dir -checkpoint_every -checkpoint_keep -resume */
+  const char *metrics;        /* -metrics FILE: HDF5 run file */
+  char options_string[4096];  /* the options as given, for the run file */
 } FsdpTrainOptions;
 
 /* Not collective.  Reads every option of every component (so -help lists
@@ -74,5 +79,7 @@ int FsdpTrainerScaler(FsdpTrainer tr, double *scale, int64_t *skipped);
  * busy time, seconds summed over the steps so far (rank-local). */
 void FsdpTrainerCommTimes(FsdpTrainer tr, double *exposed_s, double *busy_s);
 FsdpTrace FsdpTrainerTrace(FsdpTrainer tr);
+/* Step the run started from (0, or the resumed checkpoint's step). */
+int64_t FsdpTrainerFirstStep(FsdpTrainer tr);
 
 #endif

@@ -1,0 +1,538 @@
+/* fsdp-plan: what an fsdp-train run will hold and move, computed, not run.
+ *
+ *   fsdp-plan -world_size 8 -ranks_per_node 4 -sharding_factor 4 -model gpt2
+ *   fsdp-plan -world_size 512 -ranks_per_node 8 -model gpt-175b -summary json
+ *   fsdp-plan -options_file run.opts -world_size 16 -inter_bw 12.5e9 -flops 1e14
+ *
+ * One process, no model allocated: it reads the same options as fsdp-train
+ * (it calls the same option readers, so an options file of a run plans that
+ * run), plus -world_size W and a few planning knobs, and prints per-rank
+ * memory and per-step bytes of every collective split into intra- and
+ * inter-node, with the same JSON keys as fsdp-train's -summary json where
+ * they mean the same thing.
+ *
+ * [Note: planning from the library] The numbers come from the code that the
+ * run itself uses, not from a second copy of the formulas: the GPT model
+ * registers its units with an FSDP runtime exactly as in a run (names,
+ * parameters, order); each unit's layout is a FlatParam built with the
+ * run's F (so numel, padding and shard sizes are the run's); the bytes of
+ * each collective are FsdpCollVolume of the same group shape the counters
+ * use.  What the library does not expose as a pure function is re-stated
+ * here and cited: the node-first rank order ([Note: node-first sharding
+ * groups], topo.h), the gather and gradient rings ([Note: gather memory],
+ * fsdp.h) and which collectives a step issues ([Note: unit life cycle],
+ * fsdp.h).  tests/test_plan.sh holds every number against the counters of
+ * real fsdp-train runs, so a drift between the two is a test failure.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "libfsdp.h"
+#include "train.h"
+
+static const char kHelp[] =
+    "fsdp-plan: per-rank memory and per-step collective bytes (intra/inter node) of\n"
+    "an fsdp-train run, computed without running it (one process, nothing big\n"
+    "allocated).  Takes fsdp-train's options plus -world_size W; with -flops and\n"
+    "-intra_bw/-inter_bw it also predicts the step time.\n"
+    "Usage: fsdp-plan -world_size W [-ranks_per_node G] [fsdp-train options]\n";
+
+/* [Note: unit specs from the registration] GptModelRegister hands each
+ * unit's parameter specs to the runtime, which keeps a copy; the runtime
+ * exports them only through FlatParams built at FsdpRuntimeSetUp, which
+ * allocates the shards (hundreds of GB for gpt-175b at small W).
+ * FsdpRuntimeUnitSpecs (requested for fsdp.h: the registered specs, valid
+ * from FsdpRuntimeAddUnit on) is referenced weakly: when the library has
+ * it, the plan uses exactly the specs the run registers; otherwise
+ * PlanFallbackSpecs states the parameter list documented in gpt.h.  Either
+ * way the unit names and count come from the registration itself, and
+ * tests/test_plan.sh compares every unit's numel and padded numel with a
+ * real run's summary. */
+int FsdpRuntimeUnitSpecs(FsdpRuntime rt, int unit, const FsdpParamSpec **specs, int *nparams)
+    __attribute__((weak));
+
+static const char *const kPrefetchNames[] = {"none", "backward", "both"};
+
+typedef struct {
+  FsdpTrainOptions t;     /* everything fsdp-train reads */
+  int W, G, F, R, N;      /* world, ranks per node, sharding, replicas, nodes */
+  int rank;               /* the rank whose counters are planned */
+  FsdpDtype param_dt, reduce_dt;
+  double intra_bw, inter_bw, flops; /* bytes/s per rank, bytes/s per node, FLOP/s per rank */
+} PlanOptions;
+
+typedef struct {
+  char name[64];
+  int is_root;
+  FsdpParamSpec *specs; /* owned */
+  int nparams;
+  FlatParam fp;
+} PlanUnit;
+
+static int SpecSet(FsdpParamSpec *s, const char *name, int ndim, int64_t d0, int64_t d1)
+{
+  memset(s, 0, sizeof *s);
+  snprintf(s->name, sizeof s->name, "%s", name);
+  s->ndim = ndim;
+  s->shape[0] = d0;
+  s->shape[1] = d1;
+  return FSDP_SUCCESS;
+}
+
+/* The parameter list of gpt.h for unit u (0 = root; u >= 1: blocks
+ * (u-1)*wrap ...).  Only used when the library lacks FsdpRuntimeUnitSpecs,
+ * see [Note: unit specs from the registration]. */
+static int PlanFallbackSpecs(const GptConfig *c, int wrap, int u, PlanUnit *x)
+{
+  int64_t C = c->n_embd;
+  if (u == 0) {
+    x->nparams = 4;
+    x->specs = calloc(4, sizeof *x->specs);
+    FSDP_CHECK_ALLOC(x->specs, 4 * sizeof *x->specs);
+    SpecSet(&x->specs[0], "wte", 2, c->vocab_size, C);
+    SpecSet(&x->specs[1], "wpe", 2, c->seq_len, C);
+    SpecSet(&x->specs[2], "ln_f.weight", 1, C, 0);
+    SpecSet(&x->specs[3], "ln_f.bias", 1, C, 0);
+    return FSDP_SUCCESS;
+  }
+  static const char *const names[12] = {
+      "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+      "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+      "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
+  const int64_t shapes[12][2] = {{C, 0}, {C, 0}, {3 * C, C}, {3 * C, 0}, {C, C}, {C, 0},
+                                 {C, 0}, {C, 0}, {4 * C, C}, {4 * C, 0}, {C, 4 * C}, {C, 0}};
+  int first = (u - 1) * wrap, n = wrap;
+  if (first + n > c->n_layer) n = c->n_layer - first;
+  x->nparams = 12 * n;
+  x->specs = calloc((size_t)x->nparams, sizeof *x->specs);
+  FSDP_CHECK_ALLOC(x->specs, (size_t)x->nparams * sizeof *x->specs);
+  for (int l = 0; l < n; l++)
+    for (int p = 0; p < 12; p++) {
+      char name[FSDP_MAX_NAME];
+      snprintf(name, sizeof name, "h.%d.%s", first + l, names[p]);
+      SpecSet(&x->specs[12 * l + p], name, shapes[p][1] ? 2 : 1, shapes[p][0], shapes[p][1]);
+    }
+  return FSDP_SUCCESS;
+}
+
+/* Units of the model as the run registers them, each with a FlatParam for
+ * the planned F (shard rank: my position in my sharding group). */
+static int PlanUnits(const PlanOptions *po, int shard_rank, PlanUnit **out, int *nout)
+{
+  *out = NULL;
+  *nout = 0;
+  /* a runtime on a one-rank topology only records the registration: no
+   * setup, nothing allocated */
+  FsdpTopoOptions to = {0, 0, FSDP_PLACEMENT_BLOCK, 0};
+  FsdpTopo topo = NULL;
+  FsdpColl coll = NULL;
+  FsdpRuntime rt = NULL;
+  GptModel m = NULL;
+  FSDP_CALL(FsdpTopoCreate(MPI_COMM_SELF, &to, &topo));
+  FSDP_CALL(FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &coll));
+  FSDP_CALL(FsdpRuntimeCreate(topo, coll, &po->t.fsdp, &rt));
+  FSDP_CALL(GptModelCreate(&po->t.model, po->t.wrap, po->t.batch_size, po->t.model.seq_len,
+                           FsdpKernelsCpu(), (uint64_t)po->t.seed, &m));
+  FSDP_CALL(GptModelRegister(m, rt));
+  int n = FsdpRuntimeNumUnits(rt);
+  PlanUnit *u = calloc((size_t)n, sizeof *u);
+  FSDP_CHECK_ALLOC(u, (size_t)n * sizeof *u);
+  for (int i = 0; i < n; i++) {
+    PlanUnit *x = &u[i];
+    snprintf(x->name, sizeof x->name, "%s", FsdpRuntimeUnitName(rt, i));
+    x->is_root = FsdpRuntimeUnitIsRoot(rt, i);
+    if (FsdpRuntimeUnitSpecs) {
+      const FsdpParamSpec *s = NULL;
+      FSDP_CALL(FsdpRuntimeUnitSpecs(rt, i, &s, &x->nparams));
+      x->specs = malloc((size_t)x->nparams * sizeof *x->specs + 1);
+      FSDP_CHECK_ALLOC(x->specs, (size_t)x->nparams * sizeof *x->specs);
+      memcpy(x->specs, s, (size_t)x->nparams * sizeof *x->specs);
+    } else {
+      FSDP_CALL(PlanFallbackSpecs(&po->t.model, po->t.wrap, i, x));
+    }
+    FSDP_CALL(FlatParamCreate(x->specs, x->nparams, po->F, shard_rank, &x->fp));
+  }
+  FSDP_CALL(GptModelDestroy(&m));
+  FSDP_CALL(FsdpRuntimeDestroy(&rt));
+  FSDP_CALL(FsdpCollDestroy(&coll));
+  FSDP_CALL(FsdpTopoDestroy(&topo));
+  *out = u;
+  *nout = n;
+  return FSDP_SUCCESS;
+}
+
+static void PlanUnitsFree(PlanUnit *u, int n)
+{
+  for (int i = 0; i < n; i++) {
+    FlatParamDestroy(&u[i].fp);
+    free(u[i].specs);
+  }
+  free(u);
+}
+
+/* My sharding and replica groups as FsdpGroup shapes (size, rank, peers on
+ * my node and elsewhere): [Note: node-first sharding groups] in topo.h,
+ * with nodes numbered by their smallest world rank. */
+static int PlanGroups(const PlanOptions *po, FsdpGroup *shard, FsdpGroup *replica)
+{
+  int W = po->W, G = po->G, F = po->F, N = po->N;
+  int *node_of = malloc((size_t)W * sizeof *node_of), *order = malloc((size_t)W * sizeof *order);
+  if (!node_of || !order) {
+    free(node_of);
+    FSDP_CHECK_ALLOC(NULL, 2 * (size_t)W * sizeof(int));
+  }
+  for (int r = 0; r < W; r++)
+    node_of[r] = po->t.topo.placement == FSDP_PLACEMENT_CYCLIC ? r % N : r / G;
+  int k = 0;
+  for (int n = 0; n < N; n++)
+    for (int r = 0; r < W; r++)
+      if (node_of[r] == n) order[k++] = r;
+  int pos = 0;
+  for (int p = 0; p < W; p++)
+    if (order[p] == po->rank) pos = p;
+  int me = po->rank, sidx = pos / F, spos = pos % F;
+  memset(shard, 0, sizeof *shard);
+  memset(replica, 0, sizeof *replica);
+  shard->comm = replica->comm = MPI_COMM_NULL;
+  shard->name = "sharding";
+  replica->name = "replica";
+  shard->size = F;
+  shard->rank = spos;
+  replica->size = po->R;
+  replica->rank = sidx;
+  for (int j = 0; j < F; j++) {
+    int r = order[sidx * F + j];
+    if (r != me) node_of[r] == node_of[me] ? shard->peers_intra++ : shard->peers_inter++;
+  }
+  for (int j = 0; j < po->R; j++) {
+    int r = order[j * F + spos];
+    if (r != me) node_of[r] == node_of[me] ? replica->peers_intra++ : replica->peers_inter++;
+  }
+  free(node_of);
+  free(order);
+  return FSDP_SUCCESS;
+}
+
+/* The divisors of n as "1 2 4 ...", for messages. */
+static void Divisors(int n, char *buf, size_t size)
+{
+  size_t len = 0;
+  buf[0] = '\0';
+  for (int d = 1; d <= n && len + 16 < size; d++)
+    if (n % d == 0) len += (size_t)snprintf(buf + len, size - len, "%s%d", len ? " " : "", d);
+}
+
+static int PlanOptionsFromDb(FsdpOpts db, PlanOptions *po)
+{
+  memset(po, 0, sizeof *po);
+  int64_t v;
+  const char *g = "Plan";
+  FSDP_CALL(FsdpTrainOptionsFromDb(db, &po->t));
+  FSDP_CALL(FsdpOptsGetInt(db, g, "world_size", "ranks W of the planned run", 4, 1, 1 << 24, &v));
+  po->W = (int)v;
+  FSDP_CALL(FsdpOptsGetInt(db, g, "plan_rank", "world rank whose counters are planned (they equal "
+                           "every rank's when the groups are alike)", 0, 0, 1 << 24, &v));
+  po->rank = (int)v;
+  po->param_dt = po->t.fsdp.param_dtype;
+  po->reduce_dt = po->t.fsdp.reduce_dtype;
+  FSDP_CALL(FsdpOptsGetDouble(db, g, "intra_bw",
+                              "bandwidth (bytes/s) at which a rank receives from peers on its node "
+                              "(0 = no time prediction)",
+                              0, 0, 1e18, &po->intra_bw));
+  FSDP_CALL(FsdpOptsGetDouble(db, g, "inter_bw", "bandwidth in bytes/s of a node's link to the "
+                              "other nodes, shared by its G ranks (0 = no time prediction)", 0, 0,
+                              1e18, &po->inter_bw));
+  FSDP_CALL(FsdpOptsGetDouble(db, g, "flops", "sustained compute rate of one rank in FLOP/s "
+                              "(0 = no time prediction)", 0, 0, 1e21, &po->flops));
+  return FSDP_SUCCESS;
+}
+
+/* Check and complete the topology as FsdpTopoCreate would (same rules). */
+static int PlanTopology(PlanOptions *po)
+{
+  char div[512];
+  int W = po->W;
+  Divisors(W, div, sizeof div);
+  int F = po->t.topo.sharding_factor, G = po->t.topo.ranks_per_node;
+  if (F > W || (F > 0 && W % F))
+    FSDP_ERROR(FSDP_ERR_USAGE,
+               "-sharding_factor %d does not divide the world size %d (choose a divisor of %d: %s)",
+               F, W, W, div);
+  if (G > W || (G > 0 && W % G))
+    FSDP_ERROR(FSDP_ERR_USAGE,
+               "-ranks_per_node %d does not divide the world size %d (choose a divisor of %d: %s; "
+               "0 = one node)",
+               G, W, W, div);
+  if (po->rank >= W)
+    FSDP_ERROR(FSDP_ERR_USAGE, "-plan_rank %d is not a rank of the world size %d", po->rank, W);
+  po->F = F ? F : W;
+  po->G = G ? G : W; /* nothing to detect: one node unless told */
+  po->R = W / po->F;
+  po->N = W / po->G;
+  return FSDP_SUCCESS;
+}
+
+typedef struct {
+  uint64_t bytes[FSDP_COLL_NKINDS], intra[FSDP_COLL_NKINDS], inter[FSDP_COLL_NKINDS];
+  uint64_t calls[FSDP_COLL_NKINDS];
+} PlanComm;
+
+static void AddVolume(PlanComm *c, FsdpCollKind kind, const FsdpGroup *g, int64_t elems,
+                      FsdpDtype dt, uint64_t times)
+{
+  uint64_t b = 0, i = 0, e = 0;
+  FsdpCollVolume(kind, g, (size_t)elems, FsdpDtypeSize(dt), &b, &i, &e);
+  c->bytes[kind] += times * b;
+  c->intra[kind] += times * i;
+  c->inter[kind] += times * e;
+  c->calls[kind] += times;
+}
+
+typedef struct {
+  uint64_t param_shard, grad_shard, low_shard, optim_state, gather_buffer, compute_buffer,
+      grad_buffer, activations;
+  int gather_slots, grad_slots;
+} PlanMemory;
+
+/* Activation and backward-scratch bytes the model allocates in
+ * GptModelSetUp (its list, per layer and shared), for B sequences of T. */
+static uint64_t PlanActivationBytes(const GptConfig *c, int B, int T)
+{
+  uint64_t BT = (uint64_t)B * T, C = (uint64_t)c->n_embd, V = (uint64_t)c->vocab_size;
+  uint64_t att = (uint64_t)B * c->n_head * T * T;
+  uint64_t layer = 16 * BT * C + 4 * BT + 2 * att;
+  uint64_t shared = 16 * BT * C + 3 * BT + 3 * BT * V + 2 * att;
+  return 4 * ((uint64_t)c->n_layer * layer + shared);
+}
+
+static int Run(int argc, char **argv, int *handled_help)
+{
+  FsdpOpts db = NULL;
+  PlanOptions po;
+  *handled_help = 0;
+  FSDP_CALL(FsdpOptsCreate(MPI_COMM_WORLD, argc, argv, &db));
+  int err = PlanOptionsFromDb(db, &po);
+  if (FsdpOptsHelpRequested(db)) {
+    FsdpOptsPrintHelp(db, stdout, kHelp);
+    *handled_help = 1;
+    FsdpOptsDestroy(&db);
+    return FSDP_SUCCESS;
+  }
+  if (!err) err = FsdpOptsCheckUnknown(db);
+  if (!err) err = PlanTopology(&po);
+  if (err) {
+    FsdpOptsDestroy(&db);
+    return err;
+  }
+  FsdpGroup shard, replica;
+  PlanUnit *u = NULL;
+  int nu = 0;
+  FSDP_CALL(PlanGroups(&po, &shard, &replica));
+  FSDP_CALL(PlanUnits(&po, shard.rank, &u, &nu));
+
+  /* memory: [Note: gather memory], [Note: mixed precision] and [Note:
+   * gradient accumulation] in fsdp.h, as FsdpRuntimeSetUp allocates it */
+  const FsdpRuntimeOptions *fo = &po.t.fsdp;
+  PlanMemory mem;
+  memset(&mem, 0, sizeof mem);
+  uint64_t rootP = 0, slotP = 0, sumP = 0;
+  int nonroot = 0;
+  for (int i = 0; i < nu; i++) {
+    uint64_t P = (uint64_t)FlatParamPaddedNumel(u[i].fp);
+    mem.param_shard += (uint64_t)FlatParamShardNumel(u[i].fp) * 4; /* fp32 master shards */
+    sumP += P;
+    if (u[i].is_root) rootP = P;
+    else {
+      nonroot++;
+      if (P > slotP) slotP = P;
+    }
+  }
+  uint64_t kp = FsdpDtypeSize(po.param_dt), kr = FsdpDtypeSize(po.reduce_dt);
+  int low = po.param_dt != FSDP_DTYPE_FP32, lowred = po.reduce_dt != FSDP_DTYPE_FP32;
+  int K = fo->grad_accum > 0 ? fo->grad_accum : 1;
+  mem.grad_shard = mem.param_shard;
+  mem.optim_state = 2 * mem.param_shard; /* AdamW exp_avg, exp_avg_sq */
+  if (low) mem.low_shard = mem.param_shard / 4 * kp;
+  int raf = fo->reshard_after_forward, L = fo->limit_all_gathers;
+  if (po.F > 1) {
+    /* RAF: the unit computing plus the gathers in flight ahead of it
+     * (prefetching runs one unit ahead, capped by L) */
+    int ahead = fo->prefetch == FSDP_PREFETCH_NONE ? 0 : (L == 0 || L > 1) ? 1 : L;
+    mem.gather_slots = (!raf || 1 + ahead > nonroot) ? nonroot : 1 + ahead;
+    mem.gather_buffer = kp * (rootP + (uint64_t)mem.gather_slots * slotP);
+  }
+  if (low) mem.compute_buffer = 4 * (rootP + slotP);
+  /* gradients: the shard itself (F = 1, fp32, no per-micro-step sums), a
+   * persistent fp32 buffer per unit (-accum_comm 0), or a ring of two
+   * slots plus the root's, each an fp32 buffer with the reduce-dtype send
+   * and receive buffers it needs */
+  int grad_is_shard = po.F == 1 && !lowred && (K == 1 || !fo->accum_comm);
+  int persistent = K > 1 && !fo->accum_comm && !grad_is_shard;
+  int with_recv = po.F > 1 && (lowred || (K > 1 && fo->accum_comm));
+  uint64_t F = (uint64_t)po.F;
+  if (persistent) mem.grad_buffer = 4 * sumP;
+  if (!grad_is_shard && !persistent) {
+    mem.grad_slots = nonroot < 2 ? nonroot : 2;
+    uint64_t per[2] = {slotP, rootP};
+    for (int k = 0; k < 2; k++) {
+      uint64_t P = per[k], n = k ? (rootP ? 1 : 0) : (uint64_t)mem.grad_slots;
+      mem.grad_buffer += n * (4 * P + (lowred ? P * kr : 0) + (with_recv ? P / F * kr : 0));
+    }
+  } else if (persistent && lowred) {
+    mem.grad_slots = nonroot < 2 ? nonroot : 2;
+    mem.grad_buffer += (uint64_t)mem.grad_slots * (slotP * kr + (po.F > 1 ? slotP / F * kr : 0));
+    if (rootP) mem.grad_buffer += rootP * kr + (po.F > 1 ? rootP / F * kr : 0);
+  }
+  mem.activations = PlanActivationBytes(&po.t.model, po.t.batch_size, po.t.model.seq_len);
+  uint64_t mem_total = mem.param_shard + mem.grad_shard + mem.low_shard + mem.optim_state +
+                       mem.gather_buffer + mem.compute_buffer + mem.grad_buffer + mem.activations;
+
+  /* per-step collectives: [Note: unit life cycle] in fsdp.h; a unit is
+   * gathered before its first forward stage and, unless it is the root or
+   * NRAF keeps it, again before its backward, in every micro-step; its
+   * gradient is reduce-scattered and, with R > 1, its shard all-reduced
+   * over the replica group, every micro-step (-accum_comm 1) or once
+   * ([Note: gradient accumulation]).  F = 1 issues no gather or
+   * reduce-scatter ([Note: no sharding]). */
+  PlanComm cm;
+  memset(&cm, 0, sizeof cm);
+  uint64_t nred = fo->accum_comm ? (uint64_t)K : 1;
+  for (int i = 0; i < nu; i++) {
+    int64_t P = FlatParamPaddedNumel(u[i].fp), S = FlatParamShardNumel(u[i].fp);
+    if (po.F > 1) {
+      AddVolume(&cm, FSDP_COLL_ALL_GATHER, &shard, P, po.param_dt,
+                (uint64_t)K * ((!u[i].is_root && raf) ? 2 : 1));
+      AddVolume(&cm, FSDP_COLL_REDUCE_SCATTER, &shard, P, po.reduce_dt, nred);
+    }
+    if (po.R > 1) AddVolume(&cm, FSDP_COLL_ALL_REDUCE, &replica, S, po.reduce_dt, nred);
+  }
+  uint64_t intra = 0, inter = 0;
+  for (int k = 0; k < FSDP_COLL_NKINDS; k++) {
+    intra += cm.intra[k];
+    inter += cm.inter[k];
+  }
+
+  /* predicted step time (only with rates given): compute from the usual
+   * 6 N + 6 L T C FLOP per token of training; communication from the bytes
+   * this rank receives, the inter-node part sharing the node's link with
+   * the other G - 1 ranks */
+  const GptConfig *c = &po.t.model;
+  double tokens = (double)po.t.batch_size * c->seq_len;
+  double flop = tokens * (6.0 * (double)GptConfigParamCount(c) +
+                          6.0 * c->n_layer * (double)c->seq_len * c->n_embd);
+  double t_comp = po.flops > 0 ? flop / po.flops : 0.0;
+  double t_intra = po.intra_bw > 0 ? intra / po.intra_bw : 0.0;
+  double t_inter = po.inter_bw > 0 ? (double)po.G * inter / po.inter_bw : 0.0;
+  int predict = po.flops > 0 || po.intra_bw > 0 || po.inter_bw > 0;
+
+  int rank = 0;
+  FSDP_CALL_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  if (rank == 0 && po.t.summary == FSDP_SUMMARY_JSON) {
+    printf("{\"world_size\": %d, \"sharding_factor\": %d, \"replica_size\": %d, "
+           "\"ranks_per_node\": %d, \"nodes\": %d, \"plan_rank\": %d, ",
+           po.W, po.F, po.R, po.G, po.N, po.rank);
+    printf("\"model\": {\"name\": \"%s\", \"n_layer\": %d, \"n_embd\": %d, \"n_head\": %d, "
+           "\"vocab_size\": %d, \"seq_len\": %d, \"param_count\": %lld}, ",
+           po.t.model_name, c->n_layer, c->n_embd, c->n_head, c->vocab_size, c->seq_len,
+           (long long)GptConfigParamCount(c));
+    printf("\"batch_size\": %d, \"wrap\": %d, \"reshard_after_forward\": %d, "
+           "\"limit_all_gathers\": %d, \"grad_accum\": %d, \"accum_comm\": %d, "
+           "\"prefetch\": \"%s\", \"precision\": {\"param_dtype\": \"%s\", "
+           "\"reduce_dtype\": \"%s\"}, ",
+           po.t.batch_size, po.t.wrap, raf, L, K, fo->accum_comm, kPrefetchNames[fo->prefetch],
+           FsdpDtypeNames[po.param_dt], FsdpDtypeNames[po.reduce_dt]);
+    printf("\"units\": [");
+    for (int i = 0; i < nu; i++)
+      printf("%s{\"name\": \"%s\", \"numel\": %lld, \"padded_numel\": %lld, \"shard_numel\": %lld}",
+             i ? ", " : "", u[i].name, (long long)FlatParamNumel(u[i].fp),
+             (long long)FlatParamPaddedNumel(u[i].fp), (long long)FlatParamShardNumel(u[i].fp));
+    printf("], \"memory\": {\"param_shard_bytes\": %llu, \"grad_shard_bytes\": %llu, "
+           "\"low_shard_bytes\": %llu, \"optim_state_bytes\": %llu, "
+           "\"gather_buffer_bytes\": %llu, \"grad_buffer_bytes\": %llu, "
+           "\"compute_buffer_bytes\": %llu, \"gather_slots\": %d, \"grad_slots\": %d, "
+           "\"activation_bytes\": %llu, \"total_bytes\": %llu}, ",
+           (unsigned long long)mem.param_shard, (unsigned long long)mem.grad_shard,
+           (unsigned long long)mem.low_shard, (unsigned long long)mem.optim_state,
+           (unsigned long long)mem.gather_buffer, (unsigned long long)mem.grad_buffer,
+           (unsigned long long)mem.compute_buffer, mem.gather_slots, mem.grad_slots,
+           (unsigned long long)mem.activations, (unsigned long long)mem_total);
+    printf("\"comm_per_step\": {\"all_gather_bytes\": %llu, \"reduce_scatter_bytes\": %llu, "
+           "\"all_reduce_bytes\": %llu, \"all_gather_calls\": %llu, "
+           "\"reduce_scatter_calls\": %llu, \"all_reduce_calls\": %llu, "
+           "\"intra_node_bytes\": %llu, \"inter_node_bytes\": %llu",
+           (unsigned long long)cm.bytes[FSDP_COLL_ALL_GATHER],
+           (unsigned long long)cm.bytes[FSDP_COLL_REDUCE_SCATTER],
+           (unsigned long long)cm.bytes[FSDP_COLL_ALL_REDUCE],
+           (unsigned long long)cm.calls[FSDP_COLL_ALL_GATHER],
+           (unsigned long long)cm.calls[FSDP_COLL_REDUCE_SCATTER],
+           (unsigned long long)cm.calls[FSDP_COLL_ALL_REDUCE], (unsigned long long)intra,
+           (unsigned long long)inter);
+    static const char *const kKey[FSDP_COLL_NKINDS] = {"all_gather", "reduce_scatter",
+                                                       "all_reduce"};
+    for (int k = 0; k < FSDP_COLL_NKINDS; k++)
+      printf(", \"%s_intra_node_bytes\": %llu, \"%s_inter_node_bytes\": %llu", kKey[k],
+             (unsigned long long)cm.intra[k], kKey[k], (unsigned long long)cm.inter[k]);
+    printf("}");
+    if (predict)
+      printf(", \"prediction\": {\"flop_per_step\": %.6g, \"compute_s\": %.6g, "
+             "\"intra_comm_s\": %.6g, \"inter_comm_s\": %.6g, \"step_time_s_no_overlap\": %.6g, "
+             "\"step_time_s_full_overlap\": %.6g}",
+             flop, t_comp, t_intra, t_inter, t_comp + t_intra + t_inter,
+             t_comp > t_intra + t_inter ? t_comp : t_intra + t_inter);
+    printf("}\n");
+  } else if (rank == 0) {
+    const char *mode = po.W == 1      ? ""
+                       : po.F == po.W ? "full sharding"
+                       : po.F == 1    ? "replication"
+                                      : "hybrid";
+    printf("fsdp-plan: %s (%lld parameters) on %d ranks (%d nodes x %d), F %d, R %d%s%s, "
+           "wrap %d, %s, limit %d, prefetch %s, params %s, reduce %s, grad_accum %d%s; rank %d\n",
+           po.t.model_name, (long long)GptConfigParamCount(c), po.W, po.N, po.G, po.F, po.R,
+           mode[0] ? ": " : "", mode, po.t.wrap, raf ? "RAF" : "NRAF", L,
+           kPrefetchNames[fo->prefetch], FsdpDtypeNames[po.param_dt],
+           FsdpDtypeNames[po.reduce_dt], K, K > 1 && !fo->accum_comm ? " (reduce once)" : "",
+           po.rank);
+    printf("%-10s %14s %14s %14s\n", "unit", "numel", "padded", "shard");
+    for (int i = 0; i < nu; i++)
+      printf("%-10s %14lld %14lld %14lld\n", u[i].name, (long long)FlatParamNumel(u[i].fp),
+             (long long)FlatParamPaddedNumel(u[i].fp), (long long)FlatParamShardNumel(u[i].fp));
+    const double MiB = 1048576.0;
+    printf("memory per rank (MiB): param shards %.2f (+ %s copies %.2f) | grad shards %.2f | "
+           "optimizer %.2f | gather ring %.2f (%d slots + root) | fp32 compute buffers %.2f | "
+           "grad buffers %.2f | activations %.2f | total %.2f\n",
+           mem.param_shard / MiB, FsdpDtypeNames[po.param_dt], mem.low_shard / MiB,
+           mem.grad_shard / MiB, mem.optim_state / MiB, mem.gather_buffer / MiB,
+           mem.gather_slots, mem.compute_buffer / MiB, mem.grad_buffer / MiB,
+           mem.activations / MiB, mem_total / MiB);
+    printf("%-15s %8s %16s %16s %16s\n", "per step", "calls", "bytes", "intra-node", "inter-node");
+    for (int k = 0; k < FSDP_COLL_NKINDS; k++)
+      printf("%-15s %8llu %16llu %16llu %16llu\n", FsdpCollKindNames[k],
+             (unsigned long long)cm.calls[k], (unsigned long long)cm.bytes[k],
+             (unsigned long long)cm.intra[k], (unsigned long long)cm.inter[k]);
+    printf("%-15s %8s %16llu %16llu %16llu\n", "total", "", (unsigned long long)(intra + inter),
+           (unsigned long long)intra, (unsigned long long)inter);
+    if (predict)
+      printf("predicted step: compute %.4g s + intra-node %.4g s + inter-node %.4g s = %.4g s "
+             "without overlap, %.4g s with full overlap\n",
+             t_comp, t_intra, t_inter, t_comp + t_intra + t_inter,
+             t_comp > t_intra + t_inter ? t_comp : t_intra + t_inter);
+  }
+  fflush(stdout);
+  PlanUnitsFree(u, nu);
+  FsdpOptsDestroy(&db);
+  return FSDP_SUCCESS;
+}
+
+int main(int argc, char **argv)
+{
+  int err = FsdpInitialize(&argc, &argv);
+  if (err) {
+    FsdpFinalize();
+    return FsdpExitStatus(err);
+  }
+  int help = 0;
+  err = Run(argc, argv, &help);
+  FsdpFinalize();
+  return FsdpExitStatus(err);
+}

@@ -1,0 +1,128 @@
+#!/bin/sh
+# test_plan.sh: fsdp-plan's numbers equal what fsdp-train measures.
+# For each configuration (full, hybrid, replicated, RAF/NRAF, fp32/bf16,
+# wrap and limiter, gradient accumulation, cyclic placement, sharding
+# across nodes, odd sizes that need padding) fsdp-train runs 2 steps at W
+# ranks and fsdp-plan plans the same options with -world_size W; every
+# unit's numel and padded numel, the shard, optimizer, gather-ring, compute
+# and gradient buffer bytes, and per-step bytes and calls of every
+# collective kind with their intra/inter-node split must be equal, exactly.
+# Then: gpt-175b on 512 ranks (8 per node) plans in under a second, with
+# shards summing to the model; bad topology options are usage errors.
+#   usage: test_plan.sh MPIEXEC "PREFLAGS" BINDIR   (BINDIR holds fsdp-train and fsdp-plan)
+set -u
+MPIEXEC=$1
+PREFLAGS=$2
+BIN=$3
+tmp=$(mktemp -d /tmp/fsdp_test_plan.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+checks=0
+
+# compare NAME NP OPTIONS...: run both, compare the JSON summaries
+compare() {
+  name=$1 np=$2
+  shift 2
+  checks=$((checks + 1))
+  # shellcheck disable=SC2086
+  if ! timeout 120 "$MPIEXEC" $PREFLAGS -n "$np" "$BIN/fsdp-train" -steps 2 -log_every 0 \
+       -summary json "$@" >"$tmp/train.out" 2>"$tmp/train.err"; then
+    echo "FAIL: $name: fsdp-train $* at $np ranks failed:"; tail -n 5 "$tmp/train.err" | sed 's/^/    /'
+    fails=$((fails + 1)); return
+  fi
+  if ! timeout 60 "$BIN/fsdp-plan" -world_size "$np" -steps 2 -summary json "$@" \
+       >"$tmp/plan.out" 2>"$tmp/plan.err"; then
+    echo "FAIL: $name: fsdp-plan -world_size $np $* failed:"; tail -n 5 "$tmp/plan.err" | sed 's/^/    /'
+    fails=$((fails + 1)); return
+  fi
+  if python3 - "$name" "$tmp/train.out" "$tmp/plan.out" <<'PY'
+import json, sys
+name, tf, pf = sys.argv[1:]
+t = json.loads(open(tf).read().strip().splitlines()[-1])
+p = json.loads(open(pf).read().strip().splitlines()[-1])
+keys = ["world_size", "sharding_factor", "replica_size", "ranks_per_node", "nodes"]
+keys += ["memory." + k for k in ("param_shard_bytes", "grad_shard_bytes", "optim_state_bytes",
+                                "gather_buffer_bytes", "compute_buffer_bytes", "grad_buffer_bytes")]
+keys += ["comm_per_step." + k for k in ("all_gather_bytes", "reduce_scatter_bytes", "all_reduce_bytes",
+                                        "all_gather_calls", "reduce_scatter_calls", "all_reduce_calls",
+                                        "intra_node_bytes", "inter_node_bytes")]
+def get(d, k):
+    for part in k.split("."):
+        d = d.get(part) if isinstance(d, dict) else None
+    return d
+bad = [(k, get(t, k), get(p, k)) for k in keys if get(t, k) is None or get(t, k) != get(p, k)]
+tu = [(u["name"], u["numel"], u["padded_numel"]) for u in t["units"]]
+pu = [(u["name"], u["numel"], u["padded_numel"]) for u in p["units"]]
+if tu != pu:
+    first = next((i for i in range(min(len(tu), len(pu))) if tu[i] != pu[i]), min(len(tu), len(pu)))
+    bad.append(("units (%d vs %d), first differing #%d" % (len(tu), len(pu), first),
+                tu[first] if first < len(tu) else None, pu[first] if first < len(pu) else None))
+if bad:
+    print("FAIL: %s: fsdp-plan differs from fsdp-train's measured counters:" % name)
+    for k, a, b in bad:
+        print("    %-36s measured %-14s planned %s" % (k, a, b))
+    sys.exit(1)
+c = t["comm_per_step"]
+print("ok: %s: %d units, shard %d B, gather ring %d B, per step AG %d RS %d AR %d B, inter-node %d B"
+      % (name, len(tu), t["memory"]["param_shard_bytes"], t["memory"]["gather_buffer_bytes"],
+         c["all_gather_bytes"], c["reduce_scatter_bytes"], c["all_reduce_bytes"], c["inter_node_bytes"]))
+PY
+  then :; else fails=$((fails + 1)); fi
+}
+
+compare "full sharding F=4" 4 -model tiny
+compare "full sharding across 2 nodes" 4 -model tiny -ranks_per_node 2
+compare "hybrid F=2 on 2 nodes" 4 -model tiny -sharding_factor 2 -ranks_per_node 2
+compare "hybrid, cyclic placement" 4 -model tiny -sharding_factor 2 -ranks_per_node 2 -rank_placement cyclic
+compare "replicated F=1 on 2 nodes" 4 -model tiny -sharding_factor 1 -ranks_per_node 2
+compare "NRAF" 4 -model tiny -reshard_after_forward 0
+compare "bf16 params and reductions, hybrid" 4 -model tiny -sharding_factor 2 -ranks_per_node 2 \
+  -param_dtype bf16 -reduce_dtype bf16
+compare "bf16 params, fp32 reductions, NRAF" 4 -model tiny -param_dtype bf16 -reshard_after_forward 0
+compare "replicated with bf16 reductions" 2 -model tiny -sharding_factor 1 -reduce_dtype bf16
+compare "wrap 2, no prefetch, limit 1" 2 -model custom -n_layer 3 -n_embd 24 -n_head 3 \
+  -vocab_size 50 -seq_len 8 -wrap 2 -prefetch none -limit_all_gathers 1
+compare "prefetch both, no limit" 4 -model tiny -prefetch both -limit_all_gathers 0
+compare "grad_accum 2, reduce once" 4 -model tiny -sharding_factor 2 -ranks_per_node 2 -grad_accum 2 \
+  -accum_comm 0
+compare "grad_accum 2, reduce every micro-step, bf16" 4 -model tiny -grad_accum 2 -accum_comm 1 \
+  -reduce_dtype bf16
+
+# gpt-175b at scale: quick, and the shards add up to the model
+checks=$((checks + 1))
+start=$(date +%s.%N)
+if "$BIN/fsdp-plan" -world_size 512 -ranks_per_node 8 -model gpt-175b -summary json >"$tmp/big.out" 2>&1; then
+  end=$(date +%s.%N)
+  if python3 - "$tmp/big.out" "$start" "$end" <<'PY'
+import json, sys
+p = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+secs = float(sys.argv[3]) - float(sys.argv[2])
+n = p["model"]["param_count"]
+shard = p["memory"]["param_shard_bytes"]
+padded = sum(u["padded_numel"] for u in p["units"])
+ok = secs < 1.0 and len(p["units"]) == 97 and shard * 512 == 4 * padded and 0 <= padded - n < 97 * 512 * 32
+ok = ok and p["comm_per_step"]["inter_node_bytes"] > 0 and p["nodes"] == 64
+print("%s: gpt-175b on 512 ranks planned in %.2f s: %d params, %d units, %.2f GiB of shards per rank, "
+      "%.1f GB inter-node per step" % ("ok" if ok else "FAIL", secs, n, len(p["units"]),
+                                        shard / 2**30, p["comm_per_step"]["inter_node_bytes"] / 1e9))
+sys.exit(0 if ok else 1)
+PY
+  then :; else fails=$((fails + 1)); fi
+else
+  echo "FAIL: fsdp-plan gpt-175b: $(tail -n 3 "$tmp/big.out")"; fails=$((fails + 1))
+fi
+
+# usage errors name the option
+for bad in "-sharding_factor 3" "-ranks_per_node 3" "-plan_rank 9"; do
+  checks=$((checks + 1))
+  opt=${bad%% *}
+  # shellcheck disable=SC2086
+  "$BIN/fsdp-plan" -world_size 4 $bad >"$tmp/bad.out" 2>&1
+  st=$?
+  if [ $st -eq 2 ] && grep -q -- "$opt" "$tmp/bad.out"; then echo "ok: fsdp-plan $bad -> 2: $(grep -m1 -- "$opt" "$tmp/bad.out")"
+  else echo "FAIL: fsdp-plan -world_size 4 $bad: status $st, output: $(head -n 2 "$tmp/bad.out")"; fails=$((fails + 1)); fi
+done
+
+if [ "$fails" -gt 0 ]; then echo "test_plan: $fails of $checks checks failed"; exit 1; fi
+echo "test_plan: all $checks checks passed"
+exit 0
