@@ -4,6 +4,7 @@
 #ifndef FSDP_TEST_MODEL_H
 #define FSDP_TEST_MODEL_H
 
+#include <stdio.h>
 #include <string.h>
 
 #include "libfsdp.h"
@@ -88,6 +89,26 @@ static inline double test_gpt_step(TestGpt *g, const int *inputs, const int *tar
   TCALL(FsdpRuntimeForwardBackward(g->rt, g->model, 0, 1));
   TCALL(FsdpRuntimeFinishGradients(g->rt));
   return GptModelLoss(g->model);
+}
+
+/* Collective on comm.  A trainer built from an option string, as
+ * fsdp-train builds it from argv (unknown options are an error). */
+static inline FsdpTrainer test_make_trainer(MPI_Comm comm, const char *options, FsdpOpts *db_out)
+{
+  char buf[2048];
+  snprintf(buf, sizeof buf, "test %s", options);
+  char *argv[128];
+  int argc = 0;
+  for (char *t = strtok(buf, " "); t && argc < 127; t = strtok(NULL, " ")) argv[argc++] = t;
+  FsdpOpts db = NULL;
+  TCALL(FsdpOptsCreate(comm, argc, argv, &db));
+  FsdpTrainOptions o;
+  TCALL(FsdpTrainOptionsFromDb(db, &o));
+  TCALL(FsdpOptsCheckUnknown(db));
+  FsdpTrainer tr = NULL;
+  TCALL(FsdpTrainerCreate(comm, &o, &tr));
+  *db_out = db;
+  return tr;
 }
 
 #endif

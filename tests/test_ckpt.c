@@ -28,6 +28,7 @@
 #include "ckpt.h"
 #include "h5util.h"
 #include "libfsdp.h"
+#include "fsdp_test_model.h"
 #include "testutil.h"
 
 static int rank, W;
@@ -633,22 +634,6 @@ static void test_directory(const char *base)
 
 /* ---- a trained model ---------------------------------------------------- */
 
-static FsdpTrainer make_trainer(MPI_Comm comm, const char *options, FsdpOpts *db_out)
-{
-  char buf[1024];
-  snprintf(buf, sizeof buf, "test %s", options);
-  char *argv[64];
-  int argc = 0;
-  for (char *t = strtok(buf, " "); t && argc < 63; t = strtok(NULL, " ")) argv[argc++] = t;
-  FsdpOpts db = NULL;
-  TCALL(FsdpOptsCreate(comm, argc, argv, &db));
-  FsdpTrainOptions o;
-  TCALL(FsdpTrainOptionsFromDb(db, &o));
-  FsdpTrainer tr = NULL;
-  TCALL(FsdpTrainerCreate(comm, &o, &tr));
-  *db_out = db;
-  return tr;
-}
 
 /* Train at W (full sharding), save, load on one rank: the gathered units
  * are bitwise those of the trained model. */
@@ -658,7 +643,7 @@ static void test_trained(const char *dir)
   snprintf(path, sizeof path, "%s/trained.h5", dir);
   snprintf(opts, sizeof opts, "-model tiny -steps 3 -batch_size 1 -log_every 0 -seed 5");
   FsdpOpts db = NULL;
-  FsdpTrainer tr = make_trainer(MPI_COMM_WORLD, opts, &db);
+  FsdpTrainer tr = test_make_trainer(MPI_COMM_WORLD, opts, &db);
   for (int s = 0; s < 3; s++) TCALL(FsdpTrainerStep(tr, NULL));
   FsdpRuntime rt = FsdpTrainerRuntime(tr);
   FsdpCkptMeta m;
@@ -676,7 +661,7 @@ static void test_trained(const char *dir)
   }
   if (rank == 0) {
     FsdpOpts db1 = NULL;
-    FsdpTrainer one = make_trainer(MPI_COMM_SELF, opts, &db1);
+    FsdpTrainer one = test_make_trainer(MPI_COMM_SELF, opts, &db1);
     FsdpRuntime r1 = FsdpTrainerRuntime(one);
     FsdpCkptMeta got;
     TCALL(FsdpCkptLoad(r1, FsdpTrainerOptim(one), path, GptModelConfig(FsdpTrainerModel(one)), &got));

@@ -15,33 +15,17 @@
 #include <string.h>
 
 #include "libfsdp.h"
+#include "fsdp_test_model.h"
 #include "testutil.h"
 
 #define MAXSTEPS 50
 
-static FsdpTrainer make_trainer(const char *options, FsdpOpts *db_out)
-{
-  char buf[1024];
-  snprintf(buf, sizeof buf, "test %s", options);
-  char *argv[64];
-  int argc = 0;
-  for (char *t = strtok(buf, " "); t && argc < 63; t = strtok(NULL, " ")) argv[argc++] = t;
-  FsdpOpts db = NULL;
-  TCALL(FsdpOptsCreate(MPI_COMM_WORLD, argc, argv, &db));
-  FsdpTrainOptions o;
-  TCALL(FsdpTrainOptionsFromDb(db, &o));
-  TCALL(FsdpOptsCheckUnknown(db));
-  FsdpTrainer tr = NULL;
-  TCALL(FsdpTrainerCreate(MPI_COMM_WORLD, &o, &tr));
-  *db_out = db;
-  return tr;
-}
 
 /* Run `steps` steps; losses into out; counters per step into *c. */
 static FsdpTrainer run(const char *options, int steps, double *out, FsdpCommCounters *c)
 {
   FsdpOpts db;
-  FsdpTrainer tr = make_trainer(options, &db);
+  FsdpTrainer tr = test_make_trainer(MPI_COMM_WORLD, options, &db);
   for (int s = 0; s < steps; s++) TCALL(FsdpTrainerStep(tr, &out[s]));
   if (c) FsdpTrainerCommTotals(tr, c);
   FsdpOptsDestroy(&db);

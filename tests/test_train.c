@@ -12,28 +12,11 @@
 #include <string.h>
 
 #include "libfsdp.h"
+#include "fsdp_test_model.h"
 #include "testutil.h"
 
 #define STEPS 20
 
-/* Build a trainer on comm from an option string. */
-static FsdpTrainer make_trainer(MPI_Comm comm, const char *options, FsdpOpts *db_out)
-{
-  char buf[1024];
-  snprintf(buf, sizeof buf, "test %s", options);
-  char *argv[64];
-  int argc = 0;
-  for (char *t = strtok(buf, " "); t && argc < 63; t = strtok(NULL, " ")) argv[argc++] = t;
-  FsdpOpts db = NULL;
-  TCALL(FsdpOptsCreate(comm, argc, argv, &db));
-  FsdpTrainOptions o;
-  TCALL(FsdpTrainOptionsFromDb(db, &o));
-  TCALL(FsdpOptsCheckUnknown(db));
-  FsdpTrainer tr = NULL;
-  TCALL(FsdpTrainerCreate(comm, &o, &tr));
-  *db_out = db;
-  return tr;
-}
 
 static int64_t padded(int64_t numel, int F)
 {
@@ -135,7 +118,7 @@ static int test_equivalence(void)
   FsdpOpts db = NULL;
   if (rank == 0) {
     snprintf(opts, sizeof opts, "%s -batch_size %d", common, 2 * W);
-    FsdpTrainer tr = make_trainer(MPI_COMM_SELF, opts, &db);
+    FsdpTrainer tr = test_make_trainer(MPI_COMM_SELF, opts, &db);
     for (int s = 0; s < STEPS; s++) {
       TCALL(FsdpTrainerStep(tr, &ref_loss[s]));
       ref_norm[s] = FsdpTrainerLastGradNorm(tr);
@@ -150,12 +133,12 @@ static int test_equivalence(void)
   /* sharded init: every unit gathered at W ranks equals the one-rank model bitwise */
   {
     snprintf(opts, sizeof opts, "%s -batch_size 2", common);
-    FsdpTrainer tr = make_trainer(MPI_COMM_WORLD, opts, &db);
+    FsdpTrainer tr = test_make_trainer(MPI_COMM_WORLD, opts, &db);
     FsdpTrainer ref = NULL;
     FsdpOpts dbr = NULL;
     if (rank == 0) {
       snprintf(opts, sizeof opts, "%s -batch_size 2", common);
-      ref = make_trainer(MPI_COMM_SELF, opts, &dbr);
+      ref = test_make_trainer(MPI_COMM_SELF, opts, &dbr);
     }
     FsdpRuntime rt = FsdpTrainerRuntime(tr);
     for (int u = 0; u < FsdpRuntimeNumUnits(rt); u++) {
@@ -189,7 +172,7 @@ static int test_equivalence(void)
     Config *c = &cfgs[k];
     snprintf(opts, sizeof opts, "%s -batch_size 2 -sharding_factor %d -ranks_per_node %d -reshard_after_forward %d",
              common, c->F, c->G, c->raf);
-    FsdpTrainer tr = make_trainer(MPI_COMM_WORLD, opts, &db);
+    FsdpTrainer tr = test_make_trainer(MPI_COMM_WORLD, opts, &db);
     double worst = 0.0, worst_norm = 0.0;
     for (int s = 0; s < STEPS; s++) {
       double loss;
@@ -212,7 +195,7 @@ static int test_equivalence(void)
   for (int k = 0; k < 3; k++) {
     Config c = {W, 0, 1, 2, k == 0};
     snprintf(opts, sizeof opts, "%s -batch_size 2 -prefetch %s -limit_all_gathers %d", common, pf[k], k + 1);
-    FsdpTrainer tr = make_trainer(MPI_COMM_WORLD, opts, &db);
+    FsdpTrainer tr = test_make_trainer(MPI_COMM_WORLD, opts, &db);
     for (int s = 0; s < STEPS; s++) {
       double loss;
       TCALL(FsdpTrainerStep(tr, &loss));
@@ -226,7 +209,7 @@ static int test_equivalence(void)
   for (int raf = 0; raf <= 1; raf++) {
     Config c = {W, 0, raf, 5, 0};
     snprintf(opts, sizeof opts, "-model tiny -n_layer 5 -steps 2 -log_every 0 -batch_size 1 -reshard_after_forward %d", raf);
-    FsdpTrainer tr = make_trainer(MPI_COMM_WORLD, opts, &db);
+    FsdpTrainer tr = test_make_trainer(MPI_COMM_WORLD, opts, &db);
     for (int s = 0; s < 2; s++) TCALL(FsdpTrainerStep(tr, NULL));
     check_formulas(tr, &c, W, 2);
     TCALL(FsdpTrainerDestroy(&tr));
@@ -240,7 +223,7 @@ static int test_learning(void)
   int rank;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   FsdpOpts db = NULL;
-  FsdpTrainer tr = make_trainer(MPI_COMM_WORLD, "-log_every 0", &db); /* the demo's defaults */
+  FsdpTrainer tr = test_make_trainer(MPI_COMM_WORLD, "-log_every 0", &db); /* the demo's defaults */
   TCALL(FsdpTrainerRun(tr, stdout));
   int64_t n = FsdpTrainerStepsDone(tr);
   const double *l = FsdpTrainerLosses(tr);
