@@ -90,6 +90,7 @@ struct FsdpRuntime_ {
   int norder, have_prev_order;
   /* live unsharded bytes and their peaks */
   uint64_t live_params, live_grads, peak_params, peak_grads;
+  uint64_t grad_buffer_bytes; /* everything allocated under FSDP_MEM_REDUCE */
   FsdpPhase phase;
 };
 
@@ -250,16 +251,23 @@ static int GradIsShard(FsdpRuntime rt)
          (rt->opt.grad_accum == 1 || !rt->opt.accum_comm);
 }
 
+/* Unsharded gradient memory, counted per runtime for the summary. */
+static int ReduceAlloc(FsdpRuntime rt, size_t bytes, void *ptr)
+{
+  rt->grad_buffer_bytes += bytes;
+  return FsdpMalloc(FSDP_MEM_REDUCE, bytes, ptr);
+}
+
 static int AllocGradSlot(FsdpRuntime rt, GradSlot *g, int64_t P)
 {
   g->owner = -1;
   g->done = FSDP_EVENT_NULL;
-  FSDP_CALL(FsdpMalloc(FSDP_MEM_REDUCE, (size_t)P * sizeof(float), &g->grad));
+  FSDP_CALL(ReduceAlloc(rt, (size_t)P * sizeof(float), &g->grad));
   if (rt->opt.reduce_dtype != FSDP_DTYPE_FP32)
-    FSDP_CALL(FsdpMalloc(FSDP_MEM_REDUCE, (size_t)P * rt->kred, &g->send));
+    FSDP_CALL(ReduceAlloc(rt, (size_t)P * rt->kred, &g->send));
   if (rt->F > 1 && (rt->opt.reduce_dtype != FSDP_DTYPE_FP32 ||
                     (rt->opt.grad_accum > 1 && rt->opt.accum_comm)))
-    FSDP_CALL(FsdpMalloc(FSDP_MEM_REDUCE, (size_t)(P / rt->F) * rt->kred, &g->recv));
+    FSDP_CALL(ReduceAlloc(rt, (size_t)(P / rt->F) * rt->kred, &g->recv));
   return FSDP_SUCCESS;
 }
 
@@ -279,7 +287,7 @@ int FsdpRuntimeSetUp(FsdpRuntime rt)
     FSDP_CALL(FsdpMalloc(FSDP_MEM_PARAMS, (size_t)x->shard_numel * sizeof(float), &x->shard));
     FSDP_CALL(FsdpMalloc(FSDP_MEM_GRADS, (size_t)x->shard_numel * sizeof(float), &x->grad_shard));
     if (low) FSDP_CALL(FsdpMalloc(FSDP_MEM_PARAMS, (size_t)x->shard_numel * rt->klow, &x->low_shard));
-    if (persistent) FSDP_CALL(FsdpMalloc(FSDP_MEM_REDUCE, (size_t)x->P * sizeof(float), &x->acc_grad));
+    if (persistent) FSDP_CALL(ReduceAlloc(rt, (size_t)x->P * sizeof(float), &x->acc_grad));
     x->param_views = calloc((size_t)x->nparams + 1, sizeof(float *));
     x->grad_views = calloc((size_t)x->nparams + 1, sizeof(float *));
     FSDP_CHECK_ALLOC(x->param_views, sizeof(float *));
@@ -325,15 +333,15 @@ int FsdpRuntimeSetUp(FsdpRuntime rt)
     for (int s = 0; s < rt->nrslots; s++) {
       GradSlot *g = &rt->rslots[s];
       g->owner = -1;
-      FSDP_CALL(FsdpMalloc(FSDP_MEM_REDUCE, (size_t)rt->slot_numel * rt->kred, &g->send));
+      FSDP_CALL(ReduceAlloc(rt, (size_t)rt->slot_numel * rt->kred, &g->send));
       if (rt->F > 1)
-        FSDP_CALL(FsdpMalloc(FSDP_MEM_REDUCE, (size_t)(rt->slot_numel / rt->F) * rt->kred, &g->recv));
+        FSDP_CALL(ReduceAlloc(rt, (size_t)(rt->slot_numel / rt->F) * rt->kred, &g->recv));
     }
     if (rootP) {
       rt->root_rslot.owner = -1;
-      FSDP_CALL(FsdpMalloc(FSDP_MEM_REDUCE, (size_t)rootP * rt->kred, &rt->root_rslot.send));
+      FSDP_CALL(ReduceAlloc(rt, (size_t)rootP * rt->kred, &rt->root_rslot.send));
       if (rt->F > 1)
-        FSDP_CALL(FsdpMalloc(FSDP_MEM_REDUCE, (size_t)(rootP / rt->F) * rt->kred, &rt->root_rslot.recv));
+        FSDP_CALL(ReduceAlloc(rt, (size_t)(rootP / rt->F) * rt->kred, &rt->root_rslot.recv));
     }
   }
   rt->order = calloc((size_t)rt->nunits, sizeof *rt->order);
@@ -833,7 +841,7 @@ void FsdpRuntimeGetMemory(FsdpRuntime rt, FsdpRuntimeMemory *m)
   uint64_t slotP = (uint64_t)rt->slot_numel;
   if (rt->F > 1) m->gather_buffer_bytes = (rootP + (uint64_t)rt->ngslots * slotP) * rt->klow;
   if (rt->opt.param_dtype != FSDP_DTYPE_FP32) m->compute_buffer_bytes = (rootP + slotP) * sizeof(float);
-  m->grad_buffer_bytes = FsdpMemCurrent(FSDP_MEM_REDUCE);
+  m->grad_buffer_bytes = rt->grad_buffer_bytes;
   m->gather_slots = rt->ngslots;
   m->grad_slots = rt->nrslots;
 }
