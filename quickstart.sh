@@ -3,6 +3,7 @@
 #
 #   ./quickstart.sh demo    # train the default model on 4 ranks
 #   ./quickstart.sh test    # the whole test suite (ctest)
+#   ./quickstart.sh build   # only install and build
 #
 # Works on a fresh Debian 12 machine as root or with sudo.  Idempotent: packages
 # already installed and an existing build are reused.  Environment knobs:
@@ -16,8 +17,8 @@ cd "$(dirname "$0")"
 top=$(pwd)
 what=${1:-}
 case "$what" in
-  demo|test) ;;
-  *) echo "usage: $0 demo|test" >&2; exit 2 ;;
+  demo|test|build) ;;
+  *) echo "usage: $0 demo|test|build" >&2; exit 2 ;;
 esac
 
 # ---- 1. Debian packages -----------------------------------------------------
@@ -53,6 +54,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
 case "$what" in
+  build) exit 0 ;;
   demo) exec mpiexec -n "${FSDP_NP:-4}" ./src/fsdp-train ${FSDP_DEMO_OPTIONS:-} ;;
   test) exec make check ;;
 esac

@@ -4,6 +4,8 @@
 #endif
 #include "ckpt.h"
 
+#include "device.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -43,8 +45,65 @@ static const char *const kKindGroup[NKINDS] = {"/model", "/optim/exp_avg", "/opt
 
 static MPI_Comm WorldComm(FsdpRuntime rt) { return FsdpTopoWorld(FsdpRuntimeTopo(rt))->comm; }
 
+/* [Note: device staging] On a GPU the shards live in device memory; a
+ * save first copies them to host staging buffers and a load reads into
+ * staging buffers and then copies them to the device, so the HDF5 code
+ * below always sees host memory.  g_stage[kind * units + unit] while set. */
+static float **g_stage = NULL;
+
+static float *DeviceShard(FsdpRuntime rt, FsdpOptim opt, int kind, int unit)
+{
+  switch (kind) {
+  case KIND_PARAM: return FsdpRuntimeUnitShard(rt, unit);
+  case KIND_EXP_AVG: return opt ? FsdpOptimExpAvg(opt, unit) : NULL;
+  default: return opt ? FsdpOptimExpAvgSq(opt, unit) : NULL;
+  }
+}
+
+static int StageDestroy(FsdpRuntime rt, FsdpOptim opt, int to_device);
+
+/* Not collective.  to_host: fill the staging buffers from the device. */
+static int StageCreate(FsdpRuntime rt, FsdpOptim opt, int to_host)
+{
+  if (FsdpDeviceGetKind() == FSDP_DEVICE_CPU) return FSDP_SUCCESS;
+  int n = FsdpRuntimeNumUnits(rt);
+  g_stage = calloc((size_t)NKINDS * (size_t)n, sizeof *g_stage);
+  FSDP_CHECK_ALLOC(g_stage, sizeof *g_stage);
+  for (int k = 0; k < NKINDS; k++)
+    for (int u = 0; u < n; u++) {
+      float *dev = DeviceShard(rt, opt, k, u);
+      if (!dev) continue;
+      size_t bytes = (size_t)FlatParamShardNumel(FsdpRuntimeUnitFlatParam(rt, u)) * sizeof(float);
+      int err = FsdpMalloc(FSDP_MEM_OTHER, bytes, &g_stage[k * n + u]);
+      if (!err && to_host) err = FsdpDeviceCopyToHost(g_stage[k * n + u], dev, bytes);
+      if (err) {
+        StageDestroy(rt, opt, 0);
+        return err;
+      }
+    }
+  return FSDP_SUCCESS;
+}
+
+/* Not collective.  to_device: copy the staging buffers to the device. */
+static int StageDestroy(FsdpRuntime rt, FsdpOptim opt, int to_device)
+{
+  if (!g_stage) return FSDP_SUCCESS;
+  int n = FsdpRuntimeNumUnits(rt), err = FSDP_SUCCESS;
+  for (int k = 0; k < NKINDS; k++)
+    for (int u = 0; u < n; u++) {
+      float *dev = DeviceShard(rt, opt, k, u);
+      size_t bytes = (size_t)FlatParamShardNumel(FsdpRuntimeUnitFlatParam(rt, u)) * sizeof(float);
+      if (dev && to_device && !err) err = FsdpDeviceCopyFromHost(dev, g_stage[k * n + u], bytes);
+      FsdpFree(&g_stage[k * n + u]);
+    }
+  free(g_stage);
+  g_stage = NULL;
+  return err;
+}
+
 static float *KindShard(FsdpRuntime rt, FsdpOptim opt, int kind, int unit)
 {
+  if (g_stage) return g_stage[kind * FsdpRuntimeNumUnits(rt) + unit];
   switch (kind) {
   case KIND_PARAM: return FsdpRuntimeUnitShard(rt, unit);
   case KIND_EXP_AVG: return FsdpOptimExpAvg(opt, unit);
@@ -672,7 +731,13 @@ int FsdpCkptSave(FsdpRuntime rt, FsdpOptim opt, const char *path, const FsdpCkpt
   }
   FSDP_GOTO(WriteAttributes(file, model, optim, rt, meta, opt ? FsdpOptimStepCount(opt) : 0,
                             CountParams(rt)));
-  FSDP_GOTO(WriteTensors(file, rt, opt, dxpl, tmp));
+  FSDP_GOTO(StageCreate(rt, opt, 1));
+  err = WriteTensors(file, rt, opt, dxpl, tmp);
+  {
+    int serr = StageDestroy(rt, opt, 0);
+    if (!err) err = serr;
+  }
+  if (err) goto done;
   FsdpHdf5Close(&model);
   FsdpHdf5Close(&optim);
   /* H5Fclose is collective and completes every rank's writes */
@@ -741,7 +806,13 @@ int FsdpCkptLoad(FsdpRuntime rt, FsdpOptim opt, const char *path, const GptConfi
   hid_t fapl = -1, dxpl = -1, file = -1;
   FSDP_GOTO(ParallelAccess(comm, &fapl, &dxpl));
   FSDP_HDF5_GOTO(file = H5Fopen(path, H5F_ACC_RDONLY, fapl));
-  FSDP_GOTO(ReadTensors(file, rt, opt, dxpl));
+  FSDP_GOTO(StageCreate(rt, opt, 0));
+  err = ReadTensors(file, rt, opt, dxpl);
+  {
+    int serr = StageDestroy(rt, opt, err == FSDP_SUCCESS);
+    if (!err) err = serr;
+  }
+  if (err) goto done;
   if (opt) FsdpOptimSetStepCount(opt, m.optim_step);
   if (meta) *meta = m;
 done:

@@ -5,11 +5,12 @@
  * three blocking collectives on raw buffers.  Everything around them is
  * shared: argument checks, counting at issue ([Note: byte accounting] in
  * coll.h), and the async variants, which enqueue a task that runs the
- * blocking op on the stream thread.  Only the MPI host backend exists
- * today.  An NCCL backend adds a CollOps whose entries call ncclAllGather /
- * ncclReduceScatter / ncclAllReduce on the group's ncclComm (and, for the
- * async path, issues on a CUDA stream instead of a CPU stream task); the
- * public functions do not change.
+ * blocking op on the stream thread.  The MPI host backend is always
+ * built; the NCCL device backend (configure --with-cuda) adds a CollOps
+ * whose entries call ncclAllGather / ncclReduceScatter / ncclAllReduce on
+ * the group's ncclComm, and issues its async collectives differently
+ * ([Note: NCCL collectives and streams]); the public functions do not
+ * change.
  *
  * [Note: low-precision sums over MPI] MPI has no bf16/fp16 type, so both
  * travel as a committed 2-byte contiguous datatype and are summed by a
@@ -22,6 +23,31 @@
  * more rounding (no fp32 temporary buffer of the shard is needed).  With a
  * power-of-two scale (1/W for W a power of two) that last rounding is exact
  * barring underflow.  fp32 uses MPI_FLOAT / MPI_SUM and scales in place.
+ *
+ * [Note: NCCL collectives and streams] With the NCCL backend the buffers
+ * are device pointers and every collective runs on a CUDA communication
+ * stream (the coll's own high-priority non-blocking stream, or one given
+ * with FsdpCollSetCudaStreams).  At issue, the comm stream first waits (on
+ * the device) for everything already launched on the compute stream, so a
+ * reduce-scatter reads a finished gradient and an all-gather never
+ * overwrites a ring buffer that compute still reads -- the
+ * `comm_stream.wait_stream(current_stream)` of PyTorch FSDP.  NCCL calls
+ * are themselves asynchronous, so the async variants launch on the calling
+ * thread (no CPU stream task runs NCCL), record a CUDA event, and enqueue
+ * on the FsdpStream a task that waits for that event while polling
+ * ncclCommGetAsyncError (a failed peer becomes an error, not a hang).  So
+ * the FsdpEvent keeps its meaning (complete = the data is there) and the
+ * CPU runtime works unchanged; FsdpCollWaitDevice makes a CUDA stream wait
+ * for the same collective on the device instead, without blocking the
+ * host (the paper's mechanism).  Blocking variants launch, then wait the
+ * same way.  Sums: ncclSum; a scale other than 1 uses ncclPreMulSum (each
+ * input is multiplied by the scale, rounded to dt, then summed), which for
+ * a power-of-two scale equals the MPI path's sum-then-scale barring
+ * underflow.  NCCL communicators are made per MPI communicator by
+ * broadcasting an ncclUniqueId over it (FsdpCollNcclCommCreate), either
+ * at setup (FsdpCollAttach, collective) or lazily at the first collective
+ * issued on a group (every rank issues it in the same order, so the
+ * bootstrap broadcast is matched).
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -32,7 +58,9 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "cuda_util.h"
 #include "error.h"
 
 const char *const FsdpCollKindNames[FSDP_COLL_NKINDS] = {"all-gather", "reduce-scatter",
@@ -48,6 +76,23 @@ typedef struct {
                     FsdpDtype dt, float scale);
 } CollOps;
 
+#ifdef FSDP_HAVE_CUDA
+#define COLL_NCCL_MAX_COMMS 16 /* MPI communicators with an NCCL twin */
+#define COLL_NCCL_EVENTS 64    /* async collectives tracked for device waits */
+
+typedef struct {
+  MPI_Comm comm; /* the key: the group's MPI communicator */
+  ncclComm_t nccl;
+} CollNcclComm;
+
+/* One async NCCL collective: its CUDA event and the FsdpEvent it got. */
+typedef struct {
+  cudaEvent_t done;
+  FsdpEvent ev;
+  int used;
+} CollNcclSlot;
+#endif
+
 struct FsdpColl_ {
   FsdpCollBackend backend;
   const CollOps *ops;
@@ -55,6 +100,16 @@ struct FsdpColl_ {
   /* MPI backend */
   MPI_Datatype half_type; /* 2 contiguous bytes: one bf16 or fp16 */
   MPI_Op sum_bf16, sum_fp16;
+#ifdef FSDP_HAVE_CUDA
+  /* NCCL backend ([Note: NCCL collectives and streams]) */
+  cudaStream_t comm_stream, own_stream, compute_stream;
+  cudaEvent_t compute_ready; /* recorded on compute_stream at each issue */
+  cudaEvent_t blocking_done; /* for the blocking variants */
+  CollNcclComm comms[COLL_NCCL_MAX_COMMS];
+  int ncomms;
+  CollNcclSlot slots[COLL_NCCL_EVENTS];
+  uint64_t nslots_used;
+#endif
 };
 
 /* ---- shared helpers ------------------------------------------------------ */
@@ -235,6 +290,287 @@ static int mpi_teardown(FsdpColl c)
   return FSDP_SUCCESS;
 }
 
+/* ---- NCCL device backend ------------------------------------------------- */
+
+/* Standalone NCCL communicator for an MPI group (coll.h). */
+int FsdpCollNcclCommCreate(const FsdpGroup *g, void **nccl_comm)
+{
+#ifdef FSDP_HAVE_CUDA
+  if (!nccl_comm) FSDP_ERROR(FSDP_ERR_INTERNAL, "FsdpCollNcclCommCreate: NULL output");
+  *nccl_comm = NULL;
+  if (!g || g->comm == MPI_COMM_NULL || g->size < 1)
+    FSDP_ERROR(FSDP_ERR_STATE, "creating an NCCL communicator for the %s comm: the group has "
+                               "no MPI communicator", group_name(g));
+  /* Rank 0 sends its status with the id, so a failed ncclGetUniqueId
+   * fails every rank instead of leaving them waiting in the bootstrap. */
+  struct {
+    int status;
+    ncclUniqueId id;
+  } msg;
+  memset(&msg, 0, sizeof msg);
+  if (g->rank == 0) msg.status = (int)ncclGetUniqueId(&msg.id);
+  FSDP_CALL_MPI(MPI_Bcast(&msg, (int)sizeof msg, MPI_BYTE, 0, g->comm));
+  if (msg.status != (int)ncclSuccess)
+    FSDP_ERROR(FSDP_ERR_NCCL, "creating the NCCL communicator of the %s comm (%d ranks): "
+                              "ncclGetUniqueId failed on its rank 0: %s",
+               group_name(g), g->size, ncclGetErrorString((ncclResult_t)msg.status));
+  ncclComm_t comm = NULL;
+  ncclResult_t r = ncclCommInitRank(&comm, g->size, msg.id, g->rank);
+  int bad = r != ncclSuccess, any_bad = 0;
+  FSDP_CALL_MPI(MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, g->comm));
+  if (bad)
+    FSDP_ERROR(FSDP_ERR_NCCL, "creating the NCCL communicator of the %s comm (%d ranks): "
+                              "ncclCommInitRank failed: %s",
+               group_name(g), g->size, ncclGetErrorString(r));
+  if (any_bad) {
+    ncclCommDestroy(comm);
+    FSDP_ERROR(FSDP_ERR_NCCL, "creating the NCCL communicator of the %s comm (%d ranks): "
+                              "ncclCommInitRank failed on another rank",
+               group_name(g), g->size);
+  }
+  *nccl_comm = comm;
+  return FSDP_SUCCESS;
+#else
+  (void)g;
+  if (nccl_comm) *nccl_comm = NULL;
+  FSDP_ERROR(FSDP_ERR_USAGE, "NCCL communicators need fsdp built with CUDA (configure "
+                             "--with-cuda); use -device cpu (MPI collectives)");
+#endif
+}
+
+int FsdpCollNcclCommDestroy(void **nccl_comm)
+{
+  if (!nccl_comm || !*nccl_comm) return FSDP_SUCCESS;
+#ifdef FSDP_HAVE_CUDA
+  ncclComm_t comm = (ncclComm_t)*nccl_comm;
+  *nccl_comm = NULL;
+  FSDP_CALL_NCCL(ncclCommDestroy(comm));
+#else
+  *nccl_comm = NULL;
+#endif
+  return FSDP_SUCCESS;
+}
+
+#ifdef FSDP_HAVE_CUDA
+
+/* The NCCL twin of g's MPI communicator, created on first use (collective
+ * on g: see [Note: NCCL collectives and streams]). */
+static int nccl_comm_of(FsdpColl c, const FsdpGroup *g, ncclComm_t *out)
+{
+  for (int i = 0; i < c->ncomms; i++)
+    if (c->comms[i].comm == g->comm) {
+      *out = c->comms[i].nccl;
+      return FSDP_SUCCESS;
+    }
+  if (c->ncomms == COLL_NCCL_MAX_COMMS)
+    FSDP_ERROR(FSDP_ERR_INTERNAL, "NCCL backend: more than %d communicators (the %s comm)",
+               COLL_NCCL_MAX_COMMS, group_name(g));
+  void *nc = NULL;
+  FSDP_CALL(FsdpCollNcclCommCreate(g, &nc));
+  c->comms[c->ncomms].comm = g->comm;
+  c->comms[c->ncomms].nccl = (ncclComm_t)nc;
+  c->ncomms++;
+  *out = (ncclComm_t)nc;
+  return FSDP_SUCCESS;
+}
+
+static ncclDataType_t nccl_type(FsdpDtype dt)
+{
+  return dt == FSDP_DTYPE_FP32 ? ncclFloat32 : dt == FSDP_DTYPE_BF16 ? ncclBfloat16 : ncclFloat16;
+}
+
+/* NCCL failure inside a collective: name the collective and the group. */
+#define COLL_CALL_NCCL(kind, g, comm, expr)                                          \
+  do {                                                                               \
+    ncclResult_t coll_nccl_r_ = (expr);                                              \
+    if (coll_nccl_r_ != ncclSuccess) {                                               \
+      const char *coll_nccl_last_ = (comm) ? ncclGetLastError(comm) : NULL;          \
+      FSDP_ERROR(FSDP_ERR_NCCL, "%s on the %s comm (%d ranks): %s failed: %s%s%s",   \
+                 FsdpCollKindNames[kind], group_name(g), (g)->size, #expr,           \
+                 ncclGetErrorString(coll_nccl_r_),                                   \
+                 coll_nccl_last_ && coll_nccl_last_[0] ? ": " : "",                  \
+                 coll_nccl_last_ ? coll_nccl_last_ : "");                           \
+    }                                                                                \
+  } while (0)
+
+/* Launch one collective on the comm stream, after the compute stream's
+ * work so far; returns at once.  *comm_out: the NCCL communicator used. */
+static int nccl_launch(FsdpColl c, FsdpCollKind kind, const FsdpGroup *g, const void *send,
+                       void *recv, size_t count, FsdpDtype dt, float scale, ncclComm_t *comm_out)
+{
+  ncclComm_t comm = NULL;
+  FSDP_CALL(nccl_comm_of(c, g, &comm));
+  *comm_out = comm;
+  FSDP_CALL_CUDA(cudaEventRecord(c->compute_ready, c->compute_stream));
+  FSDP_CALL_CUDA(cudaStreamWaitEvent(c->comm_stream, c->compute_ready, 0));
+  ncclDataType_t t = nccl_type(dt);
+  if (kind == FSDP_COLL_ALL_GATHER) {
+    /* In place when send is this rank's slot of recv: NCCL detects it. */
+    COLL_CALL_NCCL(kind, g, comm, ncclAllGather(send, recv, count, t, comm, c->comm_stream));
+    return FSDP_SUCCESS;
+  }
+  ncclRedOp_t op = ncclSum;
+  int premul = scale != 1.0f;
+  if (premul) {
+    float f32 = scale;
+    uint16_t h16 = dt == FSDP_DTYPE_BF16 ? FsdpFloatToBf16(scale) : FsdpFloatToFp16(scale);
+    void *scalar = dt == FSDP_DTYPE_FP32 ? (void *)&f32 : (void *)&h16;
+    COLL_CALL_NCCL(kind, g, comm,
+                   ncclRedOpCreatePreMulSum(&op, scalar, t, ncclScalarHostImmediate, comm));
+  }
+  ncclResult_t r;
+  if (kind == FSDP_COLL_REDUCE_SCATTER)
+    r = ncclReduceScatter(send, recv, count, t, op, comm, c->comm_stream);
+  else
+    r = ncclAllReduce(recv, recv, count, t, op, comm, c->comm_stream);
+  /* An operator may be destroyed once the last call using it returned. */
+  if (premul) ncclRedOpDestroy(op, comm);
+  COLL_CALL_NCCL(kind, g, comm, r);
+  return FSDP_SUCCESS;
+}
+
+/* Wait (host) for a CUDA event, polling the communicator's async error so
+ * that a failed peer or a broken link ends the wait with an error. */
+static int nccl_wait(FsdpCollKind kind, const char *gname, int gsize, ncclComm_t comm,
+                     cudaEvent_t ev)
+{
+  const struct timespec nap = {0, 20000}; /* 20 us */
+  for (;;) {
+    cudaError_t e = cudaEventQuery(ev);
+    if (e == cudaSuccess) return FSDP_SUCCESS;
+    if (e != cudaErrorNotReady)
+      FSDP_ERROR(FSDP_ERR_CUDA, "%s on the %s comm (%d ranks): waiting for completion: %s",
+                 FsdpCollKindNames[kind], gname, gsize, cudaGetErrorString(e));
+    ncclResult_t ae = ncclSuccess;
+    ncclResult_t r = ncclCommGetAsyncError(comm, &ae);
+    if (r == ncclSuccess && ae != ncclSuccess && ae != ncclInProgress) {
+      const char *last = ncclGetLastError(comm);
+      FSDP_ERROR(FSDP_ERR_NCCL, "%s on the %s comm (%d ranks): NCCL failed: %s%s%s",
+                 FsdpCollKindNames[kind], gname, gsize, ncclGetErrorString(ae),
+                 last && last[0] ? ": " : "", last ? last : "");
+    }
+    nanosleep(&nap, NULL);
+  }
+}
+
+static int nccl_blocking(FsdpColl c, FsdpCollKind kind, const FsdpGroup *g, const void *send,
+                         void *recv, size_t count, FsdpDtype dt, float scale)
+{
+  ncclComm_t comm = NULL;
+  FSDP_CALL(nccl_launch(c, kind, g, send, recv, count, dt, scale, &comm));
+  FSDP_CALL_CUDA(cudaEventRecord(c->blocking_done, c->comm_stream));
+  FSDP_CALL(nccl_wait(kind, group_name(g), g->size, comm, c->blocking_done));
+  return FSDP_SUCCESS;
+}
+
+static int nccl_all_gather(FsdpColl c, const FsdpGroup *g, const void *send, void *recv,
+                           size_t count, FsdpDtype dt)
+{
+  FSDP_CALL(nccl_blocking(c, FSDP_COLL_ALL_GATHER, g, send, recv, count, dt, 1.0f));
+  return FSDP_SUCCESS;
+}
+
+static int nccl_reduce_scatter(FsdpColl c, const FsdpGroup *g, const void *send, void *recv,
+                               size_t count, FsdpDtype dt, float scale)
+{
+  FSDP_CALL(nccl_blocking(c, FSDP_COLL_REDUCE_SCATTER, g, send, recv, count, dt, scale));
+  return FSDP_SUCCESS;
+}
+
+static int nccl_all_reduce(FsdpColl c, const FsdpGroup *g, void *buf, size_t count,
+                           FsdpDtype dt, float scale)
+{
+  FSDP_CALL(nccl_blocking(c, FSDP_COLL_ALL_REDUCE, g, buf, buf, count, dt, scale));
+  return FSDP_SUCCESS;
+}
+
+static const CollOps coll_ops_nccl = {"NCCL", nccl_all_gather, nccl_reduce_scatter,
+                                      nccl_all_reduce};
+
+/* The CPU stream task of an async NCCL collective: wait for its event. */
+typedef struct {
+  ncclComm_t comm;
+  cudaEvent_t done;
+  FsdpCollKind kind;
+  int gsize;
+  const char *gname; /* static storage (group names are literals) */
+} NcclWaitTask;
+
+static int nccl_wait_task_run(void *arg)
+{
+  NcclWaitTask *t = (NcclWaitTask *)arg;
+  FSDP_CALL(nccl_wait(t->kind, t->gname, t->gsize, t->comm, t->done));
+  return FSDP_SUCCESS;
+}
+
+static int nccl_issue_async(FsdpColl c, FsdpCollKind kind, const FsdpGroup *g, const void *send,
+                            void *recv, size_t count, FsdpDtype dt, float scale, FsdpStream s,
+                            FsdpEvent *ev)
+{
+  /* Reusing a slot (its collective was issued COLL_NCCL_EVENTS calls ago)
+   * re-records its event: a wait task of the old collective still pending
+   * then waits for the newer one, which finishes later on the same comm
+   * stream -- later, never wrong -- and FsdpCollWaitDevice no longer finds
+   * the old FsdpEvent, so it waits on the host instead. */
+  CollNcclSlot *slot = &c->slots[c->nslots_used % COLL_NCCL_EVENTS];
+  ncclComm_t comm = NULL;
+  FSDP_CALL(nccl_launch(c, kind, g, send, recv, count, dt, scale, &comm));
+  FSDP_CALL_CUDA(cudaEventRecord(slot->done, c->comm_stream));
+  NcclWaitTask t = {comm, slot->done, kind, g->size, group_name(g)};
+  FsdpEvent fev = FSDP_EVENT_NULL;
+  FSDP_CALL(FsdpStreamEnqueue(s, FsdpCollKindNames[kind], nccl_wait_task_run, &t, sizeof t, &fev));
+  slot->ev = fev;
+  slot->used = 1;
+  c->nslots_used++;
+  if (ev) *ev = fev;
+  return FSDP_SUCCESS;
+}
+
+static int nccl_setup(FsdpColl c)
+{
+  int gpus = 0;
+  FSDP_CALL(FsdpCudaDeviceCount(&gpus));
+  if (gpus == 0)
+    FSDP_ERROR(FSDP_ERR_USAGE, "the NCCL collective backend needs a GPU, and none is usable "
+                               "(%s): use -device cpu (MPI collectives)",
+               FsdpCudaProbeMessage());
+  int lo = 0, hi = 0;
+  FSDP_CALL_CUDA(cudaDeviceGetStreamPriorityRange(&lo, &hi));
+  FSDP_CALL_CUDA(cudaStreamCreateWithPriority(&c->own_stream, cudaStreamNonBlocking, hi));
+  c->comm_stream = c->own_stream;
+  c->compute_stream = NULL; /* the legacy default stream until told */
+  FSDP_CALL_CUDA(cudaEventCreateWithFlags(&c->compute_ready, cudaEventDisableTiming));
+  FSDP_CALL_CUDA(cudaEventCreateWithFlags(&c->blocking_done, cudaEventDisableTiming));
+  for (int i = 0; i < COLL_NCCL_EVENTS; i++)
+    FSDP_CALL_CUDA(cudaEventCreateWithFlags(&c->slots[i].done, cudaEventDisableTiming));
+  return FSDP_SUCCESS;
+}
+
+/* Best effort, every step attempted; the first failure is returned. */
+static int nccl_teardown(FsdpColl c)
+{
+  int err = FSDP_SUCCESS;
+  /* The FsdpStreams of async collectives were drained by the caller (the
+   * FsdpColl outlives every collective issued with it, coll.h); the device
+   * side finishes here. */
+  if (c->comm_stream) cudaStreamSynchronize(c->comm_stream);
+  for (int i = 0; i < c->ncomms; i++) {
+    ncclResult_t r = ncclCommDestroy(c->comms[i].nccl);
+    if (r != ncclSuccess && !err)
+      err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_NCCL,
+                           "ncclCommDestroy failed: %s", ncclGetErrorString(r));
+  }
+  c->ncomms = 0;
+  for (int i = 0; i < COLL_NCCL_EVENTS; i++)
+    if (c->slots[i].done) cudaEventDestroy(c->slots[i].done);
+  if (c->blocking_done) cudaEventDestroy(c->blocking_done);
+  if (c->compute_ready) cudaEventDestroy(c->compute_ready);
+  if (c->own_stream) cudaStreamDestroy(c->own_stream);
+  return err;
+}
+
+#endif /* FSDP_HAVE_CUDA */
+
 /* ---- lifecycle ----------------------------------------------------------- */
 
 int FsdpCollCreate(FsdpCollBackend backend, FsdpColl *out)
@@ -245,8 +581,7 @@ int FsdpCollCreate(FsdpCollBackend backend, FsdpColl *out)
   case FSDP_COLL_BACKEND_MPI: break;
   case FSDP_COLL_BACKEND_NCCL:
 #ifdef FSDP_HAVE_CUDA
-    FSDP_ERROR(FSDP_ERR_USAGE, "the NCCL collective backend is not implemented yet: "
-                               "use -device cpu (MPI collectives)");
+    break;
 #else
     FSDP_ERROR(FSDP_ERR_USAGE, "the NCCL collective backend needs fsdp built with CUDA "
                                "(configure --with-cuda); this build has no CUDA support: "
@@ -262,6 +597,13 @@ int FsdpCollCreate(FsdpCollBackend backend, FsdpColl *out)
   c->half_type = MPI_DATATYPE_NULL;
   c->sum_bf16 = c->sum_fp16 = MPI_OP_NULL;
   int err = mpi_setup(c);
+#ifdef FSDP_HAVE_CUDA
+  if (!err && backend == FSDP_COLL_BACKEND_NCCL) {
+    c->ops = &coll_ops_nccl;
+    err = nccl_setup(c);
+    if (err) nccl_teardown(c);
+  }
+#endif
   if (err) {
     mpi_teardown(c);
     free(c);
@@ -275,7 +617,12 @@ int FsdpCollDestroy(FsdpColl *pc)
 {
   if (!pc || !*pc) return FSDP_SUCCESS;
   FsdpColl c = *pc;
-  int err = mpi_teardown(c);
+  int err = FSDP_SUCCESS;
+#ifdef FSDP_HAVE_CUDA
+  if (c->backend == FSDP_COLL_BACKEND_NCCL) err = nccl_teardown(c);
+#endif
+  int err2 = mpi_teardown(c);
+  if (!err) err = err2;
   free(c);
   *pc = NULL;
   if (err) return FsdpErrorTrace(__FILE__, __LINE__, __func__, err);
@@ -357,6 +704,13 @@ static int coll_issue(FsdpColl c, FsdpCollKind kind, const FsdpGroup *g, const v
   if (!s)
     FSDP_ERROR(FSDP_ERR_INTERNAL, "%s on the %s comm (%d ranks): NULL stream",
                FsdpCollKindNames[kind], group_name(g), g->size);
+#ifdef FSDP_HAVE_CUDA
+  if (c->backend == FSDP_COLL_BACKEND_NCCL) {
+    FSDP_CALL(nccl_issue_async(c, kind, g, send, recv, count, dt, scale, s, ev));
+    coll_count(c, kind, g, kind == FSDP_COLL_ALL_REDUCE ? count : (size_t)g->size * count, dt);
+    return FSDP_SUCCESS;
+  }
+#endif
   CollTask t = {c, *g, kind, send, recv, count, dt, scale};
   FSDP_CALL(FsdpStreamEnqueue(s, FsdpCollKindNames[kind], coll_task_run, &t, sizeof t, ev));
   coll_count(c, kind, g, kind == FSDP_COLL_ALL_REDUCE ? count : (size_t)g->size * count, dt);
@@ -382,6 +736,68 @@ int FsdpCollAllReduceAsync(FsdpColl c, const FsdpGroup *g, void *buf, size_t cou
                            FsdpDtype dt, float scale, FsdpStream s, FsdpEvent *ev)
 {
   FSDP_CALL(coll_issue(c, FSDP_COLL_ALL_REDUCE, g, buf, buf, count, dt, scale, s, ev));
+  return FSDP_SUCCESS;
+}
+
+/* ---- NCCL: setup and device-side waits ----------------------------------- */
+
+int FsdpCollSetCudaStreams(FsdpColl c, void *comm_stream, void *compute_stream)
+{
+  if (!c) FSDP_ERROR(FSDP_ERR_INTERNAL, "FsdpCollSetCudaStreams: NULL FsdpColl");
+  if (c->backend != FSDP_COLL_BACKEND_NCCL) return FSDP_SUCCESS;
+#ifdef FSDP_HAVE_CUDA
+  c->comm_stream = comm_stream ? (cudaStream_t)comm_stream : c->own_stream;
+  c->compute_stream = (cudaStream_t)compute_stream;
+#else
+  (void)comm_stream, (void)compute_stream;
+#endif
+  return FSDP_SUCCESS;
+}
+
+void *FsdpCollCudaStream(FsdpColl c)
+{
+#ifdef FSDP_HAVE_CUDA
+  if (c && c->backend == FSDP_COLL_BACKEND_NCCL) return (void *)c->comm_stream;
+#else
+  (void)c;
+#endif
+  return NULL;
+}
+
+int FsdpCollAttach(FsdpColl c, const FsdpGroup *g)
+{
+  if (!c) FSDP_ERROR(FSDP_ERR_INTERNAL, "FsdpCollAttach: NULL FsdpColl");
+  if (c->backend != FSDP_COLL_BACKEND_NCCL) return FSDP_SUCCESS;
+#ifdef FSDP_HAVE_CUDA
+  if (!g || g->comm == MPI_COMM_NULL)
+    FSDP_ERROR(FSDP_ERR_STATE, "FsdpCollAttach: the %s group has no communicator",
+               group_name(g));
+  ncclComm_t comm = NULL;
+  FSDP_CALL(nccl_comm_of(c, g, &comm));
+#else
+  (void)g;
+#endif
+  return FSDP_SUCCESS;
+}
+
+int FsdpCollWaitDevice(FsdpColl c, FsdpEvent ev, void *cuda_stream)
+{
+  if (!c) FSDP_ERROR(FSDP_ERR_INTERNAL, "FsdpCollWaitDevice: NULL FsdpColl");
+#ifdef FSDP_HAVE_CUDA
+  if (c->backend == FSDP_COLL_BACKEND_NCCL && ev.stream) {
+    for (int i = 0; i < COLL_NCCL_EVENTS; i++) {
+      CollNcclSlot *slot = &c->slots[i];
+      if (slot->used && slot->ev.stream == ev.stream && slot->ev.seq == ev.seq) {
+        FSDP_CALL_CUDA(cudaStreamWaitEvent((cudaStream_t)cuda_stream, slot->done, 0));
+        return FSDP_SUCCESS;
+      }
+    }
+  }
+#else
+  (void)cuda_stream;
+#endif
+  /* MPI backend, or a collective too old to be tracked: wait on the host. */
+  FSDP_CALL(FsdpEventWait(ev));
   return FSDP_SUCCESS;
 }
 

@@ -2,8 +2,9 @@
  *
  * all-gather and reduce-scatter run on a sharding group, all-reduce on a
  * replica group; each exists blocking and issued on a stream (returns an
- * event at once).  The MPI host backend is here; the NCCL device backend
- * plugs into the same ops table (coll_ops in coll.c) later.
+ * event at once).  Two backends: MPI on host buffers, and NCCL on device
+ * buffers (builds with --with-cuda; see [Note: NCCL collectives and
+ * streams] in coll.c for streams, events and communicators).
  *
  * Buffers follow the FlatParameter layout: all-gather receives into the
  * unsharded buffer of n*count elements (rank r's shard lands at r*count),
@@ -72,10 +73,15 @@ typedef struct {
 
 typedef struct FsdpColl_ *FsdpColl;
 
-/* Not collective.  Creates the MPI ops for bf16/fp16 sums.  The NCCL
- * backend is not implemented yet: asking for it is a usage error (it also
- * names the missing CUDA support in a build without it). */
+/* Not collective.  Creates the MPI ops for bf16/fp16 sums.  NCCL: needs
+ * the device selected first (FsdpCudaSelectDevice); creates the
+ * communication stream and events; NCCL communicators come later (per
+ * group, FsdpCollAttach or at first use).  Asking for NCCL in a build
+ * without CUDA, or where no GPU is usable, is a usage error naming NCCL. */
 int FsdpCollCreate(FsdpCollBackend backend, FsdpColl *c);
+/* Not collective, but with NCCL it waits for the collectives in flight and
+ * destroys the NCCL communicators (call it at the same point on every
+ * rank). */
 int FsdpCollDestroy(FsdpColl *c);
 
 /* Collective on g.  recv holds g->size*count elements of dt; send is this
@@ -106,6 +112,36 @@ int FsdpCollReduceScatterAsync(FsdpColl c, const FsdpGroup *g,
 int FsdpCollAllReduceAsync(FsdpColl c, const FsdpGroup *g, void *buf,
                            size_t count, FsdpDtype dt, float scale,
                            FsdpStream s, FsdpEvent *ev);
+
+/* ---- NCCL backend (no-ops or host waits with the MPI backend) ----------
+ * Buffers are device pointers.  Streams and events are cudaStream_t /
+ * cudaEvent_t passed as void *. */
+
+/* Not collective.  Collectives run on comm_stream (NULL: the coll's own
+ * high-priority non-blocking stream) and, at issue, first wait on the
+ * device for the work launched so far on compute_stream (NULL: the legacy
+ * default stream).  Call it before the first collective or between
+ * collectives, never while one is being issued. */
+int FsdpCollSetCudaStreams(FsdpColl c, void *comm_stream, void *compute_stream);
+/* The communication stream (NULL with the MPI backend). */
+void *FsdpCollCudaStream(FsdpColl c);
+/* Collective on g.  Creates g's NCCL communicator now (bootstrap by an
+ * ncclUniqueId broadcast over g->comm) instead of at its first
+ * collective; call it at setup for the sharding and replica groups. */
+int FsdpCollAttach(FsdpColl c, const FsdpGroup *g);
+/* Not collective.  Makes cuda_stream wait ON THE DEVICE for the async
+ * collective that returned ev (the host does not block): the compute
+ * stream can then use the gathered parameters.  MPI backend (or an event
+ * older than the 64 most recent async collectives): FsdpEventWait(ev). */
+int FsdpCollWaitDevice(FsdpColl c, FsdpEvent ev, void *cuda_stream);
+
+/* Collective on g.  An NCCL communicator (ncclComm_t) over g's ranks,
+ * bootstrapped by broadcasting an ncclUniqueId over g->comm; for callers
+ * that drive NCCL themselves.  The device must be selected first.  In a
+ * build without CUDA: a usage error. */
+int FsdpCollNcclCommCreate(const FsdpGroup *g, void **nccl_comm);
+/* Not collective.  Accepts NULL; sets *nccl_comm to NULL. */
+int FsdpCollNcclCommDestroy(void **nccl_comm);
 
 /* Collective on g.  Blocking fp64 sum (or max) of a few scalars (loss, norm
  * squares, overflow flags): counted in scalar_calls only. */

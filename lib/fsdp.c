@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device.h"
 #include "error.h"
 #include "mem.h"
 
@@ -156,9 +157,9 @@ int FsdpRuntimeCreate(FsdpTopo topo, FsdpColl coll, const FsdpRuntimeOptions *o,
 
 static int FreeGradSlot(GradSlot *g)
 {
-  FSDP_CALL(FsdpFree(&g->grad));
-  FSDP_CALL(FsdpFree(&g->send));
-  FSDP_CALL(FsdpFree(&g->recv));
+  FSDP_CALL(FsdpDeviceFree(&g->grad));
+  FSDP_CALL(FsdpDeviceFree(&g->send));
+  FSDP_CALL(FsdpDeviceFree(&g->recv));
   return FSDP_SUCCESS;
 }
 
@@ -170,20 +171,20 @@ int FsdpRuntimeDestroy(FsdpRuntime *prt)
   for (int u = 0; u < rt->nunits; u++) {
     Unit *x = &rt->units[u];
     FSDP_CALL(FlatParamDestroy(&x->fp));
-    FSDP_CALL(FsdpFree(&x->shard));
-    FSDP_CALL(FsdpFree(&x->grad_shard));
-    FSDP_CALL(FsdpFree(&x->low_shard));
-    FSDP_CALL(FsdpFree(&x->acc_grad));
+    FSDP_CALL(FsdpDeviceFree(&x->shard));
+    FSDP_CALL(FsdpDeviceFree(&x->grad_shard));
+    FSDP_CALL(FsdpDeviceFree(&x->low_shard));
+    FSDP_CALL(FsdpDeviceFree(&x->acc_grad));
     free(x->specs);
     free(x->param_views);
     free(x->grad_views);
   }
-  for (int s = 0; s < rt->ngslots; s++) FSDP_CALL(FsdpFree(&rt->gslots[s].buf));
+  for (int s = 0; s < rt->ngslots; s++) FSDP_CALL(FsdpDeviceFree(&rt->gslots[s].buf));
   for (int s = 0; s < rt->nrslots; s++) FSDP_CALL(FreeGradSlot(&rt->rslots[s]));
   FSDP_CALL(FreeGradSlot(&rt->root_rslot));
-  FSDP_CALL(FsdpFree(&rt->root_full));
-  FSDP_CALL(FsdpFree(&rt->root_compute));
-  FSDP_CALL(FsdpFree(&rt->scratch));
+  FSDP_CALL(FsdpDeviceFree(&rt->root_full));
+  FSDP_CALL(FsdpDeviceFree(&rt->root_compute));
+  FSDP_CALL(FsdpDeviceFree(&rt->scratch));
   free(rt->gslots);
   free(rt->rslots);
   free(rt->units);
@@ -255,7 +256,7 @@ static int GradIsShard(FsdpRuntime rt)
 static int ReduceAlloc(FsdpRuntime rt, size_t bytes, void *ptr)
 {
   rt->grad_buffer_bytes += bytes;
-  return FsdpMalloc(FSDP_MEM_REDUCE, bytes, ptr);
+  return FsdpDeviceAlloc(FSDP_MEM_REDUCE, bytes, ptr);
 }
 
 static int AllocGradSlot(FsdpRuntime rt, GradSlot *g, int64_t P)
@@ -284,9 +285,9 @@ int FsdpRuntimeSetUp(FsdpRuntime rt)
     FSDP_CALL(FlatParamCreate(x->specs, x->nparams, rt->F, shard->rank, &x->fp));
     x->P = FlatParamPaddedNumel(x->fp);
     x->shard_numel = FlatParamShardNumel(x->fp);
-    FSDP_CALL(FsdpMalloc(FSDP_MEM_PARAMS, (size_t)x->shard_numel * sizeof(float), &x->shard));
-    FSDP_CALL(FsdpMalloc(FSDP_MEM_GRADS, (size_t)x->shard_numel * sizeof(float), &x->grad_shard));
-    if (low) FSDP_CALL(FsdpMalloc(FSDP_MEM_PARAMS, (size_t)x->shard_numel * rt->klow, &x->low_shard));
+    FSDP_CALL(FsdpDeviceAlloc(FSDP_MEM_PARAMS, (size_t)x->shard_numel * sizeof(float), &x->shard));
+    FSDP_CALL(FsdpDeviceAlloc(FSDP_MEM_GRADS, (size_t)x->shard_numel * sizeof(float), &x->grad_shard));
+    if (low) FSDP_CALL(FsdpDeviceAlloc(FSDP_MEM_PARAMS, (size_t)x->shard_numel * rt->klow, &x->low_shard));
     if (persistent) FSDP_CALL(ReduceAlloc(rt, (size_t)x->P * sizeof(float), &x->acc_grad));
     x->param_views = calloc((size_t)x->nparams + 1, sizeof(float *));
     x->grad_views = calloc((size_t)x->nparams + 1, sizeof(float *));
@@ -309,15 +310,15 @@ int FsdpRuntimeSetUp(FsdpRuntime rt)
     rt->gslots = calloc((size_t)rt->ngslots + 1, sizeof *rt->gslots);
     FSDP_CHECK_ALLOC(rt->gslots, sizeof *rt->gslots);
     for (int s = 0; s < rt->ngslots; s++) {
-      FSDP_CALL(FsdpMalloc(FSDP_MEM_GATHER, (size_t)rt->slot_numel * rt->klow, &rt->gslots[s].buf));
+      FSDP_CALL(FsdpDeviceAlloc(FSDP_MEM_GATHER, (size_t)rt->slot_numel * rt->klow, &rt->gslots[s].buf));
       rt->gslots[s].owner = -1;
     }
-    if (rootP) FSDP_CALL(FsdpMalloc(FSDP_MEM_GATHER, (size_t)rootP * rt->klow, &rt->root_full));
+    if (rootP) FSDP_CALL(FsdpDeviceAlloc(FSDP_MEM_GATHER, (size_t)rootP * rt->klow, &rt->root_full));
   }
   if (low) { /* [Note: mixed precision] fp32 compute buffers */
-    if (rootP) FSDP_CALL(FsdpMalloc(FSDP_MEM_GATHER, (size_t)rootP * sizeof(float), &rt->root_compute));
+    if (rootP) FSDP_CALL(FsdpDeviceAlloc(FSDP_MEM_GATHER, (size_t)rootP * sizeof(float), &rt->root_compute));
     if (rt->slot_numel)
-      FSDP_CALL(FsdpMalloc(FSDP_MEM_GATHER, (size_t)rt->slot_numel * sizeof(float), &rt->scratch));
+      FSDP_CALL(FsdpDeviceAlloc(FSDP_MEM_GATHER, (size_t)rt->slot_numel * sizeof(float), &rt->scratch));
   }
   if (!GradIsShard(rt) && !persistent) {
     rt->nrslots = nonroot < GRAD_SLOTS ? nonroot : GRAD_SLOTS;
@@ -361,10 +362,21 @@ int FsdpRuntimeInitShards(FsdpRuntime rt, FsdpInitFn init, void *model)
     const FlatParamPiece *pc;
     int np;
     FSDP_CALL(FlatParamShardPieces(x->fp, FlatParamShardRank(x->fp), &pc, &np));
-    memset(x->shard, 0, (size_t)x->shard_numel * sizeof(float)); /* padding is 0 */
-    for (int i = 0; i < np; i++)
-      FSDP_CALL(init(model, FlatParamSpec(x->fp, pc[i].param), pc[i].param_offset, pc[i].count,
-                     x->shard + pc[i].shard_offset));
+    /* the rule fills host memory: the shard itself on the CPU, a staging
+     * copy on a GPU */
+    float *host = x->shard;
+    if (FsdpDeviceGetKind() != FSDP_DEVICE_CPU)
+      FSDP_CALL(FsdpMalloc(FSDP_MEM_OTHER, (size_t)x->shard_numel * sizeof(float), &host));
+    memset(host, 0, (size_t)x->shard_numel * sizeof(float)); /* padding is 0 */
+    int err = FSDP_SUCCESS;
+    for (int i = 0; i < np && !err; i++)
+      err = init(model, FlatParamSpec(x->fp, pc[i].param), pc[i].param_offset, pc[i].count,
+                 host + pc[i].shard_offset);
+    if (host != x->shard) {
+      if (!err) err = FsdpDeviceCopyFromHost(x->shard, host, (size_t)x->shard_numel * sizeof(float));
+      FSDP_CALL(FsdpFree(&host));
+    }
+    FSDP_CALL(err);
   }
   return FSDP_SUCCESS;
 }
@@ -413,9 +425,23 @@ static int CastRun(void *arg)
   return FSDP_SUCCESS;
 }
 
-static int IssueTask(FsdpRuntime rt, const char *label, const CastTask *t, FsdpEvent *ev)
+/* CPU: a task on the communication stream, in order with the collectives.
+ * CUDA ([Note: CUDA streams in the runtime], device.h): a cast runs on the
+ * compute stream (the next collective waits for it on the device); a land
+ * first makes the compute stream wait for the collective `after`. */
+static int IssueTask(FsdpRuntime rt, const char *label, const CastTask *t, FsdpEvent after,
+                     FsdpEvent *ev)
 {
-  return FsdpStreamEnqueue(rt->stream, label, CastRun, t, sizeof *t, ev);
+  if (FsdpDeviceGetKind() == FSDP_DEVICE_CPU)
+    return FsdpStreamEnqueue(rt->stream, label, CastRun, t, sizeof *t, ev);
+  if (t->add) {
+    FSDP_CALL(FsdpCollWaitDevice(rt->coll, after, FsdpDeviceComputeStream()));
+    FSDP_CALL(FsdpDeviceAddScaled(t->dst, t->src, t->from, t->scale, t->n));
+  } else {
+    FSDP_CALL(FsdpDeviceCastFromFloat(t->to, t->src, t->dst, t->n));
+  }
+  *ev = after;
+  return FSDP_SUCCESS;
 }
 
 /* Record a collective's metadata for the timeline. */
@@ -475,7 +501,7 @@ static int UnitIssueGather(FsdpRuntime rt, int u)
   if (low) { /* cast once per gather, from the fp32 shard */
     CastTask t = {x->shard, x->low_shard, (size_t)x->shard_numel, FSDP_DTYPE_FP32,
                   rt->opt.param_dtype, 1.0f, 0};
-    FSDP_CALL(IssueTask(rt, "cast_params", &t, &x->gather_ev));
+    FSDP_CALL(IssueTask(rt, "cast_params", &t, FSDP_EVENT_NULL, &x->gather_ev));
     send = x->low_shard;
   }
   if (rt->F == 1) { /* [Note: no sharding] */
@@ -544,13 +570,13 @@ static int UnitPrepareCompute(FsdpRuntime rt, int u)
     x->compute = x->full;
   } else if (x->is_root) {
     if (!rt->root_compute_valid) {
-      FsdpDtypeToFloat(rt->opt.param_dtype, x->full, rt->root_compute, (size_t)x->P);
+      FSDP_CALL(FsdpDeviceCastToFloat(rt->opt.param_dtype, x->full, rt->root_compute, (size_t)x->P));
       rt->root_compute_valid = 1;
     }
     x->compute = rt->root_compute;
   } else {
     if (rt->scratch_owner != u) {
-      FsdpDtypeToFloat(rt->opt.param_dtype, x->full, rt->scratch, (size_t)x->P);
+      FSDP_CALL(FsdpDeviceCastToFloat(rt->opt.param_dtype, x->full, rt->scratch, (size_t)x->P));
       if (rt->scratch_owner >= 0) {
         rt->units[rt->scratch_owner].compute = NULL;
         SetViews(&rt->units[rt->scratch_owner]);
@@ -592,7 +618,7 @@ static int UnitAcquireGrad(FsdpRuntime rt, int u, int micro)
   } else if (x->acc_grad) {
     /* [Note: gradient accumulation] persistent; starts from 0 each step */
     x->full_grad = x->acc_grad;
-    if (micro == 0) memset(x->acc_grad, 0, (size_t)x->P * sizeof(float));
+    if (micro == 0) FSDP_CALL(FsdpDeviceZero(x->acc_grad, (size_t)x->P * sizeof(float)));
   } else {
     GradSlot *s = x->is_root ? &rt->root_rslot : &rt->rslots[rt->next_rslot];
     int err = TimedWait(rt, s->done, "wait grad buffer", x->index);
@@ -601,7 +627,7 @@ static int UnitAcquireGrad(FsdpRuntime rt, int u, int micro)
     x->gslot = s;
     x->full_grad = s->grad;
     if (!x->is_root) rt->next_rslot = (rt->next_rslot + 1) % rt->nrslots;
-    memset(x->full_grad, 0, (size_t)x->P * sizeof(float));
+    FSDP_CALL(FsdpDeviceZero(x->full_grad, (size_t)x->P * sizeof(float)));
   }
   if (!GradIsShard(rt)) TrackLive(&rt->live_grads, &rt->peak_grads, x->P * (int64_t)sizeof(float));
   return SetViews(x);
@@ -646,7 +672,7 @@ static int UnitReduceGrad(FsdpRuntime rt, int u, int micro, int nmicro)
   const void *send = x->full_grad;
   if (rd != FSDP_DTYPE_FP32) {
     CastTask t = {x->full_grad, s->send, (size_t)x->P, FSDP_DTYPE_FP32, rd, 1.0f, 0};
-    FSDP_CALL(IssueTask(rt, "cast_grads", &t, &ev));
+    FSDP_CALL(IssueTask(rt, "cast_grads", &t, ev, &ev));
     send = s->send;
   }
   /* where the reduced shard lands: straight into the gradient shard when it
@@ -675,7 +701,7 @@ static int UnitReduceGrad(FsdpRuntime rt, int u, int micro, int nmicro)
   }
   if (!direct) {
     CastTask t = {result, x->grad_shard, (size_t)x->shard_numel, rd, FSDP_DTYPE_FP32, 1.0f, 1};
-    FSDP_CALL(IssueTask(rt, "land_grads", &t, &ev));
+    FSDP_CALL(IssueTask(rt, "land_grads", &t, ev, &ev));
   }
   if (s) { /* the slot's buffers are free once the last task ran */
     s->done = ev;
@@ -726,6 +752,7 @@ static int RunStage(FsdpRuntime rt, void *model, int s, int backward)
   FsdpUnitTensors t = {st->unit, x->param_views, x->grad_views};
   double b = rt->trace ? FsdpTraceNow(rt->trace) : 0.0;
   int err = backward ? st->backward(model, s, &t) : st->forward(model, s, &t);
+  if (!err) err = FsdpDeviceCheck(); /* asynchronous launches report here */
   if (err)
     FSDP_ERROR(err, "%s of stage %d (unit %d, %s) failed", backward ? "backward" : "forward", s,
                st->unit, x->name);
@@ -795,7 +822,7 @@ int FsdpRuntimeFinishGradients(FsdpRuntime rt)
 int FsdpRuntimeZeroGradShards(FsdpRuntime rt)
 {
   for (int u = 0; u < rt->nunits; u++)
-    memset(rt->units[u].grad_shard, 0, (size_t)rt->units[u].shard_numel * sizeof(float));
+    FSDP_CALL(FsdpDeviceZero(rt->units[u].grad_shard, (size_t)rt->units[u].shard_numel * sizeof(float)));
   return FSDP_SUCCESS;
 }
 
@@ -856,10 +883,10 @@ int FsdpRuntimeGatherUnit(FsdpRuntime rt, int u, float *out)
 {
   Unit *x = &rt->units[u];
   float *buf = NULL;
-  FSDP_CALL(FsdpMalloc(FSDP_MEM_OTHER, (size_t)x->P * sizeof(float), &buf));
+  FSDP_CALL(FsdpDeviceAlloc(FSDP_MEM_OTHER, (size_t)x->P * sizeof(float), &buf));
   int err = FsdpCollAllGather(rt->coll, FsdpTopoShard(rt->topo), x->shard, buf,
                               (size_t)x->shard_numel, FSDP_DTYPE_FP32);
-  if (!err) memcpy(out, buf, (size_t)FlatParamNumel(x->fp) * sizeof(float));
-  FSDP_CALL(FsdpFree(&buf));
+  if (!err) err = FsdpDeviceCopyToHost(out, buf, (size_t)FlatParamNumel(x->fp) * sizeof(float));
+  FSDP_CALL(FsdpDeviceFree(&buf));
   return err;
 }

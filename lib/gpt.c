@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device.h"
 #include "error.h"
 #include "mem.h"
 
@@ -67,6 +68,7 @@ struct GptModel_ {
   float *lnf, *lnf_mean, *lnf_rstd; /* (B,T,C) (B,T) (B,T) */
   float *logits, *probs;            /* (B,T,V) */
   float *losses;                    /* (B,T) */
+  float *losses_host;               /* (B,T) host copy for the mean */
   double loss;
   /* backward scratch (shared by all blocks) */
   float *dres;     /* (B,T,C) gradient flowing down the residual stream */
@@ -251,7 +253,7 @@ static int FreeActs(GptModel m)
       float **bufs[] = {&a->ln1, &a->ln1_mean, &a->ln1_rstd, &a->qkv, &a->atty, &a->preatt,
                         &a->att, &a->res2, &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->fch,
                         &a->fch_gelu, &a->res3};
-      for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) FSDP_CALL(FsdpFree(bufs[i]));
+      for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) FSDP_CALL(FsdpDeviceFree(bufs[i]));
     }
     free(m->acts);
     m->acts = NULL;
@@ -259,9 +261,10 @@ static int FreeActs(GptModel m)
   float **bufs[] = {&m->encoded, &m->lnf, &m->lnf_mean, &m->lnf_rstd, &m->logits, &m->probs,
                     &m->losses, &m->dres, &m->dln, &m->datty, &m->dqkv, &m->dpreatt,
                     &m->datt, &m->dfch, &m->dfch_gelu, &m->dlogits};
-  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) FSDP_CALL(FsdpFree(bufs[i]));
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) FSDP_CALL(FsdpDeviceFree(bufs[i]));
   int **ibufs[] = {&m->inputs, &m->targets};
-  for (size_t i = 0; i < 2; i++) FSDP_CALL(FsdpFree(ibufs[i]));
+  for (size_t i = 0; i < 2; i++) FSDP_CALL(FsdpDeviceFree(ibufs[i]));
+  FSDP_CALL(FsdpFree(&m->losses_host));
   return FSDP_SUCCESS;
 }
 
@@ -276,7 +279,7 @@ int GptModelDestroy(GptModel *pm)
   return FSDP_SUCCESS;
 }
 
-static int Alloc(float **p, size_t n) { return FsdpMalloc(FSDP_MEM_ACTS, n * sizeof(float), p); }
+static int Alloc(float **p, size_t n) { return FsdpDeviceAlloc(FSDP_MEM_ACTS, n * sizeof(float), p); }
 
 int GptModelSetUp(GptModel m)
 {
@@ -318,8 +321,9 @@ int GptModelSetUp(GptModel m)
   FSDP_CALL(Alloc(&m->dfch, BT * 4 * C));
   FSDP_CALL(Alloc(&m->dfch_gelu, BT * 4 * C));
   FSDP_CALL(Alloc(&m->dlogits, BT * V));
-  FSDP_CALL(FsdpMalloc(FSDP_MEM_DATA, BT * sizeof(int), &m->inputs));
-  FSDP_CALL(FsdpMalloc(FSDP_MEM_DATA, BT * sizeof(int), &m->targets));
+  FSDP_CALL(FsdpDeviceAlloc(FSDP_MEM_DATA, BT * sizeof(int), &m->inputs));
+  FSDP_CALL(FsdpDeviceAlloc(FSDP_MEM_DATA, BT * sizeof(int), &m->targets));
+  FSDP_CALL(FsdpMalloc(FSDP_MEM_OTHER, BT * sizeof(float), &m->losses_host));
   return FSDP_SUCCESS;
 }
 
@@ -334,8 +338,8 @@ int GptModelSetBatch(GptModel m, const int *inputs, const int *targets)
                  inputs[i] < 0 || inputs[i] >= m->cfg.vocab_size ? inputs[i] : targets[i], i,
                  m->cfg.vocab_size);
   }
-  memcpy(m->inputs, inputs, BT * sizeof(int));
-  memcpy(m->targets, targets, BT * sizeof(int));
+  FSDP_CALL(FsdpDeviceCopyFromHost(m->inputs, inputs, BT * sizeof(int)));
+  FSDP_CALL(FsdpDeviceCopyFromHost(m->targets, targets, BT * sizeof(int)));
   return FSDP_SUCCESS;
 }
 
@@ -383,8 +387,9 @@ static int HeadForward(void *model, int stage, const FsdpUnitTensors *t)
                        t->param[ROOT_LNFW], t->param[ROOT_LNFB], BT, C);
   k->matmul_forward(m->logits, m->lnf, t->param[ROOT_WTE], NULL, BT, C, V);
   k->crossentropy_forward(m->losses, m->probs, m->logits, m->targets, BT, V);
+  FSDP_CALL(FsdpDeviceCopyToHost(m->losses_host, m->losses, (size_t)BT * sizeof(float)));
   double sum = 0.0;
-  for (int i = 0; i < BT; i++) sum += m->losses[i];
+  for (int i = 0; i < BT; i++) sum += m->losses_host[i];
   m->loss = sum / BT;
   return FSDP_SUCCESS;
 }
@@ -395,9 +400,9 @@ static int HeadBackward(void *model, int stage, const FsdpUnitTensors *t)
   GptModel m = (GptModel)model;
   int BT = m->B * m->T, C = m->cfg.n_embd, V = m->cfg.vocab_size;
   const FsdpKernelOps *k = m->k;
-  memset(m->dlogits, 0, (size_t)BT * V * sizeof(float));
-  memset(m->dln, 0, (size_t)BT * C * sizeof(float));
-  memset(m->dres, 0, (size_t)BT * C * sizeof(float));
+  FSDP_CALL(FsdpDeviceZero(m->dlogits, (size_t)BT * V * sizeof(float)));
+  FSDP_CALL(FsdpDeviceZero(m->dln, (size_t)BT * C * sizeof(float)));
+  FSDP_CALL(FsdpDeviceZero(m->dres, (size_t)BT * C * sizeof(float)));
   k->crossentropy_softmax_backward(m->dlogits, m->probs, m->targets, m->loss_scale / (float)BT, BT,
                                    V);
   k->matmul_backward(m->dln, t->grad[ROOT_WTE], NULL, m->dlogits, m->lnf, t->param[ROOT_WTE], BT, C,
@@ -431,17 +436,17 @@ static void BlockForward(GptModel m, int l, float *const *p)
  * and d(block input) on exit: a residual connection passes its gradient
  * through unchanged, so each branch's backward only ADDS its contribution
  * to the same buffer (kernels accumulate), after the branch has read it. */
-static void BlockBackward(GptModel m, int l, float *const *p, float *const *g)
+static int BlockBackward(GptModel m, int l, float *const *p, float *const *g)
 {
   int B = m->B, T = m->T, C = m->cfg.n_embd, NH = m->cfg.n_head, BT = B * T;
   const FsdpKernelOps *k = m->k;
   BlockActs *a = &m->acts[l];
   const float *x = LayerInput(m, l);
-  size_t nC = (size_t)BT * C, n4C = 4 * nC, nTT = (size_t)B * NH * T * T;
+  size_t nC = (size_t)BT * C, n4C = 4 * nC;
   /* MLP branch: dres holds d(res3) */
-  memset(m->dfch_gelu, 0, n4C * sizeof(float));
-  memset(m->dfch, 0, n4C * sizeof(float));
-  memset(m->dln, 0, nC * sizeof(float));
+  FSDP_CALL(FsdpDeviceZero(m->dfch_gelu, n4C * sizeof(float)));
+  FSDP_CALL(FsdpDeviceZero(m->dfch, n4C * sizeof(float)));
+  FSDP_CALL(FsdpDeviceZero(m->dln, nC * sizeof(float)));
   k->matmul_backward(m->dfch_gelu, g[BLK_FCPROJW], g[BLK_FCPROJB], m->dres, a->fch_gelu,
                      p[BLK_FCPROJW], BT, 4 * C, C);
   k->gelu_backward(m->dfch, a->fch, m->dfch_gelu, BT * 4 * C);
@@ -449,17 +454,18 @@ static void BlockBackward(GptModel m, int l, float *const *p, float *const *g)
   k->layernorm_backward(m->dres, g[BLK_LN2W], g[BLK_LN2B], m->dln, a->res2, p[BLK_LN2W],
                         a->ln2_mean, a->ln2_rstd, BT, C);
   /* attention branch: dres now holds d(res2) */
-  memset(m->datty, 0, nC * sizeof(float));
-  memset(m->dqkv, 0, 3 * nC * sizeof(float));
-  memset(m->dpreatt, 0, nTT * sizeof(float));
-  memset(m->datt, 0, nTT * sizeof(float));
-  memset(m->dln, 0, nC * sizeof(float));
+  FSDP_CALL(FsdpDeviceZero(m->datty, nC * sizeof(float)));
+  FSDP_CALL(FsdpDeviceZero(m->dqkv, 3 * nC * sizeof(float)));
+  /* dpreatt and datt need no zeroing: attention_backward overwrites them
+   * (scratch, kernels.h) */
+  FSDP_CALL(FsdpDeviceZero(m->dln, nC * sizeof(float)));
   k->matmul_backward(m->datty, g[BLK_ATTPROJW], g[BLK_ATTPROJB], m->dres, a->atty,
                      p[BLK_ATTPROJW], BT, C, C);
   k->attention_backward(m->dqkv, m->dpreatt, m->datt, m->datty, a->qkv, a->att, B, T, C, NH);
   k->matmul_backward(m->dln, g[BLK_QKVW], g[BLK_QKVB], m->dqkv, a->ln1, p[BLK_QKVW], BT, C, 3 * C);
   k->layernorm_backward(m->dres, g[BLK_LN1W], g[BLK_LN1B], m->dln, x, p[BLK_LN1W], a->ln1_mean,
                         a->ln1_rstd, BT, C);
+  return FSDP_SUCCESS;
 }
 
 static int UnitForward(void *model, int stage, const FsdpUnitTensors *t)
@@ -478,7 +484,8 @@ static int UnitBackward(void *model, int stage, const FsdpUnitTensors *t)
   int last = first + m->wrap - 1;
   if (last >= m->cfg.n_layer) last = m->cfg.n_layer - 1;
   for (int l = last; l >= first; l--)
-    BlockBackward(m, l, t->param + (l - first) * BLK_NPARAMS, t->grad + (l - first) * BLK_NPARAMS);
+    FSDP_CALL(BlockBackward(m, l, t->param + (l - first) * BLK_NPARAMS,
+                            t->grad + (l - first) * BLK_NPARAMS));
   return FSDP_SUCCESS;
 }
 

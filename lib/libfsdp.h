@@ -6,6 +6,8 @@
 #include "init.h"
 #include "mem.h"
 #include "dtype.h"
+#include "device.h"
+#include "cuda_util.h"
 #include "opts.h"
 #include "topo.h"
 #include "flatparam.h"

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device.h"
 #include "error.h"
 #include "mem.h"
 
@@ -60,8 +61,8 @@ int FsdpOptimCreate(FsdpRuntime rt, const FsdpKernelOps *k, const FsdpOptimOptio
   FSDP_CHECK_ALLOC(opt->v, sizeof(float *));
   for (int u = 0; u < opt->nunits; u++) {
     size_t bytes = (size_t)FlatParamShardNumel(FsdpRuntimeUnitFlatParam(rt, u)) * sizeof(float);
-    FSDP_CALL(FsdpMalloc(FSDP_MEM_OPTIM, bytes, &opt->m[u]));
-    FSDP_CALL(FsdpMalloc(FSDP_MEM_OPTIM, bytes, &opt->v[u]));
+    FSDP_CALL(FsdpDeviceAlloc(FSDP_MEM_OPTIM, bytes, &opt->m[u]));
+    FSDP_CALL(FsdpDeviceAlloc(FSDP_MEM_OPTIM, bytes, &opt->v[u]));
     opt->state_bytes += 2 * bytes;
   }
   *out = opt;
@@ -73,8 +74,8 @@ int FsdpOptimDestroy(FsdpOptim *popt)
   if (!popt || !*popt) return FSDP_SUCCESS;
   FsdpOptim opt = *popt;
   for (int u = 0; u < opt->nunits; u++) {
-    FSDP_CALL(FsdpFree(&opt->m[u]));
-    FSDP_CALL(FsdpFree(&opt->v[u]));
+    FSDP_CALL(FsdpDeviceFree(&opt->m[u]));
+    FSDP_CALL(FsdpDeviceFree(&opt->v[u]));
   }
   free(opt->m);
   free(opt->v);
@@ -115,10 +116,11 @@ int FsdpOptimCheckOverflow(FsdpOptim opt, int *overflow)
 {
   double bad = 0.0;
   for (int u = 0; u < opt->nunits && bad == 0.0; u++) {
-    const float *g = FsdpRuntimeUnitGradShard(opt->rt, u);
-    int64_t n = FlatParamShardNumel(FsdpRuntimeUnitFlatParam(opt->rt, u));
-    for (int64_t i = 0; i < n; i++)
-      if (!isfinite(g[i])) { bad = 1.0; break; }
+    int b = 0;
+    FSDP_CALL(FsdpDeviceAnyNonFinite(FsdpRuntimeUnitGradShard(opt->rt, u),
+                                     (size_t)FlatParamShardNumel(FsdpRuntimeUnitFlatParam(opt->rt, u)),
+                                     &b));
+    bad = b;
   }
   FSDP_CALL(FsdpCollScalarMax(FsdpRuntimeColl(opt->rt), FsdpTopoWorld(FsdpRuntimeTopo(opt->rt)),
                               &bad, 1));

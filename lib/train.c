@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_util.h"
+#include "device.h"
 #include "error.h"
 #include "kernels.h"
 #include "mem.h"
@@ -39,6 +41,7 @@ struct FsdpTrainer_ {
   int64_t data_base;             /* micro-batches consumed before first_step */
   uint64_t last_intra, last_inter; /* this step's node-local / cross-node bytes */
   FsdpMetrics metrics;
+  int device_set; /* FsdpDeviceSetUp succeeded: finalize at destroy */
 };
 
 int FsdpTrainOptionsFromDb(FsdpOpts db, FsdpTrainOptions *o)
@@ -94,10 +97,6 @@ int FsdpTrainOptionsFromDb(FsdpOpts db, FsdpTrainOptions *o)
 int FsdpTrainerCreate(MPI_Comm comm, const FsdpTrainOptions *o, FsdpTrainer *out)
 {
   *out = NULL;
-  if (o->device_cuda)
-    FSDP_ERROR(FSDP_ERR_USAGE,
-               "option -device cuda: this build has no CUDA back-end (configure --with-cuda); use "
-               "-device cpu");
   FsdpTrainer tr = calloc(1, sizeof *tr);
   FSDP_CHECK_ALLOC(tr, sizeof *tr);
   *out = tr;
@@ -105,11 +104,23 @@ int FsdpTrainerCreate(MPI_Comm comm, const FsdpTrainOptions *o, FsdpTrainer *out
   tr->o = *o;
   FSDP_CALL_MPI(MPI_Comm_rank(comm, &tr->rank));
   FSDP_CALL_MPI(MPI_Comm_size(comm, &tr->W));
-  tr->k = FsdpKernelsCpu();
   tr->B = o->batch_size;
   tr->T = o->model.seq_len;
   FSDP_CALL(FsdpTopoCreate(comm, &o->topo, &tr->topo));
-  FSDP_CALL(FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &tr->coll));
+  /* the device first: without a usable GPU -device cuda is a usage error
+   * on every rank before anything is allocated */
+  FSDP_CALL(FsdpDeviceSetUp(o->device_cuda ? FSDP_DEVICE_CUDA : FSDP_DEVICE_CPU, tr->topo));
+  tr->device_set = 1;
+  tr->k = FsdpDeviceKernels();
+  if (o->device_cuda) {
+    /* [Note: CUDA streams in the runtime] (device.h) */
+    FSDP_CALL(FsdpCollCreate(FSDP_COLL_BACKEND_NCCL, &tr->coll));
+    FSDP_CALL(FsdpCollSetCudaStreams(tr->coll, NULL, FsdpDeviceComputeStream()));
+    FSDP_CALL(FsdpCollAttach(tr->coll, FsdpTopoShard(tr->topo)));
+    FSDP_CALL(FsdpCollAttach(tr->coll, FsdpTopoReplica(tr->topo)));
+  } else {
+    FSDP_CALL(FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &tr->coll));
+  }
   FSDP_CALL(GptModelCreate(&o->model, o->wrap, tr->B, tr->T, tr->k, (uint64_t)o->seed, &tr->model));
   /* data first: a bad file is a usage error before any big allocation */
   FSDP_CALL(FsdpDataCreate(comm, o->data, o->model.vocab_size, tr->T, tr->W * tr->B,
@@ -178,6 +189,7 @@ int FsdpTrainerDestroy(FsdpTrainer *ptr)
   FSDP_CALL(GptModelDestroy(&tr->model));
   FSDP_CALL(FsdpDataDestroy(&tr->data));
   FSDP_CALL(FsdpCollDestroy(&tr->coll));
+  if (tr->device_set) FSDP_CALL(FsdpDeviceFinalize());
   FSDP_CALL(FsdpTopoDestroy(&tr->topo));
   FSDP_CALL(FsdpFree(&tr->inputs));
   FSDP_CALL(FsdpFree(&tr->targets));
@@ -443,7 +455,19 @@ int FsdpTrainerSummary(FsdpTrainer tr, FILE *out)
           tr->o.fsdp.grad_accum, tr->o.fsdp.accum_comm,
           tr->o.fsdp.prefetch == FSDP_PREFETCH_NONE ? "none"
           : tr->o.fsdp.prefetch == FSDP_PREFETCH_BACKWARD ? "backward" : "both");
-  fprintf(out, "\"blas_core\": \"%s\"}\n", FsdpKernelsCpuBlasCore());
+  if (FsdpDeviceGetKind() == FSDP_DEVICE_CUDA) {
+    /* memory planned before step 1 never needs a retry: show it */
+    FsdpCudaMemStats cs;
+    FsdpCudaMemGetStats(&cs);
+    fprintf(out, "\"device_memory\": {\"allocated_bytes\": %zu, \"peak_bytes\": %zu, "
+                 "\"reserved_bytes\": %zu, \"num_allocs\": %llu, \"alloc_retries\": %llu, "
+                 "\"alloc_failures\": %llu}, ",
+            cs.allocated, cs.peak, cs.reserved, (unsigned long long)cs.num_allocs,
+            (unsigned long long)cs.alloc_retries, (unsigned long long)cs.alloc_failures);
+  }
+  char dev[256];
+  FsdpDeviceDescribe(dev, sizeof dev);
+  fprintf(out, "\"device\": \"%s\", \"blas_core\": \"%s\"}\n", dev, FsdpKernelsCpuBlasCore());
   fflush(out);
   return FSDP_SUCCESS;
 }

@@ -50,12 +50,19 @@ slurm_wait 120 "$ref" || fail "the reference job did not finish"
 train_s=$(python3 -c 'import json,sys; d=json.loads(open(sys.argv[1]).read()); print(d["step_time_ms_median"] * d["steps"] / 1e3)' ref/summary.json 2>/dev/null)
 [ -n "$train_s" ] || { echo "FAIL: the reference run left no summary:"; tail -n 5 "$(slurm_job_field "$ref" StdOut)"; exit 1; }
 segment=$(python3 -c 'import sys; print(round(1.0 + 0.4 * float(sys.argv[1]), 2))' "$train_s")
-first=$(FSDP_SEGMENT_SECONDS=$segment FSDP_CHECKPOINT_EVERY=10 FSDP_CHECKPOINT_KEEP=$keep FSDP_MAX_JOBS=12 \
+first=$(FSDP_SEGMENT_SECONDS=$segment FSDP_CHECKPOINT_EVERY=10 FSDP_CHECKPOINT_KEEP=$keep FSDP_MAX_JOBS=30 \
   sbatch --parsable "${small[@]}" "$src/jobscripts/resume-chain.sbatch" run.opts "$t/jobs/chain")
 echo "unbroken reference $ref trained $steps steps in $train_s s; chain starts with $first, jobs stopped after $segment s"
 [ -n "$first" ] || { echo "FAIL: sbatch refused resume-chain.sbatch"; exit 1; }
-# the chain is over when no job of this private cluster is left
-for _ in $(seq 1000); do [ -z "$(squeue -h 2>/dev/null)" ] && break; sleep 0.2; done
+# the chain is over when its last job logged its end status and no job of
+# this private cluster is left (squeue alone can look empty for a moment
+# between one job and the one it resubmitted, or fail under load)
+for _ in $(seq 900); do
+  if tail -n 1 chain/chain.log 2>/dev/null | grep -q ' end status ' && [ -z "$(squeue -h 2>/dev/null)" ]; then
+    break
+  fi
+  sleep 0.2
+done
 echo "chain.log:"; sed 's/^/    /' chain/chain.log 2>/dev/null
 
 json() { python3 -c 'import json,sys

@@ -1,0 +1,655 @@
+/* test_kernels_cuda.c: the CUDA kernels (kernels/cuda) against the CPU
+ * kernels (kernels/cpu) on the same random inputs, plus the device helpers
+ * the FSDP runtime uses and the NCCL backend at one rank.
+ *
+ * Tolerances (stated once):
+ * - fp32 kernels: |cuda - cpu| <= 1e-5 (1 + |cpu|) elementwise (softmax
+ *   probabilities: 1e-5 |cpu| + 1e-7); the two differ only by summation
+ *   order, FMA contraction and expf/tanhf versus the CPU's polynomial;
+ * - bf16 matmuls: against the CPU kernel on the same bf16-rounded operands
+ *   1e-5 (1 + |ref|) (bf16 products are exact in fp32, accumulation is
+ *   fp32); against the unrounded fp32 operands 1e-2 (1 + |ref|), the cost
+ *   of rounding the operands to 8 significant bits;
+ * - casts and in-place scaling: bit-identical to lib/dtype.h, special
+ *   values included; sum of squares: relative 1e-12 and bit-identical on a
+ *   second call (deterministic two-stage reduction).
+ * Backward kernels accumulate, so every gradient starts from the same
+ * random values on both sides; attention's datt/dpreatt scratch starts as
+ * NaN on the GPU (overwritten, never read).
+ *
+ * Without a usable GPU (or in a build whose CUDA cannot find a driver)
+ * the checks that need no device still run -- a kernel before init is a
+ * recorded state error, init fails with FSDP_ERR_CUDA, device selection
+ * and the NCCL backend are usage errors with clear messages -- and the test
+ * exits 77: "no CUDA device: skipped".  Runs on one rank.
+ */
+#include <math.h>
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll.h"
+#include "cuda/kernels_cuda.h"
+#include "cuda_util.h"
+#include "dtype.h"
+#include "error.h"
+#include "init.h"
+#include "kernels.h"
+#include "stream.h"
+#include "testutil.h"
+
+double sum_squares_cpu(const float *x, size_t n); /* kernels/cpu */
+
+static const FsdpKernelOps *KC, *KG; /* CPU, CUDA */
+static void *g_stream;                /* compute stream of the CUDA kernels */
+
+/* ---- helpers -------------------------------------------------------------- */
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+
+static double urand(void) /* [0, 1), splitmix64 */
+{
+  uint64_t z = (rng += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return (double)(z >> 11) / 9007199254740992.0;
+}
+
+static void *xmalloc(size_t bytes)
+{
+  void *p = calloc(bytes ? bytes : 1, 1);
+  if (!p) {
+    fprintf(stderr, "out of memory\n");
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  return p;
+}
+
+static float *frand(size_t n, double lo, double hi)
+{
+  float *x = xmalloc(n * sizeof *x);
+  for (size_t i = 0; i < n; i++) x[i] = (float)(lo + (hi - lo) * urand());
+  return x;
+}
+
+static float *fcopy(const float *x, size_t n)
+{
+  float *y = xmalloc(n * sizeof *y);
+  memcpy(y, x, n * sizeof *y);
+  return y;
+}
+
+static void *dev_from(const void *h, size_t bytes)
+{
+  void *d = NULL;
+  TCALL(FsdpCudaMalloc(FSDP_MEM_OTHER, bytes, &d));
+  TCALL(FsdpCudaMemcpyAsync(d, h, bytes, g_stream));
+  return d;
+}
+
+static void *dev_zeros(size_t bytes)
+{
+  void *d = NULL;
+  TCALL(FsdpCudaMalloc(FSDP_MEM_OTHER, bytes, &d));
+  return d;
+}
+
+/* Wait for the kernels, check their errors, copy back. */
+static void dev_to(void *h, const void *d, size_t bytes, const char *what)
+{
+  int err = FsdpKernelsCudaSynchronize();
+  CHECK(err == FSDP_SUCCESS, "%s: CUDA kernels failed (%d): %s", what, err,
+        FsdpErrorLastMessage());
+  TCALL(FsdpCudaMemcpyAsync(h, d, bytes, g_stream));
+  TCALL(FsdpCudaStreamSynchronize(g_stream));
+}
+
+static void dfree(void *pp) { TCALL(FsdpCudaFree(pp)); }
+
+/* got (device) against ref (host): |got - ref| <= atol + rtol |ref|. */
+static void compare_dev(const char *what, const float *dgot, const float *ref, size_t n,
+                        double rtol, double atol)
+{
+  float *got = xmalloc(n * sizeof *got);
+  dev_to(got, dgot, n * sizeof *got, what);
+  size_t nbad = 0, worst = 0;
+  double maxd = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    double d = fabs((double)got[i] - (double)ref[i]);
+    int ok = d <= atol + rtol * fabs((double)ref[i]);
+    if (!ok) {
+      if (nbad < 5)
+        fprintf(stderr, "  %s[%zu]: cuda %.9g cpu %.9g (diff %.3g)\n", what, i, got[i], ref[i],
+                d);
+      nbad++;
+    }
+    if (!(d <= maxd)) { /* NaN counts as the worst */
+      maxd = d;
+      worst = i;
+    }
+  }
+  CHECK(nbad == 0, "%s: %zu of %zu elements off; max |diff| %.3g at %zu", what, nbad, n, maxd,
+        worst);
+  if (nbad == 0) printf("  ok %-34s n=%-8zu max |diff| %.3g\n", what, n, maxd);
+  free(got);
+}
+
+#define TOL32 1e-5, 1e-5 /* rtol, atol: 1e-5 (1 + |ref|) */
+
+/* ---- kernels of the table --------------------------------------------------- */
+
+static void test_encoder(int B, int T, int C, int V)
+{
+  size_t n = (size_t)B * T * C;
+  int *inp = xmalloc((size_t)B * T * sizeof *inp);
+  for (int i = 0; i < B * T; i++) inp[i] = (int)(urand() * V) % V;
+  inp[1 % (B * T)] = inp[0]; /* a repeated token: two adds into one row */
+  float *wte = frand((size_t)V * C, -1, 1), *wpe = frand((size_t)T * C, -1, 1);
+  float *out = xmalloc(n * sizeof *out);
+  KC->encoder_forward(out, inp, wte, wpe, B, T, C);
+  int *dinp = dev_from(inp, (size_t)B * T * sizeof *inp);
+  float *dwte = dev_from(wte, (size_t)V * C * 4), *dwpe = dev_from(wpe, (size_t)T * C * 4);
+  float *dout_ = dev_zeros(n * 4);
+  KG->encoder_forward(dout_, dinp, dwte, dwpe, B, T, C);
+  compare_dev("encoder_forward out", dout_, out, n, TOL32);
+
+  float *g = frand(n, -1, 1);
+  float *gwte = frand((size_t)V * C, -1, 1), *gwpe = frand((size_t)T * C, -1, 1);
+  float *d_g = dev_from(g, n * 4), *d_gwte = dev_from(gwte, (size_t)V * C * 4),
+        *d_gwpe = dev_from(gwpe, (size_t)T * C * 4);
+  KC->encoder_backward(gwte, gwpe, g, inp, B, T, C);
+  KG->encoder_backward(d_gwte, d_gwpe, d_g, dinp, B, T, C);
+  compare_dev("encoder_backward dwte", d_gwte, gwte, (size_t)V * C, TOL32);
+  compare_dev("encoder_backward dwpe", d_gwpe, gwpe, (size_t)T * C, TOL32);
+  dfree(&dinp), dfree(&dwte), dfree(&dwpe), dfree(&dout_), dfree(&d_g), dfree(&d_gwte),
+      dfree(&d_gwpe);
+  free(inp), free(wte), free(wpe), free(out), free(g), free(gwte), free(gwpe);
+}
+
+static void test_layernorm(int N, int C)
+{
+  size_t n = (size_t)N * C;
+  float *x = frand(n, -2, 3), *w = frand(C, 0.5, 1.5), *b = frand(C, -0.5, 0.5);
+  for (size_t i = 0; i < (size_t)C; i++) x[i] += 100.0f; /* |mean| >> std in row 0 */
+  float *out = xmalloc(n * 4), *mean = xmalloc(N * 4), *rstd = xmalloc(N * 4);
+  KC->layernorm_forward(out, mean, rstd, x, w, b, N, C);
+  float *dx = dev_from(x, n * 4), *dw = dev_from(w, C * 4), *db = dev_from(b, C * 4);
+  float *dout_ = dev_zeros(n * 4), *dmean = dev_zeros(N * 4), *drstd = dev_zeros(N * 4);
+  KG->layernorm_forward(dout_, dmean, drstd, dx, dw, db, N, C);
+  compare_dev("layernorm_forward out", dout_, out, n, TOL32);
+  compare_dev("layernorm_forward mean", dmean, mean, N, TOL32);
+  compare_dev("layernorm_forward rstd", drstd, rstd, N, 1e-5, 0.0);
+
+  float *g = frand(n, -1, 1), *gx = frand(n, -1, 1), *gw = frand(C, -1, 1), *gb = frand(C, -1, 1);
+  float *d_g = dev_from(g, n * 4), *d_gx = dev_from(gx, n * 4), *d_gw = dev_from(gw, C * 4),
+        *d_gb = dev_from(gb, C * 4);
+  /* backward reads the CPU's mean/rstd on both sides: only backward differs */
+  float *d_mean = dev_from(mean, N * 4), *d_rstd = dev_from(rstd, N * 4);
+  KC->layernorm_backward(gx, gw, gb, g, x, w, mean, rstd, N, C);
+  KG->layernorm_backward(d_gx, d_gw, d_gb, d_g, dx, dw, d_mean, d_rstd, N, C);
+  compare_dev("layernorm_backward dinp", d_gx, gx, n, TOL32);
+  compare_dev("layernorm_backward dweight", d_gw, gw, C, TOL32);
+  compare_dev("layernorm_backward dbias", d_gb, gb, C, TOL32);
+  dfree(&dx), dfree(&dw), dfree(&db), dfree(&dout_), dfree(&dmean), dfree(&drstd);
+  dfree(&d_g), dfree(&d_gx), dfree(&d_gw), dfree(&d_gb), dfree(&d_mean), dfree(&d_rstd);
+  free(x), free(w), free(b), free(out), free(mean), free(rstd), free(g), free(gx), free(gw),
+      free(gb);
+}
+
+/* offset: elements by which every device operand is shifted from its
+ * 256-byte aligned allocation (FlatParameter views start anywhere). */
+static void test_matmul(int N, int C, int OC, int with_bias, int offset)
+{
+  char tag[96];
+  size_t ni = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
+  float *x = frand(ni, -1, 1), *w = frand(nw, -1, 1), *b = with_bias ? frand(OC, -1, 1) : NULL;
+  float *out = xmalloc(no * 4);
+  KC->matmul_forward(out, x, w, b, N, C, OC);
+  float *bx = dev_zeros((ni + offset) * 4), *bw = dev_zeros((nw + offset) * 4),
+        *bb = dev_zeros((OC + offset) * 4), *bo = dev_zeros((no + offset) * 4);
+  float *dx = bx + offset, *dw = bw + offset, *db = bb + offset, *dout_ = bo + offset;
+  TCALL(FsdpCudaMemcpyAsync(dx, x, ni * 4, g_stream));
+  TCALL(FsdpCudaMemcpyAsync(dw, w, nw * 4, g_stream));
+  if (b) TCALL(FsdpCudaMemcpyAsync(db, b, OC * 4, g_stream));
+  KG->matmul_forward(dout_, dx, dw, b ? db : NULL, N, C, OC);
+  snprintf(tag, sizeof tag, "matmul_forward %dx%dx%d%s+%d", N, C, OC, b ? " bias" : "", offset);
+  compare_dev(tag, dout_, out, no, TOL32);
+
+  float *g = frand(no, -1, 1), *gx = frand(ni, -1, 1), *gw = frand(nw, -1, 1),
+        *gb = frand(OC, -1, 1);
+  float *bg = dev_zeros((no + offset) * 4), *bgx = dev_zeros((ni + offset) * 4),
+        *bgw = dev_zeros((nw + offset) * 4), *bgb = dev_zeros((OC + offset) * 4);
+  float *d_g = bg + offset, *d_gx = bgx + offset, *d_gw = bgw + offset, *d_gb = bgb + offset;
+  TCALL(FsdpCudaMemcpyAsync(d_g, g, no * 4, g_stream));
+  TCALL(FsdpCudaMemcpyAsync(d_gx, gx, ni * 4, g_stream));
+  TCALL(FsdpCudaMemcpyAsync(d_gw, gw, nw * 4, g_stream));
+  TCALL(FsdpCudaMemcpyAsync(d_gb, gb, OC * 4, g_stream));
+  KC->matmul_backward(gx, gw, b ? gb : NULL, g, x, w, N, C, OC);
+  KG->matmul_backward(d_gx, d_gw, b ? d_gb : NULL, d_g, dx, dw, N, C, OC);
+  snprintf(tag, sizeof tag, "matmul_backward dinp +%d", offset);
+  compare_dev(tag, d_gx, gx, ni, TOL32);
+  snprintf(tag, sizeof tag, "matmul_backward dweight +%d", offset);
+  compare_dev(tag, d_gw, gw, nw, TOL32);
+  snprintf(tag, sizeof tag, "matmul_backward dbias%s", b ? "" : " (NULL: untouched)");
+  compare_dev(tag, d_gb, gb, OC, TOL32);
+  dfree(&bx), dfree(&bw), dfree(&bb), dfree(&bo), dfree(&bg), dfree(&bgx), dfree(&bgw),
+      dfree(&bgb);
+  free(x), free(w), free(b), free(out), free(g), free(gx), free(gw), free(gb);
+}
+
+static uint16_t *to_bf16(const float *x, size_t n, float *rounded)
+{
+  uint16_t *h = xmalloc(n * sizeof *h);
+  FsdpDtypeFromFloat(FSDP_DTYPE_BF16, x, h, n);
+  FsdpDtypeToFloat(FSDP_DTYPE_BF16, h, rounded, n);
+  return h;
+}
+
+static void test_matmul_bf16(int N, int C, int OC)
+{
+  size_t ni = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
+  float *x = frand(ni, -1, 1), *w = frand(nw, -1, 1), *b = frand(OC, -1, 1);
+  float *xr = xmalloc(ni * 4), *wr = xmalloc(nw * 4);
+  uint16_t *xh = to_bf16(x, ni, xr), *wh = to_bf16(w, nw, wr);
+  float *ref = xmalloc(no * 4), *ref32 = xmalloc(no * 4);
+  KC->matmul_forward(ref, xr, wr, b, N, C, OC);
+  KC->matmul_forward(ref32, x, w, b, N, C, OC);
+  uint16_t *dx = dev_from(xh, ni * 2), *dw = dev_from(wh, nw * 2);
+  float *db = dev_from(b, OC * 4), *dout_ = dev_zeros(no * 4);
+  matmul_forward_bf16_cuda(dout_, dx, dw, db, N, C, OC);
+  compare_dev("matmul_forward_bf16 (bf16 operands)", dout_, ref, no, TOL32);
+  compare_dev("matmul_forward_bf16 (fp32 operands)", dout_, ref32, no, 1e-2, 1e-2);
+
+  float *g = frand(no, -1, 1), *gr = xmalloc(no * 4);
+  uint16_t *gh = to_bf16(g, no, gr);
+  float *gx = frand(ni, -1, 1), *gw = frand(nw, -1, 1), *gb = frand(OC, -1, 1);
+  uint16_t *d_g = dev_from(gh, no * 2);
+  float *d_gx = dev_from(gx, ni * 4), *d_gw = dev_from(gw, nw * 4), *d_gb = dev_from(gb, OC * 4);
+  KC->matmul_backward(gx, gw, gb, gr, xr, wr, N, C, OC);
+  matmul_backward_bf16_cuda(d_gx, d_gw, d_gb, d_g, dx, dw, N, C, OC);
+  compare_dev("matmul_backward_bf16 dinp", d_gx, gx, ni, TOL32);
+  compare_dev("matmul_backward_bf16 dweight", d_gw, gw, nw, TOL32);
+  compare_dev("matmul_backward_bf16 dbias", d_gb, gb, OC, TOL32);
+  dfree(&dx), dfree(&dw), dfree(&db), dfree(&dout_), dfree(&d_g), dfree(&d_gx), dfree(&d_gw),
+      dfree(&d_gb);
+  free(x), free(w), free(b), free(xr), free(wr), free(xh), free(wh), free(ref), free(ref32);
+  free(g), free(gr), free(gh), free(gx), free(gw), free(gb);
+}
+
+static void test_attention(int B, int T, int C, int NH)
+{
+  char tag[96];
+  size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+  float *qkv = frand(nq, -1, 1), *out = xmalloc(no * 4), *pre = xmalloc(na * 4),
+        *att = xmalloc(na * 4);
+  KC->attention_forward(out, pre, att, qkv, B, T, C, NH);
+  float *dq = dev_from(qkv, nq * 4), *dout_ = dev_zeros(no * 4), *dpre = dev_zeros(na * 4),
+        *datt = dev_zeros(na * 4);
+  TCALL(FsdpCudaMemsetAsync(dpre, 0xff, na * 4, g_stream)); /* NaN: masked half rewritten */
+  TCALL(FsdpCudaMemsetAsync(datt, 0xff, na * 4, g_stream));
+  KG->attention_forward(dout_, dpre, datt, dq, B, T, C, NH);
+  snprintf(tag, sizeof tag, "attention_forward out T=%d hs=%d", T, C / NH);
+  compare_dev(tag, dout_, out, no, TOL32);
+  compare_dev("attention_forward preatt", dpre, pre, na, TOL32);
+  compare_dev("attention_forward att", datt, att, na, 1e-5, 1e-7);
+
+  float *g = frand(no, -1, 1), *gq = frand(nq, -1, 1), *sp = xmalloc(na * 4),
+        *sa = xmalloc(na * 4);
+  float *d_g = dev_from(g, no * 4), *d_gq = dev_from(gq, nq * 4), *d_att = dev_from(att, na * 4),
+        *d_sp = dev_zeros(na * 4), *d_sa = dev_zeros(na * 4);
+  TCALL(FsdpCudaMemsetAsync(d_sp, 0xff, na * 4, g_stream)); /* scratch: NaN garbage */
+  TCALL(FsdpCudaMemsetAsync(d_sa, 0xff, na * 4, g_stream));
+  KC->attention_backward(gq, sp, sa, g, qkv, att, B, T, C, NH);
+  KG->attention_backward(d_gq, d_sp, d_sa, d_g, dq, d_att, B, T, C, NH);
+  compare_dev("attention_backward dqkv", d_gq, gq, nq, TOL32);
+  compare_dev("attention_backward datt (scratch)", d_sa, sa, na, TOL32);
+  compare_dev("attention_backward dpreatt (scratch)", d_sp, sp, na, TOL32);
+  dfree(&dq), dfree(&dout_), dfree(&dpre), dfree(&datt), dfree(&d_g), dfree(&d_gq),
+      dfree(&d_att), dfree(&d_sp), dfree(&d_sa);
+  free(qkv), free(out), free(pre), free(att), free(g), free(gq), free(sp), free(sa);
+}
+
+static void test_elementwise(int N)
+{
+  float *x = frand(N, -6, 6), *y = frand(N, -1, 1), *out = xmalloc(N * 4);
+  x[0] = 0.0f, x[1] = 20.0f, x[2] = -20.0f; /* tanh saturation */
+  float *dx = dev_from(x, N * 4), *dy = dev_from(y, N * 4), *dout_ = dev_zeros(N * 4);
+  KC->gelu_forward(out, x, N);
+  KG->gelu_forward(dout_, dx, N);
+  compare_dev("gelu_forward", dout_, out, N, TOL32);
+  float *g = frand(N, -1, 1), *gx = frand(N, -1, 1);
+  float *d_g = dev_from(g, N * 4), *d_gx = dev_from(gx, N * 4);
+  KC->gelu_backward(gx, x, g, N);
+  KG->gelu_backward(d_gx, dx, d_g, N);
+  compare_dev("gelu_backward", d_gx, gx, N, TOL32);
+
+  KC->residual_forward(out, x, y, N);
+  KG->residual_forward(dout_, dx, dy, N);
+  compare_dev("residual_forward", dout_, out, N, 0.0, 0.0);
+  float *g1 = fcopy(gx, N), *g2 = frand(N, -1, 1);
+  float *d_g1 = dev_from(g1, N * 4), *d_g2 = dev_from(g2, N * 4);
+  KC->residual_backward(g1, g2, g, N);
+  KG->residual_backward(d_g1, d_g2, d_g, N);
+  compare_dev("residual_backward dinp1", d_g1, g1, N, 0.0, 0.0);
+  compare_dev("residual_backward dinp2", d_g2, g2, N, 0.0, 0.0);
+  dfree(&dx), dfree(&dy), dfree(&dout_), dfree(&d_g), dfree(&d_gx), dfree(&d_g1), dfree(&d_g2);
+  free(x), free(y), free(out), free(g), free(gx), free(g1), free(g2);
+}
+
+static void test_crossentropy(int N, int V)
+{
+  size_t n = (size_t)N * V;
+  float *z = frand(n, -4, 4), *probs = xmalloc(n * 4), *loss = xmalloc(N * 4);
+  int *tg = xmalloc(N * sizeof *tg);
+  for (int i = 0; i < N; i++) tg[i] = (int)(urand() * V) % V;
+  z[(size_t)0 * V + (tg[0] + 1) % V] = 100.0f; /* row 0: target prob underflows */
+  KC->crossentropy_forward(loss, probs, z, tg, N, V);
+  float *dz = dev_from(z, n * 4), *dp = dev_zeros(n * 4), *dl = dev_zeros(N * 4);
+  int *dt = dev_from(tg, N * sizeof *tg);
+  KG->crossentropy_forward(dl, dp, dz, dt, N, V);
+  compare_dev("crossentropy_forward losses", dl, loss, N, TOL32);
+  compare_dev("crossentropy_forward probs", dp, probs, n, 1e-5, 1e-7);
+  float *g = frand(n, -1, 1), *d_g = dev_from(g, n * 4);
+  float dloss = 1.0f / N;
+  KC->crossentropy_softmax_backward(g, probs, tg, dloss, N, V);
+  float *d_probs = dev_from(probs, n * 4); /* the same probs on both sides */
+  KG->crossentropy_softmax_backward(d_g, d_probs, dt, dloss, N, V);
+  compare_dev("crossentropy_softmax_backward", d_g, g, n, TOL32);
+  dfree(&dz), dfree(&dp), dfree(&dl), dfree(&dt), dfree(&d_g), dfree(&d_probs);
+  free(z), free(probs), free(loss), free(tg), free(g);
+}
+
+static void test_adamw(size_t n)
+{
+  float *p = frand(n, -1, 1), *gr = frand(n, -1e-2, 1e-2), *m = frand(n, -1e-3, 1e-3),
+        *v = frand(n, 0, 1e-5);
+  float *dp = dev_from(p, n * 4), *dg = dev_from(gr, n * 4), *dm = dev_from(m, n * 4),
+        *dv = dev_from(v, n * 4);
+  for (int t = 1; t <= 3; t++) {
+    KC->adamw_update(p, gr, m, v, n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t);
+    KG->adamw_update(dp, dg, dm, dv, n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t);
+  }
+  compare_dev("adamw_update param (3 steps)", dp, p, n, 1e-6, 1e-7);
+  compare_dev("adamw_update m", dm, m, n, 1e-5, 1e-9);
+  compare_dev("adamw_update v", dv, v, n, 1e-5, 1e-12);
+  dfree(&dp), dfree(&dg), dfree(&dm), dfree(&dv);
+  free(p), free(gr), free(m), free(v);
+}
+
+static void test_sum_squares(size_t n)
+{
+  float *x = frand(n, -3, 3);
+  double ref = sum_squares_cpu(x, n);
+  float *dx = dev_from(x, n * 4);
+  double a = KG->sum_squares(dx, n), b = sum_squares_cuda(dx, n);
+  TCALL(FsdpKernelsCudaCheck());
+  CHECK(fabs(a - ref) <= 1e-12 * ref, "sum_squares n=%zu: cuda %.17g cpu %.17g", n, a, ref);
+  CHECK(memcmp(&a, &b, sizeof a) == 0, "sum_squares not deterministic: %.17g then %.17g", a, b);
+  double *dres = dev_zeros(sizeof(double)), hres = 0;
+  sum_squares_device_cuda(dres, dx, n);
+  dev_to(&hres, dres, sizeof hres, "sum_squares_device_cuda");
+  CHECK(memcmp(&a, &hres, sizeof a) == 0, "sum_squares_device_cuda %.17g vs %.17g", hres, a);
+  double z = KG->sum_squares(dx, 0);
+  CHECK(z == 0.0, "sum_squares of 0 elements: %g", z);
+  printf("  ok sum_squares n=%zu rel diff %.3g\n", n, fabs(a - ref) / ref);
+  dfree(&dx), dfree(&dres);
+  free(x);
+}
+
+/* ---- precision helpers ------------------------------------------------------ */
+
+static void test_casts(size_t n)
+{
+  float *x = frand(n, -70000, 70000);
+  const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, 65504.0f, 65520.0f,
+                           -65519.0f, 1e-8f, 6e-8f, -3e-5f, 1.0f + 1.0f / 256, 3.4e38f,
+                           1.17549435e-38f, 1.0f + 3.0f / 512};
+  for (size_t i = 0; i < sizeof special / sizeof special[0] && i < n; i++) x[i] = special[i];
+  for (size_t i = 16; i < n; i += 7) x[i] *= 1e-6f; /* small values, fp16 subnormals */
+  float *dx = dev_from(x, n * 4);
+  for (int dt = FSDP_DTYPE_BF16; dt <= FSDP_DTYPE_FP16; dt++) {
+    const char *name = FsdpDtypeNames[dt];
+    uint16_t *ref = xmalloc(n * 2), *got = xmalloc(n * 2);
+    FsdpDtypeFromFloat((FsdpDtype)dt, x, ref, n);
+    uint16_t *dh = dev_zeros(n * 2);
+    cast_from_float_cuda(dh, (FsdpDtype)dt, dx, n);
+    dev_to(got, dh, n * 2, "cast_from_float_cuda");
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+      if (got[i] != ref[i]) {
+        if (bad < 5)
+          fprintf(stderr, "  cast fp32->%s [%zu] %.9g: cuda 0x%04x host 0x%04x\n", name, i, x[i],
+                  got[i], ref[i]);
+        bad++;
+      }
+    CHECK(bad == 0, "cast fp32 -> %s: %zu of %zu differ from lib/dtype.h", name, bad, n);
+    /* back to fp32 (exact), and add_scaled into fp32 */
+    float *back = xmalloc(n * 4), *gb = xmalloc(n * 4);
+    FsdpDtypeToFloat((FsdpDtype)dt, ref, back, n);
+    float *dback = dev_zeros(n * 4);
+    cast_to_float_cuda(dback, dh, (FsdpDtype)dt, n);
+    dev_to(gb, dback, n * 4, "cast_to_float_cuda");
+    bad = 0;
+    for (size_t i = 0; i < n; i++) bad += memcmp(&gb[i], &back[i], 4) != 0;
+    CHECK(bad == 0, "cast %s -> fp32: %zu of %zu differ", name, bad, n);
+    /* scale in place (one rounding, as coll.c does on the host) */
+    uint16_t *sref = xmalloc(n * 2);
+    for (size_t i = 0; i < n; i++)
+      sref[i] = dt == FSDP_DTYPE_BF16 ? FsdpFloatToBf16(FsdpBf16ToFloat(ref[i]) * 0.375f)
+                                      : FsdpFloatToFp16(FsdpFp16ToFloat(ref[i]) * 0.375f);
+    scale_inplace_cuda(dh, (FsdpDtype)dt, 0.375f, n);
+    dev_to(got, dh, n * 2, "scale_inplace_cuda");
+    bad = 0;
+    for (size_t i = 0; i < n; i++) bad += got[i] != sref[i];
+    CHECK(bad == 0, "scale_inplace %s: %zu of %zu differ", name, bad, n);
+    if (!bad) printf("  ok casts fp32<->%s, scale_inplace: bit-identical (n=%zu)\n", name, n);
+    dfree(&dh), dfree(&dback);
+    free(ref), free(got), free(back), free(gb), free(sref);
+  }
+  /* add_scaled: dst (fp32) += scale * src (bf16) on finite values */
+  size_t m = n - 16;
+  float *acc = frand(m, -1, 1), *src = frand(m, -10, 10), *srcr = xmalloc(m * 4);
+  uint16_t *sh = to_bf16(src, m, srcr);
+  float *ref = xmalloc(m * 4);
+  for (size_t i = 0; i < m; i++) ref[i] = acc[i] + 0.25f * srcr[i];
+  float *dacc = dev_from(acc, m * 4);
+  uint16_t *dsh = dev_from(sh, m * 2);
+  add_scaled_cuda(dacc, dsh, FSDP_DTYPE_BF16, 0.25f, m);
+  compare_dev("add_scaled bf16 -> fp32", dacc, ref, m, 1e-7, 0.0);
+  float *d32 = dev_from(src, m * 4);
+  for (size_t i = 0; i < m; i++) ref[i] += -2.0f * src[i];
+  add_scaled_cuda(dacc, d32, FSDP_DTYPE_FP32, -2.0f, m);
+  compare_dev("add_scaled fp32 -> fp32", dacc, ref, m, 1e-6, 1e-6);
+  dfree(&dx), dfree(&dacc), dfree(&dsh), dfree(&d32);
+  free(x), free(acc), free(src), free(srcr), free(sh), free(ref);
+}
+
+static void test_nonfinite(size_t n)
+{
+  int *flag = dev_zeros(sizeof(int)), h = -1;
+  for (int dt = FSDP_DTYPE_FP32; dt <= FSDP_DTYPE_FP16; dt++) {
+    float *x = frand(n, -100, 100);
+    void *hx = xmalloc(n * 4);
+    FsdpDtypeFromFloat((FsdpDtype)dt, x, hx, n);
+    void *dx = dev_from(hx, n * FsdpDtypeSize((FsdpDtype)dt));
+    TCALL(FsdpCudaMemsetAsync(flag, 0, sizeof(int), g_stream));
+    nonfinite_check_cuda(flag, dx, (FsdpDtype)dt, n);
+    dev_to(&h, flag, sizeof h, "nonfinite_check_cuda");
+    CHECK(h == 0, "nonfinite_check %s: finite data flagged", FsdpDtypeNames[dt]);
+    for (int k = 0; k < 2; k++) { /* an inf near the end, then a NaN at 0 */
+      size_t at = k == 0 ? n - 3 : 0;
+      x[at] = k == 0 ? INFINITY : NAN;
+      FsdpDtypeFromFloat((FsdpDtype)dt, x, hx, n);
+      TCALL(FsdpCudaMemcpyAsync(dx, hx, n * FsdpDtypeSize((FsdpDtype)dt), g_stream));
+      TCALL(FsdpCudaMemsetAsync(flag, 0, sizeof(int), g_stream));
+      nonfinite_check_cuda(flag, dx, (FsdpDtype)dt, n);
+      dev_to(&h, flag, sizeof h, "nonfinite_check_cuda");
+      CHECK(h == 1, "nonfinite_check %s: %s at %zu not flagged", FsdpDtypeNames[dt],
+            k == 0 ? "inf" : "NaN", at);
+    }
+    dfree(&dx);
+    free(x), free(hx);
+  }
+  printf("  ok nonfinite_check fp32/bf16/fp16\n");
+  dfree(&flag);
+}
+
+/* ---- errors, device selection, NCCL ---------------------------------------- */
+
+static void test_error_path(void)
+{
+  attention_forward_cuda(NULL, NULL, NULL, NULL, 1, 4, 10, 4); /* C % NH != 0 */
+  residual_forward_cuda(NULL, NULL, NULL, 4);                  /* skipped after an error */
+  int err = FsdpKernelsCudaCheck();
+  CHECK(err == FSDP_ERR_INTERNAL && strstr(FsdpErrorLastMessage(), "C % NH == 0"),
+        "bad shape: code %d, message '%s'", err, FsdpErrorLastMessage());
+  err = FsdpKernelsCudaCheck();
+  CHECK(err == FSDP_SUCCESS, "the error is cleared once raised (got %d)", err);
+}
+
+static void test_select_device(int ngpus)
+{
+  int dev = -1;
+  int err = FsdpCudaSelectDevice(MPI_COMM_WORLD, 0, ngpus + 1, &dev);
+  char want[64];
+  snprintf(want, sizeof want, "%d ranks on node", ngpus + 1);
+  CHECK(err == FSDP_ERR_USAGE && strstr(FsdpErrorLastMessage(), want) &&
+            strstr(FsdpErrorLastMessage(), "GPUs"),
+        "more ranks than GPUs: code %d, message '%s'", err, FsdpErrorLastMessage());
+  err = FsdpCudaSelectDevice(MPI_COMM_WORLD, 0, 1, &dev);
+  CHECK(err == FSDP_SUCCESS && dev == 0, "select device 0: code %d, device %d", err, dev);
+  char desc[256];
+  TCALL(FsdpCudaDeviceDescribe(0, desc, sizeof desc));
+  printf("  device 0: %s\n", desc);
+}
+
+/* NCCL at one rank: all-gather in place, reduce-scatter with a scale
+ * (ncclPreMulSum), all-reduce; blocking and async with a device wait. */
+static void test_nccl_w1(void)
+{
+  int wsize = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &wsize);
+  if (wsize != 1) return;
+  FsdpGroup g = {MPI_COMM_WORLD, 1, 0, 0, 0, "world"};
+  FsdpColl c = NULL;
+  TCALL(FsdpCollCreate(FSDP_COLL_BACKEND_NCCL, &c));
+  TCALL(FsdpCollSetCudaStreams(c, NULL, g_stream));
+  TCALL(FsdpCollAttach(c, &g));
+  const size_t n = 4097;
+  float *x = frand(n, -1, 1), *ref = xmalloc(n * 4);
+  float *dx = dev_from(x, n * 4), *dy = dev_zeros(n * 4);
+  TCALL(FsdpCollAllGather(c, &g, dx, dx, n, FSDP_DTYPE_FP32));
+  compare_dev("nccl all-gather (W=1, in place)", dx, x, n, 0.0, 0.0);
+  TCALL(FsdpCollReduceScatter(c, &g, dx, dy, n, FSDP_DTYPE_FP32, 0.25f));
+  for (size_t i = 0; i < n; i++) ref[i] = x[i] * 0.25f;
+  compare_dev("nccl reduce-scatter scale 1/4", dy, ref, n, 0.0, 0.0);
+  TCALL(FsdpCollAllReduce(c, &g, dy, n, FSDP_DTYPE_FP32, 4.0f));
+  compare_dev("nccl all-reduce scale 4", dy, x, n, 0.0, 0.0);
+  /* bf16 async: the compute stream waits on the device, then a kernel
+   * lands the result in fp32 (add_scaled) */
+  float *xr = xmalloc(n * 4);
+  uint16_t *xh = to_bf16(x, n, xr), *dh = dev_from(xh, n * 2), *dh2 = dev_zeros(n * 2);
+  FsdpStream s = NULL;
+  TCALL(FsdpStreamCreate("nccl-wait", 8, &s));
+  FsdpEvent ev;
+  TCALL(FsdpCollReduceScatterAsync(c, &g, dh, dh2, n, FSDP_DTYPE_BF16, 0.5f, s, &ev));
+  TCALL(FsdpCollWaitDevice(c, ev, g_stream));
+  float *acc = dev_zeros(n * 4);
+  add_scaled_cuda(acc, dh2, FSDP_DTYPE_BF16, 2.0f, n);
+  compare_dev("nccl reduce-scatter bf16 async (x0.5, x2)", acc, xr, n, 0.0, 0.0);
+  TCALL(FsdpEventWait(ev));
+  TCALL(FsdpStreamDestroy(&s));
+  TCALL(FsdpCollDestroy(&c));
+  dfree(&dx), dfree(&dy), dfree(&dh), dfree(&dh2), dfree(&acc);
+  free(x), free(ref), free(xr), free(xh);
+}
+
+/* Checks that need no GPU: they run everywhere, before the skip. */
+static void test_without_device(void)
+{
+  residual_forward_cuda(NULL, NULL, NULL, 4); /* before init */
+  int err = FsdpKernelsCudaCheck();
+  CHECK(err == FSDP_ERR_STATE && strstr(FsdpErrorLastMessage(), "FsdpKernelsCudaInit"),
+        "kernel before init: code %d, message '%s'", err, FsdpErrorLastMessage());
+  err = FsdpKernelsCudaInit(0, NULL);
+  CHECK(err == FSDP_ERR_CUDA && strlen(FsdpErrorLastMessage()) > 0,
+        "init without a device: code %d, message '%s'", err, FsdpErrorLastMessage());
+  int dev = 0;
+  err = FsdpCudaSelectDevice(MPI_COMM_WORLD, 0, 1, &dev);
+  CHECK(err == FSDP_ERR_USAGE && strstr(FsdpErrorLastMessage(), "no usable GPU") && dev == -1,
+        "select without a device: code %d, message '%s'", err, FsdpErrorLastMessage());
+  FsdpColl c = NULL;
+  err = FsdpCollCreate(FSDP_COLL_BACKEND_NCCL, &c);
+  CHECK(err == FSDP_ERR_USAGE && c == NULL && strstr(FsdpErrorLastMessage(), "NCCL"),
+        "NCCL without a device: code %d, message '%s'", err, FsdpErrorLastMessage());
+  void *s = NULL;
+  err = FsdpCudaMalloc(FSDP_MEM_OTHER, 16, &s);
+  CHECK(err != FSDP_SUCCESS && s == NULL, "device malloc without a device: code %d", err);
+}
+
+int main(int argc, char **argv)
+{
+  TCALL(FsdpInitialize(&argc, &argv));
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int ngpus = 0;
+  TCALL(FsdpCudaDeviceCount(&ngpus));
+  if (ngpus == 0) {
+    test_without_device();
+    int status = test_finish("test_kernels_cuda (no device)");
+    if (rank == 0 && status == 0)
+      printf("no CUDA device: skipped (%s)\n", FsdpCudaProbeMessage());
+    TCALL(FsdpFinalize());
+    return status ? status : 77;
+  }
+  int wsize = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &wsize);
+  if (wsize != 1) { /* device selection and NCCL here assume one rank */
+    if (rank == 0) printf("test_kernels_cuda runs on one rank: skipped at %d\n", wsize);
+    TCALL(FsdpFinalize());
+    return 77;
+  }
+  {
+    test_select_device(ngpus);
+    TCALL(FsdpCudaStreamCreate(0, &g_stream));
+    TCALL(FsdpKernelsCudaInit(0, g_stream));
+    KC = FsdpKernelsCpu();
+    KG = FsdpKernelsCuda();
+    CHECK(strcmp(KG->name, "cuda") == 0, "table name '%s'", KG->name);
+    test_encoder(2, 33, 48, 101);
+    test_layernorm(66, 48);
+    test_layernorm(7, 130);
+    test_matmul(66, 48, 144, 1, 0);
+    test_matmul(37, 48, 35, 0, 1);  /* odd shapes, no bias, 4-byte aligned */
+    test_matmul(64, 768, 2304, 1, 3);
+    test_matmul_bf16(66, 48, 144);
+    test_matmul_bf16(37, 64, 35);
+    test_attention(2, 33, 48, 4);
+    test_attention(1, 70, 36, 3);
+    test_elementwise(10007);
+    test_crossentropy(9, 1001);
+    test_adamw(100003);
+    test_sum_squares(1000003);
+    test_sum_squares(5);
+    test_casts(4099);
+    test_nonfinite(3001);
+    test_error_path();
+    test_nccl_w1();
+    FsdpCudaMemStats st;
+    FsdpCudaMemGetStats(&st);
+    CHECK(st.allocated == 0 && st.alloc_retries == 0 && st.alloc_failures == 0,
+          "device memory at the end: %zu bytes allocated, %llu retries, %llu failures",
+          st.allocated, (unsigned long long)st.alloc_retries,
+          (unsigned long long)st.alloc_failures);
+    printf("  device memory: peak %zu bytes, %llu allocations, %llu retries\n", st.peak,
+           (unsigned long long)st.num_allocs, (unsigned long long)st.alloc_retries);
+    TCALL(FsdpKernelsCudaFinalize());
+    TCALL(FsdpCudaStreamDestroy(&g_stream));
+  }
+  int status = test_finish("test_kernels_cuda");
+  TCALL(FsdpFinalize());
+  return status;
+}
