@@ -150,7 +150,8 @@ int FsdpTrainerCreate(MPI_Comm comm, const FsdpTrainOptions *o, FsdpTrainer *out
                  "checkpoint %s is at step %lld, not before -steps %lld: nothing to do (raise "
                  "-steps)",
                  path, (long long)meta.step, (long long)o->steps);
-    if (meta.global_batch != (int64_t)tr->W * tr->B * o->fsdp.grad_accum)
+    /* 0: unknown (e.g. weights imported from llm.c) */
+    if (meta.global_batch != 0 && meta.global_batch != (int64_t)tr->W * tr->B * o->fsdp.grad_accum)
       FsdpWarn(1, "checkpoint %s was written with a global batch of %lld sequences, this run uses "
                   "%lld: the data order and the trajectory will differ",
                path, (long long)meta.global_batch,

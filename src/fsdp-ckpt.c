@@ -1,0 +1,1091 @@
+/* fsdp-ckpt: inspect, verify and convert fsdp checkpoints.
+ *
+ *   fsdp-ckpt info ckpt_00000100.h5
+ *   fsdp-ckpt verify ckpt_00000100.h5          # exit 0 good, 2 bad
+ *   fsdp-ckpt export-llmc ckpt_00000100.h5 model.bin
+ *   fsdp-ckpt import-llmc gpt2_124M.bin gpt2.h5
+ *   fsdp-train -model custom -n_layer 12 -n_embd 768 -n_head 12 \
+ *              -vocab_size 50257 -seq_len 1024 -resume gpt2.h5 -steps ...
+ *
+ * One process (no mpiexec needed; MPI starts as a singleton).  Options are
+ * PETSc style and come after the subcommand and its files.
+ *
+ * Files it reads and writes:
+ *
+ * fsdp checkpoint (HDF5, lib/ckpt.h, format version FSDP_CKPT_VERSION)
+ *   /                root attributes: format_version, program, created,
+ *                    step, data_position, seed, global_batch, world_size,
+ *                    sharding_factor, ranks_per_node (written topology)
+ *   /model           attributes: name, n_layer, n_embd, n_head, vocab_size,
+ *                    seq_len, num_parameters (tensors)
+ *   /model/<name>    fp32, the parameter's full logical shape (gpt.h names:
+ *                    wte [V,C], wpe [seq_len,C], ln_f.weight [C], ...,
+ *                    h.<i>.attn.c_attn.weight [3C,C], ...)
+ *   /optim           attributes: type, step_count, lr, lr_min, weight_decay,
+ *                    beta1, beta2, eps, grad_clip, warmup, total_steps,
+ *                    decay_embeddings
+ *   /optim/exp_avg/<name>, /optim/exp_avg_sq/<name>: AdamW moments, fp32
+ *   A file written by import-llmc also carries the root attribute
+ *   imported_from (the llm.c file it came from).
+ *
+ * llm.c GPT-2 checkpoint (karpathy/llm.c train_gpt2.c, gpt2_124M.bin):
+ *   all little-endian; a header of 256 int32 (unused slots 0):
+ *   [0] magic 20240326, [1] version (3: fp32 tensors, 5: bf16), [2] maxT,
+ *   [3] V, [4] L, [5] NH, [6] C, [7] Vp (padded vocab, ceil(V/128)*128);
+ *   then the tensors row-major, back to back, per-layer tensors stacked
+ *   over the L layers:
+ *     wte (Vp, C)  rows V..Vp-1 zero     <- /model/wte [V, C]
+ *     wpe (maxT, C)                       <- /model/wpe
+ *     ln1w (L, C)  ln1b (L, C)            <- h.<l>.ln_1.weight / .bias
+ *     qkvw (L, 3C, C)  qkvb (L, 3C)       <- h.<l>.attn.c_attn.weight / .bias
+ *     attprojw (L, C, C)  attprojb (L, C) <- h.<l>.attn.c_proj.weight / .bias
+ *     ln2w (L, C)  ln2b (L, C)            <- h.<l>.ln_2.weight / .bias
+ *     fcw (L, 4C, C)  fcb (L, 4C)         <- h.<l>.mlp.c_fc.weight / .bias
+ *     fcprojw (L, C, 4C)  fcprojb (L, C)  <- h.<l>.mlp.c_proj.weight / .bias
+ *     lnfw (C)  lnfb (C)                  <- ln_f.weight / ln_f.bias
+ *   Both sides store linear weights as (out, in), so tensors copy as they
+ *   are, no transposes.
+ *
+ * [Note: the model's parameter list] Which datasets a checkpoint must hold
+ * and their shapes come from the library: a GptModel for the file's config
+ * registers its units with a one-rank runtime on MPI_COMM_SELF, and
+ * FsdpRuntimeUnitSpecs lists them (before setup: nothing is allocated for
+ * info, verify and export).  The llm.c conversion states only the
+ * correspondence above (kLlmc) and checks it against that list: every
+ * model parameter must be used exactly once with the element count llm.c
+ * gives it, so a model change cannot silently drop or misplace a tensor.
+ *
+ * [Note: import through the engine] import-llmc writes the checkpoint with
+ * FsdpCkptSave from a one-rank runtime (F = 1: the shard is the whole flat
+ * parameter, FlatParamOffset places each tensor) and an AdamW optimizer
+ * whose moments are zero, so the layout is exactly what fsdp-train writes
+ * and loads; step 0, data position 0.  The optimizer attributes record the
+ * library defaults (FSDP_OPTIONS applies): informational, as a resumed run
+ * uses its own options.
+ *
+ * [Note: never overwrite] Both converters write a temporary file next to
+ * the output and publish it with link(2), which fails if the output exists
+ * (checked up front too, before any work): an existing file is never
+ * replaced, not even by a race.  On file systems without hard links the
+ * temporary is renamed after a fresh existence check.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "h5util.h"
+#include "libfsdp.h"
+
+static const char kHelp[] =
+    "fsdp-ckpt: inspect, verify and convert fsdp checkpoints (one process).\n"
+    "Usage:\n"
+    "  fsdp-ckpt info FILE                 step, format, model config, optimizer state,\n"
+    "                                      written topology (W, F, G), data position,\n"
+    "                                      creation time, parameters with shapes\n"
+    "  fsdp-ckpt verify FILE               every parameter of the file's model config\n"
+    "                                      present in /model and /optim/exp_avg[_sq]\n"
+    "                                      with its shape, fp32, no NaN/Inf; exit 0 if\n"
+    "                                      good, 2 naming the first problem\n"
+    "  fsdp-ckpt export-llmc FILE OUT.bin  llm.c GPT-2 checkpoint (version 3, fp32)\n"
+    "                                      from /model\n"
+    "  fsdp-ckpt import-llmc IN.bin OUT.h5 fsdp checkpoint at step 0 with zero AdamW\n"
+    "                                      moments from an llm.c GPT-2 checkpoint\n"
+    "                                      (version 3 fp32, or 5 bf16 converted exactly)\n"
+    "Options follow the files.  Outputs are never overwritten.\n"
+    "\n"
+    "fsdp checkpoint (HDF5): root attributes format_version, program, created,\n"
+    "step, data_position, seed, global_batch, world_size, sharding_factor,\n"
+    "ranks_per_node; /model (attributes name, n_layer, n_embd, n_head,\n"
+    "vocab_size, seq_len, num_parameters) with one fp32 dataset per parameter\n"
+    "in its full shape (wte [V,C], wpe [seq_len,C], ln_f.weight/bias [C],\n"
+    "h.<i>.ln_1.weight/bias [C], h.<i>.attn.c_attn.weight [3C,C]/bias [3C],\n"
+    "h.<i>.attn.c_proj.weight [C,C]/bias [C], h.<i>.ln_2.weight/bias [C],\n"
+    "h.<i>.mlp.c_fc.weight [4C,C]/bias [4C], h.<i>.mlp.c_proj.weight [C,4C]/bias\n"
+    "[C]); /optim (attributes type, step_count and the AdamW hyperparameters)\n"
+    "with /optim/exp_avg/<name> and /optim/exp_avg_sq/<name> of the same shapes.\n"
+    "\n"
+    "llm.c GPT-2 checkpoint: little-endian; 256 int32 header: [0] 20240326,\n"
+    "[1] version 3 (fp32) or 5 (bf16), [2] maxT = seq_len, [3] V, [4] L, [5] NH,\n"
+    "[6] C, [7] Vp = ceil(V/128)*128; then, back to back: wte (Vp,C) with rows\n"
+    "V..Vp-1 zero, wpe (maxT,C), ln1w (L,C), ln1b (L,C), qkvw (L,3C,C), qkvb\n"
+    "(L,3C), attprojw (L,C,C), attprojb (L,C), ln2w (L,C), ln2b (L,C), fcw\n"
+    "(L,4C,C), fcb (L,4C), fcprojw (L,C,4C), fcprojb (L,C), lnfw (C), lnfb (C):\n"
+    "h.<l>.<tensor> is layer l of the stacked tensor; weights are (out, in) on\n"
+    "both sides.  An imported file loads with\n"
+    "  fsdp-train -model custom -n_layer L -n_embd C -n_head NH -vocab_size V\n"
+    "             -seq_len maxT -resume OUT.h5 ...\n";
+
+#define MSG_SIZE 1400
+#define LLMC_MAGIC 20240326
+#define LLMC_HEADER_INTS 256
+/* elements per read while scanning or converting (16 MiB of fp32) */
+#define CHUNK_ELEMS ((int64_t)1 << 22)
+
+/* snprintf for messages (paths make them long; truncation is fine). */
+static void Msgf(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void Msgf(char *buf, size_t size, const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, size, fmt, ap);
+  va_end(ap);
+}
+
+/* ------------------------------------------------------------------ */
+/* the model's parameter list ([Note: the model's parameter list])     */
+
+typedef struct {
+  const FsdpParamSpec *spec;
+  int unit;        /* the unit that registered it */
+  int used;        /* llm.c conversion: mapped already */
+} ParamRef;
+
+typedef struct {
+  GptConfig cfg;
+  FsdpTopo topo;
+  FsdpColl coll;
+  FsdpRuntime rt;
+  GptModel model;
+  FsdpOptim opt;
+  ParamRef *params; /* registration order */
+  int nparams;
+} Engine;
+
+static int EngineDestroy(Engine *e)
+{
+  FSDP_CALL(FsdpOptimDestroy(&e->opt));
+  FSDP_CALL(FsdpRuntimeDestroy(&e->rt));
+  FSDP_CALL(GptModelDestroy(&e->model));
+  FSDP_CALL(FsdpCollDestroy(&e->coll));
+  FSDP_CALL(FsdpTopoDestroy(&e->topo));
+  free(e->params);
+  e->params = NULL;
+  return FSDP_SUCCESS;
+}
+
+/* Not collective (MPI_COMM_SELF).  Register cfg's model with a one-rank
+ * runtime and list its parameters; with setup, also allocate the shards
+ * (F = 1: the whole flat parameter) and an AdamW optimizer (zero moments)
+ * whose hyperparameters are *optim. */
+static int EngineCreate(const GptConfig *cfg, int setup, const FsdpOptimOptions *optim, Engine *e)
+{
+  memset(e, 0, sizeof *e);
+  e->cfg = *cfg;
+  FsdpTopoOptions to = {0, 0, FSDP_PLACEMENT_BLOCK, 0};
+  FsdpRuntimeOptions ro;
+  memset(&ro, 0, sizeof ro);
+  ro.reshard_after_forward = 1;
+  ro.limit_all_gathers = 2;
+  ro.prefetch = FSDP_PREFETCH_BACKWARD;
+  ro.param_dtype = ro.reduce_dtype = FSDP_DTYPE_FP32;
+  ro.grad_accum = 1;
+  ro.accum_comm = 1;
+  FSDP_CALL(FsdpTopoCreate(MPI_COMM_SELF, &to, &e->topo));
+  FSDP_CALL(FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &e->coll));
+  FSDP_CALL(FsdpRuntimeCreate(e->topo, e->coll, &ro, &e->rt));
+  FSDP_CALL(GptModelCreate(cfg, 1, 1, cfg->seq_len, FsdpKernelsCpu(), 0, &e->model));
+  FSDP_CALL(GptModelRegister(e->model, e->rt));
+  int n = 0;
+  for (int u = 0; u < FsdpRuntimeNumUnits(e->rt); u++) {
+    const FsdpParamSpec *s;
+    int np;
+    FSDP_CALL(FsdpRuntimeUnitSpecs(e->rt, u, &s, &np));
+    n += np;
+  }
+  e->params = calloc((size_t)n + 1, sizeof *e->params);
+  FSDP_CHECK_ALLOC(e->params, ((size_t)n + 1) * sizeof *e->params);
+  for (int u = 0; u < FsdpRuntimeNumUnits(e->rt); u++) {
+    const FsdpParamSpec *s;
+    int np;
+    FSDP_CALL(FsdpRuntimeUnitSpecs(e->rt, u, &s, &np));
+    for (int i = 0; i < np; i++) e->params[e->nparams++] = (ParamRef){&s[i], u, 0};
+  }
+  if (setup) {
+    FSDP_CALL(FsdpRuntimeSetUp(e->rt));
+    FSDP_CALL(FsdpOptimCreate(e->rt, FsdpKernelsCpu(), optim, GptParamDecays, &e->opt));
+  }
+  return FSDP_SUCCESS;
+}
+
+static const ParamRef *FindParam(const Engine *e, const char *name)
+{
+  for (int i = 0; i < e->nparams; i++)
+    if (strcmp(e->params[i].spec->name, name) == 0) return &e->params[i];
+  return NULL;
+}
+
+static void ShapeString(int ndim, const int64_t *shape, char *buf, size_t size)
+{
+  size_t n = (size_t)snprintf(buf, size, "[");
+  for (int d = 0; d < ndim && n < size; d++)
+    n += (size_t)snprintf(buf + n, size - n, "%s%lld", d ? ", " : "", (long long)shape[d]);
+  if (n < size) snprintf(buf + n, size - n, "]");
+}
+
+/* A config read from a file, checked with messages naming the file (the
+ * library's GptConfigValidate speaks of options). */
+static int CheckConfig(const char *what, const GptConfig *c)
+{
+  if (c->n_layer < 1 || c->n_embd < 1 || c->n_head < 1 || c->seq_len < 2)
+    FSDP_ERROR(FSDP_ERR_USAGE,
+               "%s holds an invalid model config (n_layer %d, n_embd %d, n_head %d, seq_len %d)",
+               what, c->n_layer, c->n_embd, c->n_head, c->seq_len);
+  if (c->n_embd % c->n_head)
+    FSDP_ERROR(FSDP_ERR_USAGE, "%s: n_embd %d is not divisible by n_head %d", what, c->n_embd,
+               c->n_head);
+  if (c->vocab_size < 2 || c->vocab_size > 65536)
+    FSDP_ERROR(FSDP_ERR_USAGE, "%s: vocab_size %d is outside 2..65536 (fsdp stores tokens as uint16)",
+               what, c->vocab_size);
+  return FSDP_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ */
+/* structure and values of the tensor groups                           */
+
+typedef struct {
+  const Engine *e;
+  char extra[FSDP_MAX_NAME + 1];
+} ExtraSearch;
+
+static herr_t FindExtra(hid_t g, const char *name, const H5L_info_t *info, void *ctx)
+{
+  (void)g;
+  (void)info;
+  ExtraSearch *s = ctx;
+  if (!FindParam(s->e, name)) {
+    snprintf(s->extra, sizeof s->extra, "%s", name);
+    return 1;
+  }
+  return 0;
+}
+
+/* Every parameter of the model is a 32-bit float dataset of its shape in
+ * group gname, and nothing else is there.  0, or 1 with msg. */
+static int CheckGroup(hid_t f, const char *path, const Engine *e, const char *gname, char *msg,
+                      size_t size)
+{
+  if (H5Lexists(f, gname, H5P_DEFAULT) <= 0) {
+    Msgf(msg, size, "checkpoint %s has no group %s", path, gname);
+    return 1;
+  }
+  hid_t g = H5Gopen2(f, gname, H5P_DEFAULT);
+  if (g < 0) {
+    Msgf(msg, size, "checkpoint %s: %s is not a readable group", path, gname);
+    return 1;
+  }
+  int bad = 0;
+  for (int i = 0; i < e->nparams && !bad; i++) {
+    const FsdpParamSpec *spec = e->params[i].spec;
+    if (H5Lexists(g, spec->name, H5P_DEFAULT) <= 0) {
+      Msgf(msg, size, "checkpoint %s has no dataset %s/%s", path, gname, spec->name);
+      bad = 1;
+      break;
+    }
+    hid_t d = H5Dopen2(g, spec->name, H5P_DEFAULT);
+    hid_t s = d >= 0 ? H5Dget_space(d) : -1;
+    hid_t t = d >= 0 ? H5Dget_type(d) : -1;
+    int ndim = s >= 0 ? H5Sget_simple_extent_ndims(s) : -1;
+    hsize_t dims[H5S_MAX_RANK];
+    if (ndim >= 0 && H5Sget_simple_extent_dims(s, dims, NULL) < 0) ndim = -1;
+    if (d < 0 || s < 0 || t < 0 || ndim < 0) {
+      Msgf(msg, size, "checkpoint %s: %s/%s is not a readable dataset", path, gname, spec->name);
+      bad = 1;
+    } else if (H5Tget_class(t) != H5T_FLOAT || H5Tget_size(t) != 4) {
+      Msgf(msg, size, "checkpoint %s: %s/%s has %s elements of %zu bytes, expected fp32", path,
+           gname, spec->name, H5Tget_class(t) == H5T_FLOAT ? "floating-point" : "non-float",
+           H5Tget_size(t));
+      bad = 1;
+    } else {
+      int same = ndim == spec->ndim;
+      int64_t shape[H5S_MAX_RANK];
+      for (int k = 0; k < ndim; k++) {
+        shape[k] = (int64_t)dims[k];
+        if (same && shape[k] != spec->shape[k]) same = 0;
+      }
+      if (!same) {
+        char have[160], want[160];
+        ShapeString(ndim, shape, have, sizeof have);
+        ShapeString(spec->ndim, spec->shape, want, sizeof want);
+        Msgf(msg, size, "checkpoint %s: %s/%s has shape %s, the model config expects %s", path,
+             gname, spec->name, have, want);
+        bad = 1;
+      }
+    }
+    if (t >= 0) H5Tclose(t);
+    if (s >= 0) H5Sclose(s);
+    if (d >= 0) H5Dclose(d);
+  }
+  if (!bad) {
+    ExtraSearch x = {e, ""};
+    H5Literate(g, H5_INDEX_NAME, H5_ITER_INC, NULL, FindExtra, &x);
+    if (x.extra[0]) {
+      Msgf(msg, size, "checkpoint %s has %s/%s, which is not a parameter of its model config",
+           path, gname, x.extra);
+      bad = 1;
+    }
+  }
+  H5Gclose(g);
+  return bad;
+}
+
+/* Scan dataset gname/spec->name for NaN/Inf in chunks of whole rows.  0,
+ * or 1 with msg naming the dataset and the first bad element. */
+static int ScanDataset(hid_t f, const char *path, const char *gname, const FsdpParamSpec *spec,
+                       float *buf, char *msg, size_t size)
+{
+  char dname[FSDP_MAX_NAME + 64];
+  snprintf(dname, sizeof dname, "%s/%s", gname, spec->name);
+  int64_t numel = FlatParamSpecNumel(spec);
+  if (numel <= 0) return 0;
+  int64_t row = 1;
+  for (int d = 1; d < spec->ndim; d++) row *= spec->shape[d];
+  int64_t nrows = spec->ndim ? spec->shape[0] : 1;
+  int64_t per = CHUNK_ELEMS / row > 0 ? CHUNK_ELEMS / row : 1;
+  int bad = 0;
+  hid_t d = H5Dopen2(f, dname, H5P_DEFAULT), fs = d >= 0 ? H5Dget_space(d) : -1;
+  if (fs < 0) bad = 2;
+  for (int64_t r0 = 0; r0 < nrows && !bad; r0 += per) {
+    int64_t nr = nrows - r0 < per ? nrows - r0 : per;
+    hsize_t n = (hsize_t)(nr * row);
+    hid_t ms = H5Screate_simple(1, &n, NULL);
+    herr_t rc = ms < 0 ? -1 : 0;
+    if (rc >= 0 && spec->ndim > 0) {
+      hsize_t start[FSDP_MAX_NDIM] = {0}, count[FSDP_MAX_NDIM];
+      for (int k = 0; k < spec->ndim; k++) count[k] = (hsize_t)spec->shape[k];
+      start[0] = (hsize_t)r0;
+      count[0] = (hsize_t)nr;
+      rc = H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL);
+    }
+    if (rc >= 0) rc = H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, buf);
+    if (rc < 0) {
+      char why[600];
+      FsdpHdf5ErrorSummary(why, sizeof why);
+      Msgf(msg, size, "checkpoint %s: %s cannot be read (truncated or corrupt): %s", path, dname,
+           why);
+      bad = 1;
+    }
+    for (int64_t i = 0; i < (int64_t)n && !bad; i++) {
+      if (isfinite(buf[i])) continue;
+      int64_t flat = r0 * row + i, idx[FSDP_MAX_NDIM], rest = flat;
+      for (int k = spec->ndim - 1; k >= 0; k--) {
+        idx[k] = rest % spec->shape[k];
+        rest /= spec->shape[k];
+      }
+      char where[160];
+      ShapeString(spec->ndim, idx, where, sizeof where);
+      Msgf(msg, size, "checkpoint %s: %s holds %s at element %lld (index %s)", path, dname,
+           isnan(buf[i]) ? "NaN" : (buf[i] > 0 ? "+Inf" : "-Inf"), (long long)flat, where);
+      bad = 1;
+    }
+    if (ms >= 0) H5Sclose(ms);
+  }
+  if (bad == 2) Msgf(msg, size, "checkpoint %s: %s is not a readable dataset", path, dname);
+  if (fs >= 0) H5Sclose(fs);
+  if (d >= 0) H5Dclose(d);
+  return bad != 0;
+}
+
+/* Open a checkpoint for reading: metadata through the library (which names
+ * the file on any problem), config checked, the model's parameter list,
+ * then the file with serial HDF5. */
+static int OpenCheckpoint(const char *path, FsdpCkptMeta *meta, Engine *e, hid_t *f)
+{
+  *f = -1;
+  FSDP_CALL(FsdpCkptReadMeta(MPI_COMM_SELF, path, meta));
+  char what[4200];
+  snprintf(what, sizeof what, "checkpoint %s", path);
+  FSDP_CALL(CheckConfig(what, &meta->model));
+  FSDP_CALL(EngineCreate(&meta->model, 0, NULL, e));
+  *f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (*f < 0) {
+    char why[600];
+    FsdpHdf5ErrorSummary(why, sizeof why);
+    EngineDestroy(e);
+    FSDP_ERROR(FSDP_ERR_USAGE, "checkpoint %s cannot be opened: %s", path, why);
+  }
+  return FSDP_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ */
+/* info                                                                */
+
+static int Info(const char *path)
+{
+  FsdpCkptMeta m;
+  Engine e;
+  hid_t f;
+  FSDP_CALL(OpenCheckpoint(path, &m, &e, &f));
+  char program[128] = "";
+  FsdpHdf5AttrReadString(f, "program", program, sizeof program);
+  const GptConfig *c = &m.model;
+  printf("checkpoint      %s\n", path);
+  printf("format_version  %d\n", m.format_version);
+  printf("program         %s\n", program[0] ? program : "(not recorded)");
+  printf("created         %s\n", m.created[0] ? m.created : "(not recorded)");
+  printf("step            %lld\n", (long long)m.step);
+  printf("data_position   %lld micro-batches\n", (long long)m.data_position);
+  printf("seed            %lld\n", (long long)m.seed);
+  printf("global_batch    %lld sequences\n", (long long)m.global_batch);
+  printf("written at      W %d, F %d, G %d (world size, sharding factor, ranks per node; "
+         "loads at any)\n",
+         m.world_size, m.sharding_factor, m.ranks_per_node);
+  printf("model           %s: n_layer %d, n_embd %d, n_head %d, vocab_size %d, seq_len %d\n",
+         m.model_name[0] ? m.model_name : "(unnamed)", c->n_layer, c->n_embd, c->n_head,
+         c->vocab_size, c->seq_len);
+  int has_optim = H5Lexists(f, "/optim", H5P_DEFAULT) > 0;
+  if (has_optim) {
+    const FsdpOptimOptions *o = &m.optim;
+    printf("optimizer       adamw, step_count %lld\n", (long long)m.optim_step);
+    printf("                lr %g, lr_min %g, weight_decay %g, beta1 %g, beta2 %g, eps %g, "
+           "grad_clip %g, warmup %lld, total_steps %lld, decay_embeddings %d\n",
+           o->lr, o->lr_min, o->weight_decay, o->beta1, o->beta2, o->eps, o->grad_clip,
+           (long long)o->warmup, (long long)o->total_steps, o->decay_embeddings);
+  } else {
+    printf("optimizer       none (weights only: no /optim group)\n");
+  }
+  /* the model's parameters in registration order, shapes as in the file */
+  int64_t total = 0;
+  int missing = 0;
+  printf("parameters      (/model/<name>, registration order)\n");
+  printf("  %-36s %-16s %12s\n", "name", "shape", "elements");
+  hid_t g = H5Gopen2(f, "/model", H5P_DEFAULT);
+  for (int i = 0; i < e.nparams; i++) {
+    const FsdpParamSpec *spec = e.params[i].spec;
+    char shape[160] = "(missing)";
+    int64_t numel = 0;
+    hid_t d = g >= 0 && H5Lexists(g, spec->name, H5P_DEFAULT) > 0 ? H5Dopen2(g, spec->name, H5P_DEFAULT) : -1;
+    hid_t s = d >= 0 ? H5Dget_space(d) : -1;
+    int nd = s >= 0 ? H5Sget_simple_extent_ndims(s) : -1;
+    hsize_t dims[H5S_MAX_RANK];
+    if (nd >= 0 && H5Sget_simple_extent_dims(s, dims, NULL) >= 0) {
+      int64_t sh[H5S_MAX_RANK];
+      numel = 1;
+      for (int k = 0; k < nd; k++) {
+        sh[k] = (int64_t)dims[k];
+        numel *= sh[k];
+      }
+      ShapeString(nd, sh, shape, sizeof shape);
+    } else {
+      missing++;
+    }
+    if (s >= 0) H5Sclose(s);
+    if (d >= 0) H5Dclose(d);
+    total += numel;
+    printf("  %-36s %-16s %12lld\n", spec->name, shape, (long long)numel);
+  }
+  if (g >= 0) H5Gclose(g);
+  int64_t want = GptConfigParamCount(c);
+  printf("total           %d tensors, %lld elements (model config: %lld parameters)%s\n",
+         e.nparams - missing, (long long)total, (long long)want,
+         missing ? "  MISSING TENSORS: run fsdp-ckpt verify" : "");
+  fflush(stdout);
+  H5Fclose(f);
+  FSDP_CALL(EngineDestroy(&e));
+  return FSDP_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ */
+/* verify                                                              */
+
+static int Verify(const char *path, int weights_only)
+{
+  FsdpCkptMeta m;
+  Engine e;
+  hid_t f;
+  FSDP_CALL(OpenCheckpoint(path, &m, &e, &f));
+  static const char *const groups[3] = {"/model", "/optim/exp_avg", "/optim/exp_avg_sq"};
+  int ngroups = 3;
+  if (H5Lexists(f, "/optim", H5P_DEFAULT) <= 0) {
+    if (!weights_only) {
+      H5Fclose(f);
+      EngineDestroy(&e);
+      FSDP_ERROR(FSDP_ERR_USAGE,
+                 "checkpoint %s has no /optim group (no optimizer state): fsdp-train -resume "
+                 "needs it (-weights_only accepts a weights-only file)",
+                 path);
+    }
+    ngroups = 1;
+  }
+  char *msg = calloc(1, MSG_SIZE);
+  FSDP_CHECK_ALLOC(msg, MSG_SIZE);
+  int bad = 0;
+  for (int k = 0; k < ngroups && !bad; k++) bad = CheckGroup(f, path, &e, groups[k], msg, MSG_SIZE);
+  int64_t maxrow = 1, checked = 0;
+  for (int i = 0; i < e.nparams; i++) {
+    const FsdpParamSpec *s = e.params[i].spec;
+    int64_t row = 1;
+    for (int d = 1; d < s->ndim; d++) row *= s->shape[d];
+    if (row > maxrow) maxrow = row;
+  }
+  float *buf = NULL;
+  int err = FsdpMalloc(FSDP_MEM_OTHER, (size_t)(maxrow > CHUNK_ELEMS ? maxrow : CHUNK_ELEMS) * sizeof(float), &buf);
+  for (int k = 0; k < ngroups && !bad && !err; k++)
+    for (int i = 0; i < e.nparams && !bad; i++) {
+      bad = ScanDataset(f, path, groups[k], e.params[i].spec, buf, msg, MSG_SIZE);
+      checked += FlatParamSpecNumel(e.params[i].spec);
+    }
+  FsdpFree(&buf);
+  H5Fclose(f);
+  int nparams = e.nparams;
+  EngineDestroy(&e);
+  if (err) {
+    free(msg);
+    FSDP_CALL(err);
+  }
+  if (bad) {
+    char text[MSG_SIZE];
+    memcpy(text, msg, MSG_SIZE);
+    free(msg);
+    FSDP_ERROR(FSDP_ERR_USAGE, "%s", text);
+  }
+  free(msg);
+  printf("%s: ok: step %lld, %d datasets (%s) with the shapes of its model config, fp32, "
+         "%lld values, no NaN/Inf\n",
+         path, (long long)m.step, nparams * ngroups,
+         ngroups == 3 ? "/model, /optim/exp_avg, /optim/exp_avg_sq" : "/model only",
+         (long long)checked);
+  fflush(stdout);
+  return FSDP_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ */
+/* llm.c                                                               */
+
+/* The llm.c tensor order ([Note: the model's parameter list]): the
+ * fsdp name (per-layer ones under h.<l>.) and the per-layer element count
+ * llm.c gives it as multiples of (rows, cols) in units of C, maxT, Vp. */
+typedef enum { DIM_ONE, DIM_C, DIM_3C, DIM_4C, DIM_T, DIM_VP } LlmcDim;
+typedef struct {
+  const char *llmc, *name;
+  int per_layer;
+  LlmcDim rows, cols;
+} LlmcTensor;
+
+static const LlmcTensor kLlmc[] = {
+    {"wte", "wte", 0, DIM_VP, DIM_C},
+    {"wpe", "wpe", 0, DIM_T, DIM_C},
+    {"ln1w", "ln_1.weight", 1, DIM_C, DIM_ONE},
+    {"ln1b", "ln_1.bias", 1, DIM_C, DIM_ONE},
+    {"qkvw", "attn.c_attn.weight", 1, DIM_3C, DIM_C},
+    {"qkvb", "attn.c_attn.bias", 1, DIM_3C, DIM_ONE},
+    {"attprojw", "attn.c_proj.weight", 1, DIM_C, DIM_C},
+    {"attprojb", "attn.c_proj.bias", 1, DIM_C, DIM_ONE},
+    {"ln2w", "ln_2.weight", 1, DIM_C, DIM_ONE},
+    {"ln2b", "ln_2.bias", 1, DIM_C, DIM_ONE},
+    {"fcw", "mlp.c_fc.weight", 1, DIM_4C, DIM_C},
+    {"fcb", "mlp.c_fc.bias", 1, DIM_4C, DIM_ONE},
+    {"fcprojw", "mlp.c_proj.weight", 1, DIM_C, DIM_4C},
+    {"fcprojb", "mlp.c_proj.bias", 1, DIM_C, DIM_ONE},
+    {"lnfw", "ln_f.weight", 0, DIM_C, DIM_ONE},
+    {"lnfb", "ln_f.bias", 0, DIM_C, DIM_ONE},
+};
+#define NLLMC ((int)(sizeof kLlmc / sizeof kLlmc[0]))
+
+typedef struct {
+  int version, maxT, V, L, NH, C, Vp;
+} LlmcHeader;
+
+static int64_t LlmcDimSize(const LlmcHeader *h, LlmcDim d)
+{
+  switch (d) {
+  case DIM_C: return h->C;
+  case DIM_3C: return 3 * (int64_t)h->C;
+  case DIM_4C: return 4 * (int64_t)h->C;
+  case DIM_T: return h->maxT;
+  case DIM_VP: return h->Vp;
+  default: return 1;
+  }
+}
+
+/* Elements of every tensor of the file (llm.c's parameter count). */
+static int64_t LlmcNumel(const LlmcHeader *h)
+{
+  int64_t n = 0;
+  for (int t = 0; t < NLLMC; t++)
+    n += LlmcDimSize(h, kLlmc[t].rows) * LlmcDimSize(h, kLlmc[t].cols) *
+         (kLlmc[t].per_layer ? h->L : 1);
+  return n;
+}
+
+static int PaddedVocab(int V) { return (int)(((int64_t)V + 127) / 128 * 128); }
+
+static int HostIsLittleEndian(void)
+{
+  const uint16_t one = 1;
+  return *(const uint8_t *)&one == 1;
+}
+
+/* The model parameter for llm.c tensor t at layer l, checked against the
+ * element count llm.c gives it (wte: V of its Vp rows); marks it used. */
+static int LlmcParam(Engine *e, const LlmcHeader *h, int t, int l, ParamRef **out)
+{
+  char name[FSDP_MAX_NAME];
+  if (kLlmc[t].per_layer) snprintf(name, sizeof name, "h.%d.%s", l, kLlmc[t].name);
+  else snprintf(name, sizeof name, "%s", kLlmc[t].name);
+  ParamRef *p = (ParamRef *)FindParam(e, name);
+  if (!p)
+    FSDP_ERROR(FSDP_ERR_INTERNAL, "llm.c tensor %s maps to %s, which the GPT model does not have",
+               kLlmc[t].llmc, name);
+  int64_t rows = kLlmc[t].rows == DIM_VP ? h->V : LlmcDimSize(h, kLlmc[t].rows);
+  int64_t want = rows * LlmcDimSize(h, kLlmc[t].cols);
+  if (FlatParamSpecNumel(p->spec) != want || p->used)
+    FSDP_ERROR(FSDP_ERR_INTERNAL,
+               "llm.c tensor %s (layer %d) has %lld elements but model parameter %s has %lld%s",
+               kLlmc[t].llmc, l, (long long)want, name, (long long)FlatParamSpecNumel(p->spec),
+               p->used ? " and is used twice" : "");
+  p->used = 1;
+  *out = p;
+  return FSDP_SUCCESS;
+}
+
+static int LlmcCheckCoverage(const Engine *e)
+{
+  for (int i = 0; i < e->nparams; i++)
+    if (!e->params[i].used)
+      FSDP_ERROR(FSDP_ERR_INTERNAL, "model parameter %s has no place in the llm.c layout",
+                 e->params[i].spec->name);
+  return FSDP_SUCCESS;
+}
+
+/* [Note: never overwrite] */
+static int RefuseExisting(const char *out)
+{
+  struct stat st;
+  if (stat(out, &st) == 0)
+    FSDP_ERROR(FSDP_ERR_USAGE,
+               "output file %s exists: fsdp-ckpt never overwrites a file (remove it or choose "
+               "another name)",
+               out);
+  if (errno != ENOENT) FSDP_ERROR(FSDP_ERR_USAGE, "cannot create output %s: %s", out, strerror(errno));
+  return FSDP_SUCCESS;
+}
+
+/* A temporary file next to out, created (and closed) with mkstemp. */
+static int MakeTemp(const char *out, const char *tag, char *tmp, size_t size)
+{
+  int n = snprintf(tmp, size, "%s.%s-XXXXXX", out, tag);
+  if (n < 0 || (size_t)n >= size) FSDP_ERROR(FSDP_ERR_USAGE, "output path %s is too long", out);
+  int fd = mkstemp(tmp);
+  if (fd < 0) FSDP_ERROR(FSDP_ERR_USAGE, "cannot create %s: %s", tmp, strerror(errno));
+  mode_t mask = umask(0);
+  umask(mask);
+  if (fchmod(fd, 0666 & ~mask) != 0) FsdpWarn(0, "cannot set the permissions of %s: %s", tmp, strerror(errno));
+  close(fd);
+  return FSDP_SUCCESS;
+}
+
+static int FsyncPath(const char *path, int dir)
+{
+  int fd = open(path, dir ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
+  if (fd < 0) return -1;
+  int r = fsync(fd);
+  if (close(fd) != 0) r = -1;
+  return r;
+}
+
+/* Publish the complete file tmp as out without ever replacing out. */
+static int Publish(const char *tmp, const char *out)
+{
+  if (FsyncPath(tmp, 0) != 0) FSDP_ERROR(FSDP_ERR_IO, "fsync of %s failed: %s", tmp, strerror(errno));
+  if (link(tmp, out) != 0) {
+    int e = errno;
+    if (e == EEXIST) {
+      unlink(tmp);
+      FSDP_CALL(RefuseExisting(out));
+    }
+    /* no hard links here (some parallel and FUSE file systems) */
+    struct stat st;
+    if (stat(out, &st) == 0) {
+      unlink(tmp);
+      FSDP_CALL(RefuseExisting(out));
+    }
+    if (rename(tmp, out) != 0) {
+      e = errno;
+      unlink(tmp);
+      FSDP_ERROR(FSDP_ERR_IO, "cannot create %s: %s", out, strerror(e));
+    }
+  } else {
+    unlink(tmp);
+  }
+  char dir[4200];
+  snprintf(dir, sizeof dir, "%s", out);
+  char *slash = strrchr(dir, '/');
+  if (slash == dir) dir[1] = '\0';
+  else if (slash) *slash = '\0';
+  else snprintf(dir, sizeof dir, ".");
+  if (FsyncPath(dir, 1) != 0) FsdpWarn(0, "fsync of directory %s failed: %s", dir, strerror(errno));
+  return FSDP_SUCCESS;
+}
+
+static int WriteAll(FILE *fp, const void *buf, size_t bytes, const char *path)
+{
+  if (bytes && fwrite(buf, 1, bytes, fp) != bytes)
+    FSDP_ERROR(FSDP_ERR_IO, "writing %s failed: %s", path, strerror(errno));
+  return FSDP_SUCCESS;
+}
+
+/* The body of export-llmc: /model of an open checkpoint into fp. */
+static int ExportTensors(hid_t f, Engine *e, const LlmcHeader *h, FILE *fp, const char *tmp)
+{
+  int32_t hdr[LLMC_HEADER_INTS];
+  memset(hdr, 0, sizeof hdr);
+  hdr[0] = LLMC_MAGIC;
+  hdr[1] = 3;
+  hdr[2] = h->maxT;
+  hdr[3] = h->V;
+  hdr[4] = h->L;
+  hdr[5] = h->NH;
+  hdr[6] = h->C;
+  hdr[7] = h->Vp;
+  FSDP_CALL(WriteAll(fp, hdr, sizeof hdr, tmp));
+  int64_t cap = 0;
+  for (int i = 0; i < e->nparams; i++)
+    if (FlatParamSpecNumel(e->params[i].spec) > cap) cap = FlatParamSpecNumel(e->params[i].spec);
+  int64_t pad = (int64_t)(h->Vp - h->V) * h->C;
+  if (pad > cap) cap = pad;
+  float *buf = NULL;
+  FSDP_CALL(FsdpMalloc(FSDP_MEM_OTHER, (size_t)cap * sizeof(float), &buf));
+  int err = FSDP_SUCCESS;
+  hid_t g = -1;
+  FSDP_HDF5_GOTO(g = H5Gopen2(f, "/model", H5P_DEFAULT));
+  for (int t = 0; t < NLLMC && !err; t++)
+    for (int l = 0; l < (kLlmc[t].per_layer ? h->L : 1) && !err; l++) {
+      ParamRef *p;
+      FSDP_GOTO(LlmcParam(e, h, t, l, &p));
+      int64_t n = FlatParamSpecNumel(p->spec);
+      hid_t d = -1;
+      FSDP_HDF5_GOTO(d = H5Dopen2(g, p->spec->name, H5P_DEFAULT));
+      herr_t rc = H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
+      H5Dclose(d);
+      FSDP_HDF5_GOTO(rc);
+      FSDP_GOTO(WriteAll(fp, buf, (size_t)n * sizeof(float), tmp));
+      if (t == 0 && pad > 0) { /* wte rows V..Vp-1 */
+        memset(buf, 0, (size_t)pad * sizeof(float));
+        FSDP_GOTO(WriteAll(fp, buf, (size_t)pad * sizeof(float), tmp));
+      }
+    }
+  FSDP_GOTO(LlmcCheckCoverage(e));
+done:
+  FsdpHdf5Close(&g);
+  FsdpFree(&buf);
+  return err;
+}
+
+static int ExportLlmc(const char *path, const char *out)
+{
+  if (!HostIsLittleEndian())
+    FSDP_ERROR(FSDP_ERR_USAGE, "llm.c files are little-endian and this host is not: unsupported");
+  FSDP_CALL(RefuseExisting(out));
+  FsdpCkptMeta m;
+  Engine e;
+  hid_t f;
+  FSDP_CALL(OpenCheckpoint(path, &m, &e, &f));
+  char msg[MSG_SIZE];
+  if (CheckGroup(f, path, &e, "/model", msg, sizeof msg)) {
+    H5Fclose(f);
+    EngineDestroy(&e);
+    FSDP_ERROR(FSDP_ERR_USAGE, "%s", msg);
+  }
+  const GptConfig *c = &m.model;
+  LlmcHeader h = {3, c->seq_len, c->vocab_size, c->n_layer, c->n_head, c->n_embd,
+                  PaddedVocab(c->vocab_size)};
+  char tmp[4200];
+  int err = MakeTemp(out, "tmp", tmp, sizeof tmp);
+  FILE *fp = NULL;
+  if (!err) {
+    fp = fopen(tmp, "wb");
+    if (!fp) {
+      err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_IO, "cannot open %s: %s", tmp,
+                           strerror(errno));
+      unlink(tmp);
+    }
+  }
+  if (!err) {
+    err = ExportTensors(f, &e, &h, fp, tmp);
+    if (fclose(fp) != 0 && !err)
+      err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_IO, "writing %s failed: %s",
+                           tmp, strerror(errno));
+    if (!err) err = Publish(tmp, out);
+    else unlink(tmp);
+  }
+  H5Fclose(f);
+  int derr = EngineDestroy(&e);
+  FSDP_CALL(err);
+  FSDP_CALL(derr);
+  int64_t n = LlmcNumel(&h);
+  printf("%s: llm.c GPT-2 checkpoint, version 3 (fp32), step %lld of %s: maxT %d, V %d (Vp %d), "
+         "L %d, NH %d, C %d, %lld parameters, %lld bytes\n",
+         out, (long long)m.step, path, h.maxT, h.V, h.Vp, h.L, h.NH, h.C, (long long)n,
+         (long long)(LLMC_HEADER_INTS * 4 + n * 4));
+  fflush(stdout);
+  return FSDP_SUCCESS;
+}
+
+/* Read n values of the file's element type (4: fp32, 2: bf16) as fp32. */
+static int ReadFloats(FILE *fp, int elem, float *dst, int64_t n, uint16_t *scratch,
+                      const char *path)
+{
+  if (elem == 4) {
+    if (n && fread(dst, sizeof(float), (size_t)n, fp) != (size_t)n)
+      FSDP_ERROR(FSDP_ERR_USAGE, "llm.c checkpoint %s: short read (truncated?)", path);
+    return FSDP_SUCCESS;
+  }
+  for (int64_t i = 0; i < n; i += CHUNK_ELEMS) {
+    size_t k = (size_t)(n - i < CHUNK_ELEMS ? n - i : CHUNK_ELEMS);
+    if (fread(scratch, sizeof(uint16_t), k, fp) != k)
+      FSDP_ERROR(FSDP_ERR_USAGE, "llm.c checkpoint %s: short read (truncated?)", path);
+    for (size_t j = 0; j < k; j++) { /* bf16 is the top half of fp32: exact */
+      uint32_t bits = (uint32_t)scratch[j] << 16;
+      memcpy(&dst[i + (int64_t)j], &bits, sizeof bits);
+    }
+  }
+  return FSDP_SUCCESS;
+}
+
+/* Header of an llm.c file: magic, version, sizes, and the file length. */
+static int ReadLlmcHeader(FILE *fp, const char *path, LlmcHeader *h)
+{
+  int32_t hdr[LLMC_HEADER_INTS];
+  if (fread(hdr, sizeof hdr, 1, fp) != 1)
+    FSDP_ERROR(FSDP_ERR_USAGE,
+               "%s is not an llm.c GPT-2 checkpoint: shorter than the 1024-byte header", path);
+  if (hdr[0] != LLMC_MAGIC)
+    FSDP_ERROR(FSDP_ERR_USAGE,
+               "%s is not an llm.c GPT-2 checkpoint: magic %d, expected %d (a token file has "
+               "20240520, a tokenizer 20240328)",
+               path, (int)hdr[0], LLMC_MAGIC);
+  if (hdr[1] != 3 && hdr[1] != 5)
+    FSDP_ERROR(FSDP_ERR_USAGE,
+               "llm.c checkpoint %s has version %d; fsdp-ckpt reads version 3 (fp32) and 5 (bf16)",
+               path, (int)hdr[1]);
+  *h = (LlmcHeader){hdr[1], hdr[2], hdr[3], hdr[4], hdr[5], hdr[6], hdr[7]};
+  if (h->maxT < 1 || h->V < 1 || h->L < 1 || h->NH < 1 || h->C < 1 || h->Vp < h->V)
+    FSDP_ERROR(FSDP_ERR_USAGE,
+               "llm.c checkpoint %s has an invalid header: maxT %d, V %d, L %d, NH %d, C %d, Vp %d",
+               path, h->maxT, h->V, h->L, h->NH, h->C, h->Vp);
+  int elem = h->version == 3 ? 4 : 2;
+  int64_t want = LLMC_HEADER_INTS * 4 + LlmcNumel(h) * elem;
+  struct stat st;
+  if (fstat(fileno(fp), &st) != 0)
+    FSDP_ERROR(FSDP_ERR_IO, "cannot stat %s: %s", path, strerror(errno));
+  if ((int64_t)st.st_size != want)
+    FSDP_ERROR(FSDP_ERR_USAGE,
+               "llm.c checkpoint %s is %lld bytes, but its header (version %d, maxT %d, V %d, "
+               "Vp %d, L %d, C %d) makes %lld: truncated or not a GPT-2 checkpoint",
+               path, (long long)st.st_size, h->version, h->maxT, h->V, h->Vp, h->L, h->C,
+               (long long)want);
+  return FSDP_SUCCESS;
+}
+
+/* Load every tensor of the llm.c file (after its header) into the shards
+ * of a one-rank runtime (F = 1: shard = flat parameter). */
+static int ImportTensors(FILE *fp, const char *path, const LlmcHeader *h, Engine *e)
+{
+  int elem = h->version == 3 ? 4 : 2;
+  uint16_t *scratch = NULL;
+  float *pad = NULL;
+  int64_t npad = (int64_t)(h->Vp - h->V) * h->C;
+  int err = FSDP_SUCCESS;
+  if (elem == 2) FSDP_GOTO(FsdpMalloc(FSDP_MEM_OTHER, (size_t)CHUNK_ELEMS * sizeof(uint16_t), &scratch));
+  if (npad > 0) FSDP_GOTO(FsdpMalloc(FSDP_MEM_OTHER, (size_t)npad * sizeof(float), &pad));
+  for (int t = 0; t < NLLMC; t++)
+    for (int l = 0; l < (kLlmc[t].per_layer ? h->L : 1); l++) {
+      ParamRef *p;
+      FSDP_GOTO(LlmcParam(e, h, t, l, &p));
+      /* F = 1: the shard is the unit's whole flat parameter */
+      FlatParam flat = FsdpRuntimeUnitFlatParam(e->rt, p->unit);
+      int64_t off = FlatParamOffset(flat, FlatParamFind(flat, p->spec->name));
+      if (off < 0 || FlatParamShardNumel(flat) < off + FlatParamSpecNumel(p->spec)) {
+        err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_INTERNAL,
+                             "parameter %s is not in the shard of its unit", p->spec->name);
+        goto done;
+      }
+      float *dst = FsdpRuntimeUnitShard(e->rt, p->unit) + off;
+      FSDP_GOTO(ReadFloats(fp, elem, dst, FlatParamSpecNumel(p->spec), scratch, path));
+      if (t == 0 && npad > 0) { /* wte rows V..Vp-1: llm.c keeps them zero */
+        FSDP_GOTO(ReadFloats(fp, elem, pad, npad, scratch, path));
+        for (int64_t i = 0; i < npad; i++)
+          if (pad[i] != 0.0f) {
+            FsdpWarn(0, "llm.c checkpoint %s: padded wte row %lld is not zero; rows %d..%d are "
+                        "dropped (fsdp's wte has V = %d rows)",
+                     path, (long long)(h->V + i / h->C), h->V, h->Vp - 1, h->V);
+            break;
+          }
+      }
+    }
+  FSDP_GOTO(LlmcCheckCoverage(e));
+done:
+  FsdpFree(&scratch);
+  FsdpFree(&pad);
+  return err;
+}
+
+/* The optimizer defaults of the library (plus FSDP_OPTIONS), read from a
+ * database of their own so that -help of fsdp-ckpt does not list them. */
+static int DefaultOptimOptions(FsdpOptimOptions *o)
+{
+  char prog[] = "fsdp-ckpt";
+  char *argv[] = {prog, NULL};
+  FsdpOpts db = NULL;
+  FSDP_CALL(FsdpOptsCreate(MPI_COMM_SELF, 1, argv, &db));
+  int err = FsdpOptimOptionsFromDb(db, o);
+  FsdpOptsReportLeft(db, NULL, NULL); /* unread FSDP_OPTIONS are not ours to report */
+  FsdpOptsDestroy(&db);
+  FSDP_CALL(err);
+  o->total_steps = 0;
+  return FSDP_SUCCESS;
+}
+
+static int ImportLlmc(const char *in, const char *out, int64_t global_batch)
+{
+  if (!HostIsLittleEndian())
+    FSDP_ERROR(FSDP_ERR_USAGE, "llm.c files are little-endian and this host is not: unsupported");
+  FSDP_CALL(RefuseExisting(out));
+  FILE *fp = fopen(in, "rb");
+  if (!fp) FSDP_ERROR(FSDP_ERR_USAGE, "cannot open llm.c checkpoint %s: %s", in, strerror(errno));
+  LlmcHeader h;
+  int err = ReadLlmcHeader(fp, in, &h);
+  GptConfig cfg = {h.L, h.C, h.NH, h.V, h.maxT};
+  char what[4200];
+  snprintf(what, sizeof what, "llm.c checkpoint %s", in);
+  if (!err) err = CheckConfig(what, &cfg);
+  if (!err && h.Vp != PaddedVocab(h.V))
+    FsdpWarn(0, "llm.c checkpoint %s pads its vocabulary to %d rows, not %d: exported files "
+                "will use %d",
+             in, h.Vp, PaddedVocab(h.V), PaddedVocab(h.V));
+  FsdpOptimOptions oo;
+  memset(&oo, 0, sizeof oo);
+  if (!err) err = DefaultOptimOptions(&oo);
+  Engine e;
+  memset(&e, 0, sizeof e);
+  if (!err) err = EngineCreate(&cfg, 1, &oo, &e);
+  if (!err) err = ImportTensors(fp, in, &h, &e);
+  fclose(fp);
+  char tmp[4200] = "";
+  if (!err) err = MakeTemp(out, "import", tmp, sizeof tmp);
+  if (!err) {
+    FsdpCkptMeta m;
+    memset(&m, 0, sizeof m);
+    m.step = 0;
+    m.data_position = 0;
+    m.seed = 0;
+    m.global_batch = global_batch;
+    m.model = cfg;
+    snprintf(m.model_name, sizeof m.model_name, "custom");
+    m.optim = oo;
+    /* [Note: import through the engine] */
+    err = FsdpCkptSave(e.rt, e.opt, tmp, &m);
+    if (!err) {
+      hid_t f = H5Fopen(tmp, H5F_ACC_RDWR, H5P_DEFAULT);
+      if (f < 0 || FsdpHdf5AttrWriteString(f, "imported_from", in) < 0)
+        err = FsdpHdf5Raise(__FILE__, __LINE__, __func__, "recording imported_from");
+      if (f >= 0 && H5Fclose(f) < 0 && !err)
+        err = FsdpHdf5Raise(__FILE__, __LINE__, __func__, "H5Fclose");
+    }
+    if (!err) err = Publish(tmp, out);
+    else unlink(tmp);
+  }
+  int derr = EngineDestroy(&e);
+  FSDP_CALL(err);
+  FSDP_CALL(derr);
+  printf("%s: fsdp checkpoint (format %d) at step 0, zero AdamW moments, from llm.c version %d "
+         "(%s) %s: %lld parameters\n"
+         "load it with: fsdp-train -model custom -n_layer %d -n_embd %d -n_head %d -vocab_size "
+         "%d -seq_len %d -resume %s\n",
+         out, FSDP_CKPT_VERSION, h.version, h.version == 3 ? "fp32" : "bf16", in,
+         (long long)GptConfigParamCount(&cfg), h.L, h.C, h.NH, h.V, h.maxT, out);
+  fflush(stdout);
+  return FSDP_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ */
+/* driver                                                              */
+
+static const struct {
+  const char *name;
+  int nfiles;
+} kCommands[] = {{"info", 1}, {"verify", 1}, {"export-llmc", 2}, {"import-llmc", 2}};
+#define NCOMMANDS ((int)(sizeof kCommands / sizeof kCommands[0]))
+
+static int Run(int argc, char **argv)
+{
+  /* positional arguments (subcommand, files) come first; the options
+   * database gets the rest */
+  const char *cmd = NULL, *files[2] = {NULL, NULL};
+  int nfiles = 0, i = 1;
+  if (i < argc && argv[i][0] != '-') cmd = argv[i++];
+  for (; i < argc && argv[i][0] != '-'; i++) {
+    if (nfiles < 2) files[nfiles] = argv[i];
+    nfiles++;
+  }
+  char **rest = calloc((size_t)argc + 1, sizeof *rest);
+  FSDP_CHECK_ALLOC(rest, ((size_t)argc + 1) * sizeof *rest);
+  int nrest = 0;
+  rest[nrest++] = argv[0];
+  for (; i < argc; i++) rest[nrest++] = argv[i];
+  FsdpOpts db = NULL;
+  int err = FsdpOptsCreate(MPI_COMM_WORLD, nrest, rest, &db);
+  free(rest);
+  FSDP_CALL(err);
+  int weights_only = 0;
+  int64_t global_batch = 0;
+  err = FsdpOptsGetBool(db, "fsdp-ckpt", "weights_only",
+                        "verify: accept a checkpoint without /optim (weights only)", 0,
+                        &weights_only);
+  if (!err)
+    err = FsdpOptsGetInt(db, "fsdp-ckpt", "global_batch",
+                         "import-llmc: sequences per optimizer step to record in the checkpoint "
+                         "(informational: a resume with another global batch warns; 0 = unknown)",
+                         0, 0, INT64_MAX / 4, &global_batch);
+  if (FsdpOptsHelpRequested(db)) {
+    FsdpOptsPrintHelp(db, stdout, kHelp);
+    FsdpOptsDestroy(&db);
+    return FSDP_SUCCESS;
+  }
+  if (!err) err = FsdpOptsCheckUnknown(db);
+  FsdpOptsDestroy(&db);
+  FSDP_CALL(err);
+  int size;
+  FSDP_CALL_MPI(MPI_Comm_size(MPI_COMM_WORLD, &size));
+  if (size != 1)
+    FSDP_ERROR(FSDP_ERR_USAGE, "fsdp-ckpt runs as one process (started on %d ranks): run it "
+                               "without mpiexec", size);
+  int c = -1;
+  for (int k = 0; cmd && k < NCOMMANDS; k++)
+    if (strcmp(cmd, kCommands[k].name) == 0) c = k;
+  if (c < 0)
+    FSDP_ERROR(FSDP_ERR_USAGE,
+               "%s%s%s: expected a subcommand: info, verify, export-llmc or import-llmc "
+               "(fsdp-ckpt -help)",
+               cmd ? "unknown subcommand '" : "no subcommand", cmd ? cmd : "", cmd ? "'" : "");
+  if (nfiles != kCommands[c].nfiles)
+    FSDP_ERROR(FSDP_ERR_USAGE, "fsdp-ckpt %s takes %d file%s, got %d (options go after the files; "
+                               "fsdp-ckpt -help)",
+               cmd, kCommands[c].nfiles, kCommands[c].nfiles > 1 ? "s" : "", nfiles);
+  FsdpHdf5Init();
+  switch (c) {
+  case 0: FSDP_CALL(Info(files[0])); break;
+  case 1: FSDP_CALL(Verify(files[0], weights_only)); break;
+  case 2: FSDP_CALL(ExportLlmc(files[0], files[1])); break;
+  default: FSDP_CALL(ImportLlmc(files[0], files[1], global_batch)); break;
+  }
+  return FSDP_SUCCESS;
+}
+
+int main(int argc, char **argv)
+{
+  int err = FsdpInitialize(&argc, &argv);
+  if (!err) err = Run(argc, argv);
+  FsdpFinalize();
+  return FsdpExitStatus(err);
+}
