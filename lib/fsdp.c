@@ -64,7 +64,9 @@ struct FsdpRuntime_ {
   FsdpTopo topo;
   FsdpColl coll;
   FsdpRuntimeOptions opt;
-  FsdpStream stream;
+  FsdpStream stream;     /* reduce stream: reduce-scatters, all-reduces, casts, lands */
+  FsdpStream gstream;    /* gather stream: parameter casts and all-gathers */
+  FsdpGroup gather_group; /* the sharding group on a duplicated communicator */
   FsdpTrace trace;
   int64_t step;
   int F, R, W;
@@ -146,6 +148,7 @@ int FsdpRuntimeCreate(FsdpTopo topo, FsdpColl coll, const FsdpRuntimeOptions *o,
   if (rt->opt.grad_accum < 1) rt->opt.grad_accum = 1;
   rt->root = -1;
   rt->scratch_owner = -1;
+  rt->gather_group.comm = MPI_COMM_NULL; /* duplicated at setup */
   rt->F = FsdpTopoShard(topo)->size;
   rt->R = FsdpTopoReplica(topo)->size;
   rt->W = FsdpTopoWorld(topo)->size;
@@ -168,6 +171,14 @@ int FsdpRuntimeDestroy(FsdpRuntime *prt)
   if (!prt || !*prt) return FSDP_SUCCESS;
   FsdpRuntime rt = *prt;
   int err = FsdpStreamDestroy(&rt->stream);
+  int gerr = FsdpStreamDestroy(&rt->gstream);
+  if (!err) err = gerr;
+  if (rt->gather_group.comm != MPI_COMM_NULL) {
+    int merr = MPI_Comm_free(&rt->gather_group.comm);
+    if (!err && merr != MPI_SUCCESS)
+      err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_MPI,
+                           "freeing the gather communicator failed");
+  }
   for (int u = 0; u < rt->nunits; u++) {
     Unit *x = &rt->units[u];
     FSDP_CALL(FlatParamDestroy(&x->fp));
@@ -349,7 +360,18 @@ int FsdpRuntimeSetUp(FsdpRuntime rt)
   rt->prev_order = calloc((size_t)rt->nunits, sizeof *rt->order);
   FSDP_CHECK_ALLOC(rt->order, sizeof *rt->order);
   FSDP_CHECK_ALLOC(rt->prev_order, sizeof *rt->order);
-  FSDP_CALL(FsdpStreamCreate("comm", 256, &rt->stream));
+  /* [Note: two communication streams] all-gathers run on a stream of their
+   * own, over a duplicate of the sharding communicator, so that a prefetched
+   * gather never queues behind a reduce-scatter on the other stream (a
+   * single FIFO stream would make the next unit's parameters wait for the
+   * previous unit's gradients).  Each stream is FIFO and every rank issues
+   * the same sequence on each, so collectives match per communicator; MPI
+   * runs with MPI_THREAD_MULTIPLE. */
+  rt->gather_group = *shard;
+  rt->gather_group.name = "sharding (gathers)";
+  FSDP_CALL_MPI(MPI_Comm_dup(shard->comm, &rt->gather_group.comm));
+  FSDP_CALL(FsdpStreamCreate("reduce", 256, &rt->stream));
+  FSDP_CALL(FsdpStreamCreate("gather", 256, &rt->gstream));
   rt->setup = 1;
   return FSDP_SUCCESS;
 }
@@ -384,8 +406,12 @@ int FsdpRuntimeInitShards(FsdpRuntime rt, FsdpInitFn init, void *model)
 int FsdpRuntimeSetTrace(FsdpRuntime rt, FsdpTrace trace)
 {
   FSDP_CALL(FsdpStreamSynchronize(rt->stream));
+  FSDP_CALL(FsdpStreamSynchronize(rt->gstream));
   rt->trace = trace;
-  FSDP_CALL(FsdpStreamSetRecorder(rt->stream, trace ? FsdpTraceStreamRecorder : NULL, trace));
+  FSDP_CALL(FsdpStreamSetRecorder(rt->gstream, trace ? FsdpTraceStreamRecorder : NULL,
+                                  trace ? FsdpTraceLane(trace, 0) : NULL));
+  FSDP_CALL(FsdpStreamSetRecorder(rt->stream, trace ? FsdpTraceStreamRecorder : NULL,
+                                  trace ? FsdpTraceLane(trace, 1) : NULL));
   return FSDP_SUCCESS;
 }
 
@@ -429,11 +455,11 @@ static int CastRun(void *arg)
  * CUDA ([Note: CUDA streams in the runtime], device.h): a cast runs on the
  * compute stream (the next collective waits for it on the device); a land
  * first makes the compute stream wait for the collective `after`. */
-static int IssueTask(FsdpRuntime rt, const char *label, const CastTask *t, FsdpEvent after,
-                     FsdpEvent *ev)
+static int IssueTask(FsdpRuntime rt, FsdpStream stream, const char *label, const CastTask *t,
+                     FsdpEvent after, FsdpEvent *ev)
 {
   if (FsdpDeviceGetKind() == FSDP_DEVICE_CPU)
-    return FsdpStreamEnqueue(rt->stream, label, CastRun, t, sizeof *t, ev);
+    return FsdpStreamEnqueue(stream, label, CastRun, t, sizeof *t, ev);
   if (t->add) {
     FSDP_CALL(FsdpCollWaitDevice(rt->coll, after, FsdpDeviceComputeStream()));
     FSDP_CALL(FsdpDeviceAddScaled(t->dst, t->src, t->from, t->scale, t->n));
@@ -448,7 +474,7 @@ static int IssueTask(FsdpRuntime rt, const char *label, const CastTask *t, FsdpE
 static void NoteIssue(FsdpRuntime rt, FsdpEvent ev, FsdpCollKind kind, int unit, uint64_t bytes)
 {
   if (FsdpTraceEnabled(rt->trace))
-    FsdpTraceIssue(rt->trace, ev.seq, kind, rt->phase, rt->step,
+    FsdpTraceIssue(rt->trace, ev.stream == rt->gstream ? 0 : 1, ev.seq, kind, rt->phase, rt->step,
                    rt->units[unit].index, bytes, FsdpTraceNow(rt->trace));
 }
 
@@ -501,7 +527,7 @@ static int UnitIssueGather(FsdpRuntime rt, int u)
   if (low) { /* cast once per gather, from the fp32 shard */
     CastTask t = {x->shard, x->low_shard, (size_t)x->shard_numel, FSDP_DTYPE_FP32,
                   rt->opt.param_dtype, 1.0f, 0};
-    FSDP_CALL(IssueTask(rt, "cast_params", &t, FSDP_EVENT_NULL, &x->gather_ev));
+    FSDP_CALL(IssueTask(rt, rt->gstream, "cast_params", &t, FSDP_EVENT_NULL, &x->gather_ev));
     send = x->low_shard;
   }
   if (rt->F == 1) { /* [Note: no sharding] */
@@ -521,9 +547,9 @@ static int UnitIssueGather(FsdpRuntime rt, int u)
       x->full = s->buf;
       rt->next_gslot = (rt->next_gslot + 1) % rt->ngslots;
     }
-    const FsdpGroup *g = FsdpTopoShard(rt->topo);
-    FSDP_CALL(FsdpCollAllGatherAsync(rt->coll, g, send, x->full, (size_t)x->shard_numel,
-                                     rt->opt.param_dtype, rt->stream, &x->gather_ev));
+    FSDP_CALL(FsdpCollAllGatherAsync(rt->coll, &rt->gather_group, send, x->full,
+                                     (size_t)x->shard_numel, rt->opt.param_dtype, rt->gstream,
+                                     &x->gather_ev));
     NoteIssue(rt, x->gather_ev, FSDP_COLL_ALL_GATHER, u,
               (uint64_t)(rt->F - 1) * (uint64_t)x->P * rt->klow / (uint64_t)rt->F);
     TrackLive(&rt->live_params, &rt->peak_params, x->P * (int64_t)rt->klow);
@@ -672,7 +698,7 @@ static int UnitReduceGrad(FsdpRuntime rt, int u, int micro, int nmicro)
   const void *send = x->full_grad;
   if (rd != FSDP_DTYPE_FP32) {
     CastTask t = {x->full_grad, s->send, (size_t)x->P, FSDP_DTYPE_FP32, rd, 1.0f, 0};
-    FSDP_CALL(IssueTask(rt, "cast_grads", &t, ev, &ev));
+    FSDP_CALL(IssueTask(rt, rt->stream, "cast_grads", &t, ev, &ev));
     send = s->send;
   }
   /* where the reduced shard lands: straight into the gradient shard when it
@@ -701,7 +727,7 @@ static int UnitReduceGrad(FsdpRuntime rt, int u, int micro, int nmicro)
   }
   if (!direct) {
     CastTask t = {result, x->grad_shard, (size_t)x->shard_numel, rd, FSDP_DTYPE_FP32, 1.0f, 1};
-    FSDP_CALL(IssueTask(rt, "land_grads", &t, ev, &ev));
+    FSDP_CALL(IssueTask(rt, rt->stream, "land_grads", &t, ev, &ev));
   }
   if (s) { /* the slot's buffers are free once the last task ran */
     s->done = ev;
@@ -814,6 +840,8 @@ int FsdpRuntimeFinishGradients(FsdpRuntime rt)
 {
   double b = rt->trace ? FsdpTraceNow(rt->trace) : 0.0;
   int err = FsdpStreamSynchronize(rt->stream);
+  int gerr = FsdpStreamSynchronize(rt->gstream); /* nothing prefetched is left behind */
+  if (!err) err = gerr;
   if (rt->trace) FsdpTraceWait(rt->trace, "wait gradients", rt->step, -1, b, FsdpTraceNow(rt->trace));
   if (err) FSDP_ERROR(err, "a gradient reduction on the communication stream failed");
   return FSDP_SUCCESS;

@@ -1,6 +1,7 @@
 /* trace.c: timeline recording and Chrome trace-event output (see trace.h). */
 #include "trace.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@ typedef struct {
 } Span;
 
 typedef struct {
+  int lane;
   uint64_t seq;
   const char *kind;
   FsdpPhase phase;
@@ -30,10 +32,17 @@ typedef struct {
 } Issue;
 
 typedef struct {
+  int lane;
   uint64_t seq;
   const char *label;
   double issue, b, e; /* issue: when the compute thread enqueued it */
 } Done;
+
+/* A communication stream's identity for the recorder (its ctx). */
+typedef struct {
+  struct FsdpTrace_ *t;
+  int lane;
+} Lane;
 
 struct FsdpTrace_ {
   MPI_Comm comm;
@@ -45,8 +54,10 @@ struct FsdpTrace_ {
   size_t nissues, cissues;
   Done *done; /* written by the stream thread */
   size_t ndone, cdone;
-  double wait_s, busy_s; /* busy_s written by the stream thread */
+  double wait_s, busy_s; /* busy_s written by the stream threads */
   int max_in_flight;
+  Lane lanes[FSDP_TRACE_LANES];
+  pthread_mutex_t mu; /* the stream threads record concurrently */
 };
 
 #define GROW(arr, n, cap)                                                   \
@@ -67,6 +78,8 @@ int FsdpTraceCreate(MPI_Comm comm, int enabled, FsdpTrace *out)
   FSDP_CHECK_ALLOC(t, sizeof *t);
   t->comm = comm;
   t->enabled = enabled;
+  pthread_mutex_init(&t->mu, NULL);
+  for (int l = 0; l < FSDP_TRACE_LANES; l++) t->lanes[l] = (Lane){t, l};
   FSDP_CALL_MPI(MPI_Comm_rank(comm, &t->rank));
   FSDP_CALL_MPI(MPI_Barrier(comm));
   t->t0 = FsdpWallTime();
@@ -78,6 +91,7 @@ int FsdpTraceDestroy(FsdpTrace *pt)
 {
   if (!pt || !*pt) return FSDP_SUCCESS;
   FsdpTrace t = *pt;
+  pthread_mutex_destroy(&t->mu);
   free(t->spans);
   free(t->issues);
   free(t->done);
@@ -111,34 +125,51 @@ int FsdpTraceWait(FsdpTrace t, const char *what, int64_t step, int unit, double 
   return FsdpTraceCompute(t, what, "wait", step, unit, b, e);
 }
 
-int FsdpTraceIssue(FsdpTrace t, uint64_t seq, FsdpCollKind kind, FsdpPhase phase, int64_t step,
-                   int unit, uint64_t bytes, double issue_us)
+int FsdpTraceIssue(FsdpTrace t, int lane, uint64_t seq, FsdpCollKind kind, FsdpPhase phase,
+                   int64_t step, int unit, uint64_t bytes, double issue_us)
 {
   if (!t || !t->enabled) return FSDP_SUCCESS;
   GROW(t->issues, t->nissues, t->cissues);
-  t->issues[t->nissues++] = (Issue){seq, kKindNames[kind], phase, step, unit, bytes, issue_us};
+  t->issues[t->nissues++] = (Issue){lane, seq, kKindNames[kind], phase, step, unit, bytes, issue_us};
   return FSDP_SUCCESS;
 }
+
+void *FsdpTraceLane(FsdpTrace t, int lane) { return &t->lanes[lane]; }
 
 void FsdpTraceStreamRecorder(void *ctx, const FsdpStreamTaskTime *tt, const void *arg)
 {
   (void)arg;
-  FsdpTrace t = ctx;
+  Lane *ln = ctx;
+  FsdpTrace t = ln->t;
   double b = (tt->start_s - t->t0) * 1e6, e = (tt->end_s - t->t0) * 1e6;
+  pthread_mutex_lock(&t->mu);
   t->busy_s += tt->end_s - tt->start_s;
-  if (!t->enabled) return;
-  if (t->ndone == t->cdone) { /* stream thread: cannot raise, drop on failure */
-    size_t nc = t->cdone ? 2 * t->cdone : 1024;
-    void *p = realloc(t->done, nc * sizeof *t->done);
-    if (!p) return;
-    t->done = p;
-    t->cdone = nc;
+  if (t->enabled) {
+    int ok = 1;
+    if (t->ndone == t->cdone) { /* stream thread: cannot raise, drop on failure */
+      size_t nc = t->cdone ? 2 * t->cdone : 1024;
+      void *p = realloc(t->done, nc * sizeof *t->done);
+      if (p) {
+        t->done = p;
+        t->cdone = nc;
+      } else {
+        ok = 0;
+      }
+    }
+    if (ok) t->done[t->ndone++] = (Done){ln->lane, tt->seq, tt->label, (tt->issue_s - t->t0) * 1e6, b, e};
   }
-  t->done[t->ndone++] = (Done){tt->seq, tt->label, (tt->issue_s - t->t0) * 1e6, b, e};
+  pthread_mutex_unlock(&t->mu);
 }
 
 double FsdpTraceWaitSeconds(FsdpTrace t) { return t ? t->wait_s : 0.0; }
-double FsdpTraceCommBusySeconds(FsdpTrace t) { return t ? t->busy_s : 0.0; }
+double FsdpTraceCommBusySeconds(FsdpTrace t)
+{
+  if (!t) return 0.0;
+  pthread_mutex_lock(&t->mu);
+  double b = t->busy_s;
+  pthread_mutex_unlock(&t->mu);
+  return b;
+}
 void FsdpTraceNoteInFlight(FsdpTrace t, int n)
 {
   if (t && n > t->max_in_flight) t->max_in_flight = n;
@@ -180,30 +211,38 @@ int FsdpTraceWrite(FsdpTrace t, const char *path)
   int pid = t->rank;
   BufPrintf(&b, "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%d,\"args\":{\"name\":\"rank %d\"}},\n", pid, pid);
   BufPrintf(&b, "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"compute\"}},\n", pid);
-  BufPrintf(&b, "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":1,\"args\":{\"name\":\"comm\"}},\n", pid);
+  static const char *const kLaneNames[FSDP_TRACE_LANES] = {"comm: all-gather stream",
+                                                            "comm: reduce stream"};
+  for (int l = 0; l < FSDP_TRACE_LANES; l++)
+    BufPrintf(&b, "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}},\n",
+              pid, 1 + l, kLaneNames[l]);
   for (size_t i = 0; i < t->nspans; i++) {
     Span *s = &t->spans[i];
     BufPrintf(&b, "{\"ph\":\"X\",\"pid\":%d,\"tid\":0,\"name\":\"%s\",\"cat\":\"%s\",\"ts\":%.3f,"
                   "\"dur\":%.3f,\"args\":{\"step\":%lld,\"unit\":%d}},\n",
               pid, s->name, s->cat, s->b, s->e - s->b, (long long)s->step, s->unit);
   }
-  /* join comm timings with their issue metadata by sequence number (both
-   * arrays are in issue order) */
-  size_t j = 0;
-  for (size_t i = 0; i < t->ndone; i++) {
-    Done *d = &t->done[i];
-    while (j < t->nissues && t->issues[j].seq < d->seq) j++;
-    if (j < t->nissues && t->issues[j].seq == d->seq) {
-      Issue *is = &t->issues[j];
-      BufPrintf(&b, "{\"ph\":\"X\",\"pid\":%d,\"tid\":1,\"name\":\"%s\",\"cat\":\"comm\",\"ts\":%.3f,"
-                    "\"dur\":%.3f,\"args\":{\"step\":%lld,\"unit\":%d,\"kind\":\"%s\",\"phase\":\"%s\","
-                    "\"bytes\":%llu,\"issue_ts\":%.3f,\"seq\":%llu}},\n",
-                pid, is->kind, d->b, d->e - d->b, (long long)is->step, is->unit, is->kind,
-                FsdpPhaseNames[is->phase], (unsigned long long)is->bytes, d->issue, (unsigned long long)d->seq);
-    } else {
-      BufPrintf(&b, "{\"ph\":\"X\",\"pid\":%d,\"tid\":1,\"name\":\"%s\",\"cat\":\"stream\",\"ts\":%.3f,"
-                    "\"dur\":%.3f,\"args\":{}},\n",
-                pid, d->label ? d->label : "task", d->b, d->e - d->b);
+  /* join each stream's timings with their issue metadata by sequence number
+   * (both in issue order within a stream) */
+  for (int l = 0; l < FSDP_TRACE_LANES; l++) {
+    size_t j = 0;
+    for (size_t i = 0; i < t->ndone; i++) {
+      Done *d = &t->done[i];
+      if (d->lane != l) continue;
+      while (j < t->nissues && (t->issues[j].lane != l || t->issues[j].seq < d->seq)) j++;
+      if (j < t->nissues && t->issues[j].seq == d->seq) {
+        Issue *is = &t->issues[j];
+        BufPrintf(&b, "{\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"name\":\"%s\",\"cat\":\"comm\",\"ts\":%.3f,"
+                      "\"dur\":%.3f,\"args\":{\"step\":%lld,\"unit\":%d,\"kind\":\"%s\",\"phase\":\"%s\","
+                      "\"bytes\":%llu,\"issue_ts\":%.3f,\"seq\":%llu}},\n",
+                  pid, 1 + l, is->kind, d->b, d->e - d->b, (long long)is->step, is->unit, is->kind,
+                  FsdpPhaseNames[is->phase], (unsigned long long)is->bytes, d->issue,
+                  (unsigned long long)d->seq);
+      } else {
+        BufPrintf(&b, "{\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"name\":\"%s\",\"cat\":\"stream\",\"ts\":%.3f,"
+                      "\"dur\":%.3f,\"args\":{}},\n",
+                  pid, 1 + l, d->label ? d->label : "task", d->b, d->e - d->b);
+      }
     }
   }
   int bad = b.failed, anybad = 0;

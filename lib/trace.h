@@ -1,9 +1,10 @@
 /* trace.h: a timeline of one run in the Chrome trace-event format (opens
  * in Perfetto or chrome://tracing).
  *
- * Per rank (pid = world rank) two tracks: tid 0 "compute" (unit forward /
+ * Per rank (pid = world rank) three tracks: tid 0 "compute" (unit forward /
  * backward, optimizer, and waits: time the compute thread was blocked on an
- * event) and tid 1 "comm" (each task of the communication stream; for a
+ * event), tid 1 the all-gather stream and tid 2 the reduce stream (each
+ * task of a communication stream; for a
  * collective, args hold step, unit (index in forward order, root = 0),
  * kind (all_gather, reduce_scatter, all_reduce), phase, bytes and issue_ts, on the same clock as ts).  Times are
  * microseconds since a barrier at trace creation, on CLOCK_MONOTONIC.
@@ -25,6 +26,10 @@
 
 typedef struct FsdpTrace_ *FsdpTrace;
 
+/* Communication streams a trace tells apart: lane 0 the all-gather stream,
+ * lane 1 the reduce stream (tids 1 and 2 of each rank). */
+#define FSDP_TRACE_LANES 2
+
 typedef enum { FSDP_PHASE_FORWARD, FSDP_PHASE_BACKWARD, FSDP_PHASE_OPTIM } FsdpPhase;
 extern const char *const FsdpPhaseNames[3];
 
@@ -44,12 +49,14 @@ int FsdpTraceCompute(FsdpTrace t, const char *name, const char *cat, int64_t ste
 int FsdpTraceWait(FsdpTrace t, const char *what, int64_t step, int unit, double begin_us,
                   double end_us);
 
-/* Comm track: metadata of a task issued with event seq. */
-int FsdpTraceIssue(FsdpTrace t, uint64_t seq, FsdpCollKind kind, FsdpPhase phase, int64_t step,
-                   int unit, uint64_t bytes, double issue_us);
+/* Comm track: metadata of a task issued with event seq on stream `lane`. */
+int FsdpTraceIssue(FsdpTrace t, int lane, uint64_t seq, FsdpCollKind kind, FsdpPhase phase,
+                   int64_t step, int unit, uint64_t bytes, double issue_us);
 
-/* The recorder to install on the communication stream (ctx = the trace). */
+/* The recorder to install on a communication stream, with ctx =
+ * FsdpTraceLane(t, lane); safe for several stream threads at once. */
 void FsdpTraceStreamRecorder(void *ctx, const FsdpStreamTaskTime *tt, const void *arg);
+void *FsdpTraceLane(FsdpTrace t, int lane);
 
 /* Totals since creation: seconds the compute thread waited, seconds the
  * stream spent in collectives (busy). */
