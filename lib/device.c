@@ -19,6 +19,7 @@ static FsdpDeviceKind g_kind = FSDP_DEVICE_CPU;
 static void *g_stream = NULL; /* CUDA compute stream */
 #ifdef FSDP_HAVE_CUDA
 static int g_gpu = -1;
+static int *g_flag = NULL; /* device int of the overflow check, allocated once */
 #endif
 
 int FsdpDeviceSetUp(FsdpDeviceKind kind, FsdpTopo topo)
@@ -32,6 +33,8 @@ int FsdpDeviceSetUp(FsdpDeviceKind kind, FsdpTopo topo)
   FSDP_CALL(FsdpCudaSelectDevice(FsdpTopoWorld(topo)->comm, node->rank, node->size, &g_gpu));
   FSDP_CALL(FsdpCudaStreamCreate(0, &g_stream));
   FSDP_CALL(FsdpKernelsCudaInit(g_gpu, g_stream));
+  /* allocated here, not per check: nothing is allocated after setup */
+  FSDP_CALL(FsdpCudaMalloc(FSDP_MEM_OTHER, sizeof(int), &g_flag));
   g_kind = kind;
   return FSDP_SUCCESS;
 #else
@@ -46,6 +49,7 @@ int FsdpDeviceFinalize(void)
 {
 #ifdef FSDP_HAVE_CUDA
   if (g_kind == FSDP_DEVICE_CUDA) {
+    FSDP_CALL(FsdpCudaFree(&g_flag));
     FsdpKernelsCudaFinalize();
     FSDP_CALL(FsdpCudaStreamDestroy(&g_stream));
   }
@@ -178,12 +182,10 @@ int FsdpDeviceAnyNonFinite(const float *x, size_t n, int *bad)
   if (!n) return FSDP_SUCCESS;
 #ifdef FSDP_HAVE_CUDA
   if (g_kind == FSDP_DEVICE_CUDA) {
-    int *flag = NULL, host = 0;
-    FSDP_CALL(FsdpCudaMalloc(FSDP_MEM_OTHER, sizeof(int), &flag));
-    nonfinite_check_cuda(flag, x, FSDP_DTYPE_FP32, n);
-    int err = FsdpDeviceCopyToHost(&host, flag, sizeof host);
-    FSDP_CALL(FsdpCudaFree(&flag));
-    FSDP_CALL(err);
+    int host = 0;
+    FSDP_CALL(FsdpCudaMemsetAsync(g_flag, 0, sizeof(int), g_stream));
+    nonfinite_check_cuda(g_flag, x, FSDP_DTYPE_FP32, n);
+    FSDP_CALL(FsdpDeviceCopyToHost(&host, g_flag, sizeof host));
     *bad = host != 0;
     return FSDP_SUCCESS;
   }
