@@ -104,7 +104,9 @@ int FsdpDeviceZero(void *p, size_t bytes)
   return FSDP_SUCCESS;
 }
 
-int FsdpDeviceCopyToHost(void *dst, const void *src, size_t bytes)
+/* Both directions: unified addressing lets one copy call serve; waiting
+ * for the stream makes the host side usable (or reusable) on return. */
+static int Copy(void *dst, const void *src, size_t bytes)
 {
   if (!bytes) return FSDP_SUCCESS;
 #ifdef FSDP_HAVE_CUDA
@@ -117,19 +119,8 @@ int FsdpDeviceCopyToHost(void *dst, const void *src, size_t bytes)
   return FSDP_SUCCESS;
 }
 
-int FsdpDeviceCopyFromHost(void *dst, const void *src, size_t bytes)
-{
-  if (!bytes) return FSDP_SUCCESS;
-#ifdef FSDP_HAVE_CUDA
-  if (g_kind == FSDP_DEVICE_CUDA) {
-    /* the host buffer may be reused as soon as we return */
-    FSDP_CALL(FsdpCudaMemcpyAsync(dst, src, bytes, g_stream));
-    return FsdpCudaStreamSynchronize(g_stream);
-  }
-#endif
-  if (dst != src) memcpy(dst, src, bytes);
-  return FSDP_SUCCESS;
-}
+int FsdpDeviceCopyToHost(void *dst, const void *src, size_t bytes) { return Copy(dst, src, bytes); }
+int FsdpDeviceCopyFromHost(void *dst, const void *src, size_t bytes) { return Copy(dst, src, bytes); }
 
 int FsdpDeviceCastFromFloat(FsdpDtype to, const float *src, void *dst, size_t n)
 {
