@@ -57,6 +57,28 @@ int FsdpErrorWorldRank(void);
  * errors this rank did not print), for tests that assert messages. */
 const char *FsdpErrorLastMessage(void);
 
+/* The message of the most recent FsdpErrorRaise on the calling thread, ""
+ * if none since FsdpErrorClearThreadMessage (a stream thread quotes the
+ * cause of a failed task with it). */
+const char *FsdpErrorThreadMessage(void);
+void FsdpErrorClearThreadMessage(void);
+
+/* [Note: ending the job] A failure the other ranks cannot see -- a failed
+ * task on a communication stream's thread (stream.h), or main() giving up
+ * after an error that may have left a collective half done -- must end
+ * every rank, or the others wait forever in their next collective.
+ * FsdpErrorAbortJob is the one way to do that: print the message first
+ * (FsdpErrorRaise), then call it.  It runs the abort hooks, newest first
+ * (on the CUDA build the place to abort NCCL communicators, so no kernel
+ * stays blocked on a dead peer), flushes stdio and calls MPI_Abort on
+ * MPI_COMM_WORLD with FsdpExitStatus(code) (plain _exit without MPI).  Any
+ * thread may call it; a second caller waits for the first to end the job. */
+typedef void (*FsdpAbortHook)(void *ctx);
+int FsdpErrorAddAbortHook(FsdpAbortHook hook, void *ctx);
+/* Accepts a hook that was never added. */
+void FsdpErrorRemoveAbortHook(FsdpAbortHook hook, void *ctx);
+_Noreturn void FsdpErrorAbortJob(int code);
+
 /* Print a rank-prefixed warning (rank 0 only when only_rank0). */
 void FsdpWarn(int only_rank0, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

@@ -478,6 +478,13 @@ static void NoteIssue(FsdpRuntime rt, FsdpEvent ev, FsdpCollKind kind, int unit,
                    rt->units[unit].index, bytes, FsdpTraceNow(rt->trace));
 }
 
+/* Stamp the unit and the step (counted from 1) on the tasks issued next on
+ * stream, for the message that ends the job if one fails (stream.h). */
+static void TagTasks(FsdpRuntime rt, FsdpStream stream, int u)
+{
+  FsdpStreamSetTaskIdentity(stream, u, rt->step + 1);
+}
+
 /* Wait on ev; the time blocked is exposed communication. */
 static int TimedWait(FsdpRuntime rt, FsdpEvent ev, const char *what, int unit)
 {
@@ -523,6 +530,7 @@ static int UnitIssueGather(FsdpRuntime rt, int u)
     FSDP_ERROR(FSDP_ERR_STATE, "unit %d (%s): gather requested in state %s", u, x->name,
                FsdpUnitStateNames[x->state]);
   x->gather_ev = FSDP_EVENT_NULL;
+  TagTasks(rt, rt->gstream, u);
   const void *send = x->shard;
   if (low) { /* cast once per gather, from the fp32 shard */
     CastTask t = {x->shard, x->low_shard, (size_t)x->shard_numel, FSDP_DTYPE_FP32,
@@ -674,6 +682,7 @@ static int UnitReduceGrad(FsdpRuntime rt, int u, int micro, int nmicro)
     return SetViews(x);
   }
   FsdpEvent ev = FSDP_EVENT_NULL;
+  TagTasks(rt, rt->stream, u);
   const FsdpGroup *sg = FsdpTopoShard(rt->topo), *rg = FsdpTopoReplica(rt->topo);
   float mean = 1.0f / (float)rt->W;
   FsdpDtype rd = rt->opt.reduce_dtype;
@@ -836,12 +845,19 @@ int FsdpRuntimeForwardBackward(FsdpRuntime rt, void *model, int micro, int nmicr
   return FSDP_SUCCESS;
 }
 
+int FsdpRuntimeDrainStreams(FsdpRuntime rt)
+{
+  if (!rt->setup) return FSDP_SUCCESS;
+  int err = FsdpStreamSynchronize(rt->stream);
+  int gerr = FsdpStreamSynchronize(rt->gstream); /* nothing prefetched is left behind */
+  FSDP_CALL(err ? err : gerr);
+  return FSDP_SUCCESS;
+}
+
 int FsdpRuntimeFinishGradients(FsdpRuntime rt)
 {
   double b = rt->trace ? FsdpTraceNow(rt->trace) : 0.0;
-  int err = FsdpStreamSynchronize(rt->stream);
-  int gerr = FsdpStreamSynchronize(rt->gstream); /* nothing prefetched is left behind */
-  if (!err) err = gerr;
+  int err = FsdpRuntimeDrainStreams(rt);
   if (rt->trace) FsdpTraceWait(rt->trace, "wait gradients", rt->step, -1, b, FsdpTraceNow(rt->trace));
   if (err) FSDP_ERROR(err, "a gradient reduction on the communication stream failed");
   return FSDP_SUCCESS;
@@ -909,6 +925,13 @@ void FsdpRuntimePeakUnsharded(FsdpRuntime rt, uint64_t *params, uint64_t *grads)
 
 int FsdpRuntimeGatherUnit(FsdpRuntime rt, int u, float *out)
 {
+  if (!rt->setup) FSDP_ERROR(FSDP_ERR_STATE, "FsdpRuntimeGatherUnit before FsdpRuntimeSetUp");
+  if (u < 0 || u >= rt->nunits)
+    FSDP_ERROR(FSDP_ERR_STATE, "FsdpRuntimeGatherUnit: unit %d out of range [0, %d)", u, rt->nunits);
+  /* The reduce stream's collectives use the same sharding communicator
+   * ([Note: collectives and threads] in coll.h): nothing may be in flight
+   * on it while this thread all-gathers. */
+  FSDP_CALL(FsdpRuntimeDrainStreams(rt));
   Unit *x = &rt->units[u];
   float *buf = NULL;
   FSDP_CALL(FsdpDeviceAlloc(FSDP_MEM_OTHER, (size_t)x->P * sizeof(float), &buf));

@@ -149,6 +149,13 @@ void FsdpRuntimeSetStep(FsdpRuntime rt, int64_t step);
 /* Wait for every issued reduction (before the optimizer reads shards). */
 int FsdpRuntimeFinishGradients(FsdpRuntime rt);
 
+/* Not collective.  Wait for everything issued so far on the runtime's
+ * streams (gathers and reductions), recording nothing in the trace.  After
+ * it the compute thread may use the sharding communicator and read the
+ * gradient shards, at any point, mid-step included: every rank issued the
+ * same stream collectives, so the wait always ends. */
+int FsdpRuntimeDrainStreams(FsdpRuntime rt);
+
 /* Zero the gradient shards (start of an optimizer step). */
 int FsdpRuntimeZeroGradShards(FsdpRuntime rt);
 
@@ -186,7 +193,10 @@ void FsdpRuntimeGetMemory(FsdpRuntime rt, FsdpRuntimeMemory *m);
 void FsdpRuntimePeakUnsharded(FsdpRuntime rt, uint64_t *params, uint64_t *grads);
 
 /* Collective on the sharding group.  Gather unit's full (unpadded) flat
- * parameters into out (numel floats): for tests and export only. */
+ * parameters into out (numel floats): for tests and export only.  Safe at
+ * any point, mid-step included (every rank at the same point): it drains
+ * the streams first (FsdpRuntimeDrainStreams), so its all-gather never
+ * runs beside a stream collective on the sharding communicator. */
 int FsdpRuntimeGatherUnit(FsdpRuntime rt, int unit, float *out);
 
 #endif

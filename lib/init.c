@@ -46,9 +46,4 @@ int FsdpFinalize(void)
   return FSDP_SUCCESS;
 }
 
-void FsdpAbort(int code)
-{
-  fflush(stdout);
-  fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, FsdpExitStatus(code));
-}
+void FsdpAbort(int code) { FsdpErrorAbortJob(code); } /* [Note: ending the job] */

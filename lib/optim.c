@@ -97,6 +97,8 @@ double FsdpOptimLearningRate(const FsdpOptimOptions *o, int64_t step)
 
 int FsdpOptimGradNorm(FsdpOptim opt, double *norm)
 {
+  /* reductions still in flight write the shards and use the sharding comm */
+  FSDP_CALL(FsdpRuntimeDrainStreams(opt->rt));
   double sq = 0.0;
   for (int u = 0; u < opt->nunits; u++) {
     FlatParam fp = FsdpRuntimeUnitFlatParam(opt->rt, u);
@@ -114,6 +116,7 @@ void FsdpOptimSetGradScale(FsdpOptim opt, double scale) { opt->grad_scale = scal
 
 int FsdpOptimCheckOverflow(FsdpOptim opt, int *overflow)
 {
+  FSDP_CALL(FsdpRuntimeDrainStreams(opt->rt)); /* the shards must be final */
   double bad = 0.0;
   for (int u = 0; u < opt->nunits && bad == 0.0; u++) {
     int b = 0;

@@ -44,7 +44,11 @@ int FsdpOptimDestroy(FsdpOptim *opt);
 double FsdpOptimLearningRate(const FsdpOptimOptions *o, int64_t step);
 
 /* Collective on the sharding comm.  Global gradient norm (before
- * clipping), see [Note: gradient norm over the sharding group]. */
+ * clipping), see [Note: gradient norm over the sharding group].  Safe at
+ * any point, mid-step included (every rank at the same point): it drains
+ * the runtime's streams first (FsdpRuntimeDrainStreams), so it reads the
+ * gradients reduced so far, whole, and its reduction never runs beside a
+ * reduce-scatter on the sharding comm. */
 int FsdpOptimGradNorm(FsdpOptim opt, double *norm);
 
 /* Collective on the sharding comm.  One AdamW step at `step` (0-based):
@@ -58,7 +62,8 @@ void FsdpOptimSetGradScale(FsdpOptim opt, double scale);
 
 /* Collective on the world group.  1 in *overflow when any rank's gradient
  * shard holds an inf or NaN (the sharded gradient scaler's check: every
- * rank gets the same answer, so every rank skips the same steps). */
+ * rank gets the same answer, so every rank skips the same steps).  Drains
+ * the runtime's streams first, like FsdpOptimGradNorm. */
 int FsdpOptimCheckOverflow(FsdpOptim opt, int *overflow);
 
 /* Bytes of optimizer state on this rank. */

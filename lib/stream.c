@@ -10,9 +10,11 @@
  * (not merely started), so the running task's argument bytes stay put while
  * it runs; enqueue therefore blocks while issued - completed == capacity.
  * An event {stream, seq} is complete when completed >= seq: completion is
- * monotone because tasks finish in issue order.  The first failing task
- * records (error, error_seq); later tasks are skipped, and a wait on an
- * event with seq >= error_seq returns the error.
+ * monotone because tasks finish in issue order.  A failing task ends the
+ * job from the stream thread ([Note: a failed task ends the job] in
+ * stream.h), except under FSDP_STREAM_FAIL_RECORD: there the first failing
+ * task records (error, error_seq); later tasks are skipped, and a wait on
+ * an event with seq >= error_seq returns the error.
  *
  * Two condition variables: `work` wakes the thread (new task or stop),
  * `done` wakes waiters and blocked enqueuers (a task completed).  No
@@ -24,6 +26,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdalign.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,7 +37,9 @@
 
 typedef struct {
   FsdpStreamFn fn;
-  const char *label;
+  const char *label; /* the task's kind in failure messages */
+  int unit;          /* identity: see FsdpStreamSetTaskIdentity */
+  int64_t step;
   double issue_s;
   /* Aligned so that a task may cast its argument to any struct type. */
   alignas(max_align_t) unsigned char arg[FSDP_STREAM_ARG_BYTES];
@@ -51,6 +56,9 @@ struct FsdpStream_ {
   int error;                  /* first failure; FSDP_SUCCESS if none */
   uint64_t error_seq;
   int stop;
+  FsdpStreamFailurePolicy on_failure;
+  int tag_unit;               /* identity of the next tasks (issuing thread) */
+  int64_t tag_step;
   double wait_s;              /* time callers spent blocked */
   FsdpStreamRecorder rec;
   void *rec_ctx;
@@ -61,6 +69,110 @@ double FsdpWallTime(void)
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- [Note: FSDP_FAULT] (test only) ---------------------------------------- */
+
+typedef struct {
+  int armed; /* a stream: entry was given */
+  int rank;
+  int64_t step;
+  int unit;  /* -1: any */
+  char kind[32]; /* "": any */
+  char text[128];
+} StreamFault;
+
+/* Parsed once (pthread_once) and read-only afterwards, so stream threads
+ * may read it while another stream is being created. */
+static StreamFault g_fault;
+static char g_fault_bad[128]; /* the malformed entry, "" if none */
+static pthread_once_t g_fault_once = PTHREAD_ONCE_INIT;
+static atomic_int g_fault_fired;
+
+static void fault_parse_once(void)
+{
+  const char *env = getenv("FSDP_FAULT");
+  if (!env || !*env) return;
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", env);
+  char *save = NULL;
+  for (char *entry = strtok_r(buf, ",", &save); entry; entry = strtok_r(NULL, ",", &save)) {
+    if (strncmp(entry, "stream:", 7) != 0) continue; /* another fault site */
+    StreamFault f = {1, -1, -1, -1, "", ""};
+    snprintf(f.text, sizeof f.text, "%s", entry);
+    char *save2 = NULL;
+    int bad = 0;
+    for (char *kv = strtok_r(entry + 7, ":", &save2); kv && !bad; kv = strtok_r(NULL, ":", &save2)) {
+      char *end = NULL;
+      if (strncmp(kv, "rank=", 5) == 0) {
+        long v = strtol(kv + 5, &end, 10);
+        bad = end == kv + 5 || *end || v < 0;
+        f.rank = (int)v;
+      } else if (strncmp(kv, "step=", 5) == 0) {
+        long long v = strtoll(kv + 5, &end, 10);
+        bad = end == kv + 5 || *end || v < 1;
+        f.step = v;
+      } else if (strncmp(kv, "unit=", 5) == 0) {
+        long v = strtol(kv + 5, &end, 10);
+        bad = end == kv + 5 || *end || v < 0;
+        f.unit = (int)v;
+      } else if (strncmp(kv, "kind=", 5) == 0 && kv[5] && strlen(kv + 5) < sizeof f.kind) {
+        snprintf(f.kind, sizeof f.kind, "%s", kv + 5);
+      } else {
+        bad = 1;
+      }
+    }
+    if (bad || f.rank < 0 || f.step < 1) {
+      snprintf(g_fault_bad, sizeof g_fault_bad, "%s", f.text);
+      return;
+    }
+    g_fault = f;
+  }
+}
+
+/* Every stream checks FSDP_FAULT at create, so a malformed entry stops
+ * the run at setup on every rank. */
+static int fault_check(void)
+{
+  pthread_once(&g_fault_once, fault_parse_once);
+  if (g_fault_bad[0])
+    FSDP_ERROR(FSDP_ERR_USAGE,
+               "FSDP_FAULT entry '%s' (a test-only variable): expected "
+               "stream:rank=R:step=S[:kind=K][:unit=U] with R >= 0 and S >= 1",
+               g_fault_bad);
+  return FSDP_SUCCESS;
+}
+
+/* Whether the task in slot is the one FSDP_FAULT asks to fail (once). */
+static int fault_hits(const StreamSlot *slot)
+{
+  if (!g_fault.armed || slot->step != g_fault.step || FsdpErrorWorldRank() != g_fault.rank)
+    return 0;
+  if (g_fault.unit >= 0 && slot->unit != g_fault.unit) return 0;
+  if (g_fault.kind[0] && strcmp(slot->label, g_fault.kind) != 0) return 0;
+  return atomic_exchange(&g_fault_fired, 1) == 0;
+}
+
+static int fault_raise(const StreamSlot *slot)
+{
+  FSDP_ERROR(FSDP_ERR_INTERNAL, "fault injected by FSDP_FAULT=%s (test only): task '%s' did not run",
+             g_fault.text, slot->label);
+}
+
+/* [Note: a failed task ends the job] Called on the stream thread, nothing
+ * locked; does not return. */
+static _Noreturn void stream_end_job(FsdpStream s, const StreamSlot *slot, int err)
+{
+  char unit[32] = "no unit", step[32] = "no step";
+  if (slot->unit >= 0) snprintf(unit, sizeof unit, "unit %d", slot->unit);
+  if (slot->step > 0) snprintf(step, sizeof step, "step %lld", (long long)slot->step);
+  const char *cause = FsdpErrorThreadMessage();
+  FsdpErrorRaise(__FILE__, __LINE__, __func__, err,
+                 "rank %d: task %s (%s, %s) on the '%s' communication stream failed: %s: %s; "
+                 "ending the job, since the other ranks would wait for it forever",
+                 FsdpErrorWorldRank(), slot->label, unit, step, s->name, FsdpErrorName(err),
+                 cause[0] ? cause : "(the task gave no message)");
+  FsdpErrorAbortJob(err);
 }
 
 static void *stream_main(void *p)
@@ -75,19 +187,23 @@ static void *stream_main(void *p)
     int skip = s->error != FSDP_SUCCESS;
     FsdpStreamRecorder rec = s->rec;
     void *rec_ctx = s->rec_ctx;
+    FsdpStreamFailurePolicy on_failure = s->on_failure;
     pthread_mutex_unlock(&s->mu);
 
     /* The slot is ours until completed moves past seq (enqueue never
      * reuses it before), so the task runs without the lock. */
     int err = FSDP_SUCCESS;
     if (!skip) {
+      FsdpErrorClearThreadMessage();
       double t0 = FsdpWallTime();
-      err = slot->fn(slot->arg);
+      err = fault_hits(slot) ? fault_raise(slot) : slot->fn(slot->arg);
       double t1 = FsdpWallTime();
       if (rec) {
         FsdpStreamTaskTime t = {slot->label, slot->issue_s, t0, t1, seq};
         rec(rec_ctx, &t, slot->arg);
       }
+      if (err != FSDP_SUCCESS && on_failure == FSDP_STREAM_FAIL_ABORT_JOB)
+        stream_end_job(s, slot, err);
     }
 
     pthread_mutex_lock(&s->mu);
@@ -109,10 +225,13 @@ int FsdpStreamCreate(const char *name, int capacity, FsdpStream *out)
   if (capacity < 1)
     FSDP_ERROR(FSDP_ERR_USAGE, "stream '%s': capacity must be at least 1 (got %d)",
                name ? name : "?", capacity);
+  FSDP_CALL(fault_check());
   FsdpStream s = calloc(1, sizeof *s);
   FSDP_CHECK_ALLOC(s, sizeof *s);
   snprintf(s->name, sizeof s->name, "%s", name ? name : "stream");
   s->capacity = capacity;
+  s->on_failure = FSDP_STREAM_FAIL_ABORT_JOB;
+  s->tag_unit = -1;
   s->slots = calloc((size_t)capacity, sizeof *s->slots);
   if (!s->slots) {
     free(s);
@@ -180,12 +299,30 @@ int FsdpStreamEnqueue(FsdpStream s, const char *label, FsdpStreamFn fn,
   StreamSlot *slot = &s->slots[(seq - 1) % (uint64_t)s->capacity];
   slot->fn = fn;
   slot->label = label ? label : "task";
+  slot->unit = s->tag_unit;
+  slot->step = s->tag_step;
   slot->issue_s = issue;
   if (arg_bytes) memcpy(slot->arg, arg, arg_bytes);
   s->issued = seq;
   pthread_cond_signal(&s->work);
   pthread_mutex_unlock(&s->mu);
   if (ev) *ev = (FsdpEvent){s, seq};
+  return FSDP_SUCCESS;
+}
+
+void FsdpStreamSetTaskIdentity(FsdpStream s, int unit, int64_t step)
+{
+  if (!s) return;
+  s->tag_unit = unit;
+  s->tag_step = step;
+}
+
+int FsdpStreamSetFailurePolicy(FsdpStream s, FsdpStreamFailurePolicy policy)
+{
+  if (!s) FSDP_ERROR(FSDP_ERR_INTERNAL, "FsdpStreamSetFailurePolicy: NULL stream");
+  pthread_mutex_lock(&s->mu);
+  s->on_failure = policy;
+  pthread_mutex_unlock(&s->mu);
   return FSDP_SUCCESS;
 }
 

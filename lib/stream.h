@@ -13,8 +13,29 @@
  * caller's argument struct may live on its stack; buffers it points to must
  * stay valid until the event completes.
  *
- * The first task that fails stops the stream: later tasks are skipped and
- * every wait on an event at or after it returns that task's error code.
+ * [Note: a failed task ends the job] Stream tasks are mostly collectives:
+ * the peers of a rank whose task failed are inside (or about to enter) the
+ * same collective and would wait for it forever, and this rank's compute
+ * thread may not look at the stream again for a long time.  So by default
+ * (FSDP_STREAM_FAIL_ABORT_JOB) the stream thread itself ends the whole job
+ * at the first failure: it prints one message naming the rank, the stream,
+ * the task (kind = its label, unit, step; see FsdpStreamSetTaskIdentity)
+ * and the cause, then calls FsdpErrorAbortJob (error.h: abort hooks, then
+ * MPI_Abort on the world).  A stream whose tasks involve no other rank may
+ * choose FSDP_STREAM_FAIL_RECORD instead: the first failing task stops the
+ * stream, later tasks are skipped, and every wait on an event at or after
+ * it returns that task's error code.
+ *
+ * [Note: FSDP_FAULT] TEST ONLY.  The environment variable
+ *   FSDP_FAULT=stream:rank=R:step=S[:kind=K][:unit=U]
+ * makes the first task on world rank R whose identity matches (step S;
+ * label K, e.g. reduce-scatter, all-gather, cast_grads; unit U) fail
+ * without running, as if its collective had failed; it fires once per
+ * process.  Entries are separated by commas; entries that do not start
+ * with "stream:" belong to other fault sites and are ignored here.  A
+ * malformed stream entry makes FsdpStreamCreate fail with a usage error.
+ * Unset (normal runs) it costs one branch per task and changes nothing.
+ *
  * Streams are used by one issuing thread (the compute thread).
  */
 #ifndef FSDP_STREAM_H
@@ -54,9 +75,23 @@ int FsdpStreamCreate(const char *name, int capacity, FsdpStream *s);
 int FsdpStreamDestroy(FsdpStream *s);
 
 /* Enqueue fn(copy of arg[0..arg_bytes)).  label is a static string used by
- * the recorder.  *ev (may be NULL) receives the task's event. */
+ * the recorder and, as the task's kind, by failure messages.  *ev (may be
+ * NULL) receives the task's event. */
 int FsdpStreamEnqueue(FsdpStream s, const char *label, FsdpStreamFn fn,
                       const void *arg, size_t arg_bytes, FsdpEvent *ev);
+
+/* Identity stamped on the tasks enqueued on s from now on, for failure
+ * messages and FSDP_FAULT: unit (-1: none) and step (the optimizer step,
+ * counted from 1 as in the progress log; 0: none).  Issuing thread only. */
+void FsdpStreamSetTaskIdentity(FsdpStream s, int unit, int64_t step);
+
+/* What a failing task does ([Note: a failed task ends the job]). */
+typedef enum {
+  FSDP_STREAM_FAIL_ABORT_JOB, /* default: message, then end every rank */
+  FSDP_STREAM_FAIL_RECORD     /* stop the stream; waits return the error */
+} FsdpStreamFailurePolicy;
+/* Set while the stream is idle (e.g. right after create). */
+int FsdpStreamSetFailurePolicy(FsdpStream s, FsdpStreamFailurePolicy policy);
 
 /* Block until ev is complete; returns the stream's error if a task at or
  * before ev failed. */

@@ -199,11 +199,14 @@ static void test_ring_wrap(void)
   TCALL(FsdpStreamDestroy(&s));
 }
 
+/* FSDP_STREAM_FAIL_RECORD: the failure stays on this rank (the default,
+ * ending the job, is tested by test_stream_fault.sh). */
 static void test_failure(void)
 {
   enum { N = 10, FAIL = 5 };
   FsdpStream s = NULL;
   TCALL(FsdpStreamCreate("fail", 4, &s));
+  TCALL(FsdpStreamSetFailurePolicy(s, FSDP_STREAM_FAIL_RECORD));
   static TaskLog log;
   memset(&log, 0, sizeof log);
   FsdpEvent ev[N + 1];
