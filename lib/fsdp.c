@@ -88,6 +88,7 @@ struct FsdpRuntime_ {
   GradSlot *rslots, root_rslot;
   int nrslots, next_rslot;
   int64_t slot_numel;       /* largest non-root P */
+  FsdpGatherRing ring;      /* as planned by FsdpGatherRingPlan */
   /* forward order of this step and of the previous one (forward prefetch) */
   int *order, *prev_order;
   int norder, have_prev_order;
@@ -283,6 +284,35 @@ static int AllocGradSlot(FsdpRuntime rt, GradSlot *g, int64_t P)
   return FSDP_SUCCESS;
 }
 
+void FsdpGatherRingPlan(const FsdpRuntimeOptions *o, int F, const int64_t *P, const int *is_root,
+                        int nunits, FsdpGatherRing *ring)
+{
+  memset(ring, 0, sizeof *ring);
+  int nonroot = 0;
+  for (int u = 0; u < nunits; u++) {
+    if (is_root[u]) {
+      ring->root_numel = P[u];
+    } else {
+      nonroot++;
+      if (P[u] > ring->slot_numel) ring->slot_numel = P[u];
+    }
+  }
+  /* [Note: prefetch and the limiter] prefetching gathers at most
+   * PREFETCH_DEPTH units ahead of the one computing, fewer under a limit L
+   * (L = 0: no limit); a unit's own gather is consumed before the next one
+   * is issued, so without prefetching only the on-demand gather is ever in
+   * flight */
+  int L = o->limit_all_gathers, ahead = 0;
+  if (o->prefetch != FSDP_PREFETCH_NONE) ahead = (L == 0 || L > PREFETCH_DEPTH) ? PREFETCH_DEPTH : L;
+  ring->max_in_flight = ahead > 0 ? ahead : 1;
+  if (F == 1) return; /* [Note: no sharding] */
+  /* RAF: the unit computing plus those in flight ahead of it; NRAF: every
+   * non-root unit keeps its buffer through forward */
+  ring->slots = (!o->reshard_after_forward || 1 + ahead > nonroot) ? nonroot : 1 + ahead;
+  ring->bytes = FsdpDtypeSize(o->param_dtype) *
+                ((uint64_t)ring->root_numel + (uint64_t)ring->slots * (uint64_t)ring->slot_numel);
+}
+
 int FsdpRuntimeSetUp(FsdpRuntime rt)
 {
   if (rt->setup) FSDP_ERROR(FSDP_ERR_STATE, "FsdpRuntimeSetUp called twice");
@@ -290,7 +320,6 @@ int FsdpRuntimeSetUp(FsdpRuntime rt)
   const FsdpGroup *shard = FsdpTopoShard(rt->topo);
   int nonroot = 0, low = rt->opt.param_dtype != FSDP_DTYPE_FP32;
   int persistent = rt->opt.grad_accum > 1 && !rt->opt.accum_comm && !GradIsShard(rt);
-  rt->slot_numel = 0;
   for (int u = 0; u < rt->nunits; u++) {
     Unit *x = &rt->units[u];
     FSDP_CALL(FlatParamCreate(x->specs, x->nparams, rt->F, shard->rank, &x->fp));
@@ -304,20 +333,27 @@ int FsdpRuntimeSetUp(FsdpRuntime rt)
     x->grad_views = calloc((size_t)x->nparams + 1, sizeof(float *));
     FSDP_CHECK_ALLOC(x->param_views, sizeof(float *));
     FSDP_CHECK_ALLOC(x->grad_views, sizeof(float *));
-    if (!x->is_root) {
-      nonroot++;
-      if (x->P > rt->slot_numel) rt->slot_numel = x->P;
-    }
+    nonroot += !x->is_root;
   }
-  int64_t rootP = rt->root >= 0 ? rt->units[rt->root].P : 0;
+  /* [Note: gather memory] */
+  int64_t *unitP = calloc((size_t)rt->nunits + 1, sizeof *unitP);
+  int *unit_is_root = calloc((size_t)rt->nunits + 1, sizeof *unit_is_root);
+  if (!unitP || !unit_is_root) {
+    free(unitP);
+    free(unit_is_root);
+    FSDP_ERROR(FSDP_ERR_MEM, "out of memory planning the gather ring of %d units", rt->nunits);
+  }
+  for (int u = 0; u < rt->nunits; u++) {
+    unitP[u] = rt->units[u].P;
+    unit_is_root[u] = rt->units[u].is_root;
+  }
+  FsdpGatherRingPlan(&rt->opt, rt->F, unitP, unit_is_root, rt->nunits, &rt->ring);
+  free(unitP);
+  free(unit_is_root);
+  rt->slot_numel = rt->ring.slot_numel;
+  int64_t rootP = rt->ring.root_numel;
   if (rt->F > 1) {
-    /* [Note: gather memory] */
-    /* RAF: the unit computing plus the gathers that may be in flight: at
-     * most min(L, PREFETCH_DEPTH) with prefetching, none without */
-    int L = rt->opt.limit_all_gathers, ahead = 0;
-    if (rt->opt.prefetch != FSDP_PREFETCH_NONE)
-      ahead = (L == 0 || L > PREFETCH_DEPTH) ? PREFETCH_DEPTH : L;
-    rt->ngslots = (!rt->opt.reshard_after_forward || 1 + ahead > nonroot) ? nonroot : 1 + ahead;
+    rt->ngslots = rt->ring.slots;
     rt->gslots = calloc((size_t)rt->ngslots + 1, sizeof *rt->gslots);
     FSDP_CHECK_ALLOC(rt->gslots, sizeof *rt->gslots);
     for (int s = 0; s < rt->ngslots; s++) {
@@ -908,13 +944,14 @@ void FsdpRuntimeGetMemory(FsdpRuntime rt, FsdpRuntimeMemory *m)
   m->grad_shard_bytes = m->param_shard_bytes;
   if (rt->opt.param_dtype != FSDP_DTYPE_FP32)
     m->low_shard_bytes = m->param_shard_bytes / sizeof(float) * rt->klow;
-  uint64_t rootP = rt->root >= 0 ? (uint64_t)rt->units[rt->root].P : 0;
+  uint64_t rootP = (uint64_t)rt->ring.root_numel;
   uint64_t slotP = (uint64_t)rt->slot_numel;
-  if (rt->F > 1) m->gather_buffer_bytes = (rootP + (uint64_t)rt->ngslots * slotP) * rt->klow;
+  m->gather_buffer_bytes = rt->ring.bytes;
   if (rt->opt.param_dtype != FSDP_DTYPE_FP32) m->compute_buffer_bytes = (rootP + slotP) * sizeof(float);
   m->grad_buffer_bytes = rt->grad_buffer_bytes;
   m->gather_slots = rt->ngslots;
   m->grad_slots = rt->nrslots;
+  m->gathers_in_flight = rt->ring.max_in_flight;
 }
 
 void FsdpRuntimePeakUnsharded(FsdpRuntime rt, uint64_t *params, uint64_t *grads)

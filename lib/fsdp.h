@@ -33,7 +33,8 @@
  * (L = 0: no cap) -- so 1 slot with -prefetch none and min(L, 1) + 1 with
  * prefetching; with NRAF every non-root unit keeps its buffer through
  * forward, so one slot per unit.  The peak of unsharded parameters then
- * equals the planned ring.  The root has its own
+ * equals the planned ring (FsdpGatherRingPlan computes it, for the runtime
+ * and for fsdp-plan).  The root has its own
  * buffer.  Unsharded gradient buffers: one for the root plus a ring of two
  * slots (the unit computing its backward, the unit whose reduce-scatter is
  * in flight).  Nothing is allocated after setup, so memory never grows or
@@ -177,6 +178,22 @@ const FsdpRuntimeOptions *FsdpRuntimeGetOptions(FsdpRuntime rt);
 /* Units in the order the last forward first used them (forward order). */
 int FsdpRuntimeForwardOrder(FsdpRuntime rt, const int **order, int *n);
 
+/* [Note: gather memory] as a pure function of the unit sizes and the
+ * options: the ring FsdpRuntimeSetUp allocates and fsdp-plan reports are
+ * this one computation, so the plan equals the run by construction.
+ * F = 1 ([Note: no sharding]) has no ring and no root buffer. */
+typedef struct {
+  int slots;           /* ring slots for non-root units (0 when F = 1) */
+  int64_t slot_numel;  /* elements per slot: the largest non-root P (also with F = 1) */
+  int64_t root_numel;  /* the root unit's P, 0 without a root */
+  int max_in_flight;   /* most gathers issued and not yet consumed at once */
+  uint64_t bytes;      /* K_low * (root P + slots * slot_numel); 0 when F = 1 */
+} FsdpGatherRing;
+/* Not collective, allocates nothing.  P[u], is_root[u]: padded numel and
+ * root flag of each of the nunits units; F the sharding factor. */
+void FsdpGatherRingPlan(const FsdpRuntimeOptions *o, int F, const int64_t *P, const int *is_root,
+                        int nunits, FsdpGatherRing *ring);
+
 /* Planned memory (bytes), equal to [Note: gather memory]. */
 typedef struct {
   uint64_t param_shard_bytes;   /* sum P_i / F * 4 (fp32 master shards) */
@@ -186,6 +203,7 @@ typedef struct {
   uint64_t compute_buffer_bytes;/* (root P + max non-root P) * 4 when K_low < 4, else 0 */
   uint64_t grad_buffer_bytes;   /* unsharded gradient buffers and their reduce buffers */
   int gather_slots, grad_slots;
+  int gathers_in_flight;        /* planned most gathers in flight (FsdpGatherRing) */
 } FsdpRuntimeMemory;
 void FsdpRuntimeGetMemory(FsdpRuntime rt, FsdpRuntimeMemory *m);
 /* Peak number of bytes of unsharded parameters / gradients that were held

@@ -17,10 +17,12 @@
  * parameters, order); each unit's layout is a FlatParam built with the
  * run's F (so numel, padding and shard sizes are the run's); the bytes of
  * each collective are FsdpCollVolume of the same group shape the counters
- * use.  What the library does not expose as a pure function is re-stated
+ * use; the gather ring (slots, bytes, gathers in flight) is
+ * FsdpGatherRingPlan, the function FsdpRuntimeSetUp sizes the ring with.
+ * What the library does not expose as a pure function is re-stated
  * here and cited: the node-first rank order ([Note: node-first sharding
- * groups], topo.h), the gather and gradient rings ([Note: gather memory],
- * fsdp.h) and which collectives a step issues ([Note: unit life cycle],
+ * groups], topo.h), the gradient ring ([Note: gather memory], fsdp.h) and
+ * which collectives a step issues ([Note: unit life cycle],
  * fsdp.h).  tests/test_plan.sh holds every number against the counters of
  * real fsdp-train runs, so a drift between the two is a test failure.
  */
@@ -355,13 +357,24 @@ static int Run(int argc, char **argv, int *handled_help)
   mem.optim_state = 2 * mem.param_shard; /* AdamW exp_avg, exp_avg_sq */
   if (low) mem.low_shard = mem.param_shard / 4 * kp;
   int raf = fo->reshard_after_forward, L = fo->limit_all_gathers;
-  if (po.F > 1) {
-    /* RAF: the unit computing plus the gathers in flight ahead of it
-     * (prefetching runs one unit ahead, capped by L) */
-    int ahead = fo->prefetch == FSDP_PREFETCH_NONE ? 0 : (L == 0 || L > 1) ? 1 : L;
-    mem.gather_slots = (!raf || 1 + ahead > nonroot) ? nonroot : 1 + ahead;
-    mem.gather_buffer = kp * (rootP + (uint64_t)mem.gather_slots * slotP);
+  /* the gather ring: the runtime's own sizing function, not a copy of it */
+  int64_t *unitP = calloc((size_t)nu + 1, sizeof *unitP);
+  int *unit_is_root = calloc((size_t)nu + 1, sizeof *unit_is_root);
+  if (!unitP || !unit_is_root) {
+    free(unitP);
+    free(unit_is_root);
+    FSDP_ERROR(FSDP_ERR_MEM, "out of memory planning the gather ring of %d units", nu);
   }
+  for (int i = 0; i < nu; i++) {
+    unitP[i] = FlatParamPaddedNumel(u[i].fp);
+    unit_is_root[i] = u[i].is_root;
+  }
+  FsdpGatherRing ring;
+  FsdpGatherRingPlan(fo, po.F, unitP, unit_is_root, nu, &ring);
+  free(unitP);
+  free(unit_is_root);
+  mem.gather_slots = ring.slots;
+  mem.gather_buffer = ring.bytes;
   if (low) mem.compute_buffer = 4 * (rootP + slotP);
   /* gradients: the shard itself (F = 1, fp32, no per-micro-step sums), a
    * persistent fp32 buffer per unit (-accum_comm 0), or a ring of two
@@ -473,7 +486,7 @@ static int Run(int argc, char **argv, int *handled_help)
     for (int k = 0; k < FSDP_COLL_NKINDS; k++)
       printf(", \"%s_intra_node_bytes\": %llu, \"%s_inter_node_bytes\": %llu", kKey[k],
              (unsigned long long)cm.intra[k], kKey[k], (unsigned long long)cm.inter[k]);
-    printf("}");
+    printf("}, \"comm_time_per_step\": {\"max_gathers_in_flight\": %d}", ring.max_in_flight);
     if (predict)
       printf(", \"prediction\": {\"flop_per_step\": %.6g, \"compute_s\": %.6g, "
              "\"intra_comm_s\": %.6g, \"inter_comm_s\": %.6g, \"step_time_s_no_overlap\": %.6g, "

@@ -5,8 +5,9 @@
 # across nodes, odd sizes that need padding) fsdp-train runs 2 steps at W
 # ranks and fsdp-plan plans the same options with -world_size W; every
 # unit's numel and padded numel, the shard, optimizer, gather-ring, compute
-# and gradient buffer bytes, and per-step bytes and calls of every
-# collective kind with their intra/inter-node split must be equal, exactly.
+# and gradient buffer bytes, per-step bytes and calls of every collective
+# kind with their intra/inter-node split, and the most gathers in flight
+# must be equal, exactly.
 # Then: gpt-175b on 512 ranks (8 per node) plans in under a second, with
 # shards summing to the model; bad topology options are usage errors.
 #   usage: test_plan.sh MPIEXEC "PREFLAGS" BINDIR   (BINDIR holds fsdp-train and fsdp-plan)
@@ -46,6 +47,7 @@ keys += ["memory." + k for k in ("param_shard_bytes", "grad_shard_bytes", "optim
 keys += ["comm_per_step." + k for k in ("all_gather_bytes", "reduce_scatter_bytes", "all_reduce_bytes",
                                         "all_gather_calls", "reduce_scatter_calls", "all_reduce_calls",
                                         "intra_node_bytes", "inter_node_bytes")]
+keys += ["comm_time_per_step.max_gathers_in_flight"]
 def get(d, k):
     for part in k.split("."):
         d = d.get(part) if isinstance(d, dict) else None
