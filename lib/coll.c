@@ -245,10 +245,10 @@ static void coll_count(FsdpColl c, FsdpCollKind kind, const FsdpGroup *g,
 /* [Note: chunked collectives] MPI counts are ints, and a unit can hold more
  * than INT_MAX elements per rank (gpt-175b with -wrap 2 at a small
  * sharding factor).  A collective whose per-rank count exceeds
- * c->max_count (INT_MAX, or FSDP_COLL_MAX_COUNT: tests set a few thousand
- * to exercise this path with small buffers) runs as a sequence of MPI
- * calls on chunks of at most max_count elements, in the same order on
- * every rank.  All-reduce chunks are plain sub-ranges of the buffer.
+ * c->max_count runs as a sequence of MPI calls on chunks of at most
+ * max_count elements, in the same order on every rank.  max_count is
+ * COLL_MPI_MAX_COUNT, or FSDP_COLL_MAX_COUNT from the environment (tests
+ * set a few dozen to exercise this path with small buffers).  All-reduce chunks are plain sub-ranges of the buffer.
  * All-gather and reduce-scatter must keep the FlatParameter layout (rank
  * r's shard at r*count), so chunk [off, off+len) of every shard travels as
  * ONE element of a derived datatype: len contiguous elements, resized to an
@@ -263,9 +263,9 @@ static void coll_count(FsdpColl c, FsdpCollKind kind, const FsdpGroup *g,
  * them, and its extent in bytes: a user op receives *len such elements. */
 static void mpi_op_layout(MPI_Datatype type, size_t elem_size, size_t *per, size_t *stride)
 {
-  int bytes = 0;
+  MPI_Count bytes = 0; /* a chunk of fp32 may pass 2^31 bytes */
   MPI_Aint lb = 0, extent = 0;
-  MPI_Type_size(type, &bytes);
+  MPI_Type_size_x(type, &bytes);
   MPI_Type_get_extent(type, &lb, &extent);
   *per = (size_t)bytes / elem_size;
   *stride = (size_t)extent;
@@ -392,10 +392,16 @@ static int mpi_all_reduce(FsdpColl c, const FsdpGroup *g, void *buf, size_t coun
 static const CollOps coll_ops_mpi = {"MPI", mpi_all_gather, mpi_reduce_scatter,
                                      mpi_all_reduce};
 
+/* The default per-call limit: 2^29 elements keeps every message and chunk
+ * datatype at or below 2 GiB even in fp32, below the 2^31 bytes where MPI
+ * libraries have kept int byte counts internally; a collective that large
+ * takes seconds, so the extra calls cost nothing measurable. */
+#define COLL_MPI_MAX_COUNT ((size_t)1 << 29)
+
 /* FSDP_COLL_MAX_COUNT: see [Note: chunked collectives]. */
 static int coll_max_count_from_env(size_t *out)
 {
-  *out = (size_t)INT_MAX;
+  *out = COLL_MPI_MAX_COUNT;
   const char *env = getenv("FSDP_COLL_MAX_COUNT");
   if (!env || !env[0]) return FSDP_SUCCESS;
   char *end = NULL;

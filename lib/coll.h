@@ -42,11 +42,11 @@
  * FsdpColl must outlive every collective issued with it.
  *
  * Per-rank counts are size_t.  MPI counts are ints, so the MPI backend
- * splits a collective of more than INT_MAX elements per rank into chunks
+ * splits a collective of more than 2^29 elements per rank into chunks
  * that keep the layout ([Note: chunked collectives] in coll.c); the
- * environment variable FSDP_COLL_MAX_COUNT lowers that limit (tests use it
- * to run the chunked path on small buffers).  NCCL counts are size_t: no
- * chunks.
+ * environment variable FSDP_COLL_MAX_COUNT sets that limit instead (up to
+ * INT_MAX; tests use a few dozen to run the chunked path on small
+ * buffers).  NCCL counts are size_t: no chunks.
  * Errors name the collective and the group: "reduce-scatter on the
  * sharding comm (4 ranks): MPI_Reduce_scatter_block failed: ...".
  */
