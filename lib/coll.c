@@ -18,11 +18,12 @@
  * fp32, adds, and rounds the pair sum back (round to nearest even).  The
  * MPI library combines the n contributions pairwise, so a sum of n values
  * is rounded n - 1 times (each time to 8 (bf16) or 11 (fp16) significant
- * bits of a partial sum), in an order MPI picks.  The scale is then applied
- * to the received result in place, element by element in fp32, with one
- * more rounding (no fp32 temporary buffer of the shard is needed).  With a
- * power-of-two scale (1/W for W a power of two) that last rounding is exact
- * barring underflow.  fp32 uses MPI_FLOAT / MPI_SUM and scales in place.
+ * bits of a partial sum), in an order MPI picks.  The scale is applied in
+ * two parts, to the inputs in place before and to the received result in
+ * place after ([Note: scaled reductions]), element by element in fp32 (no
+ * fp32 temporary buffer is needed).  With a power-of-two scale (1/W for W
+ * a power of two) both roundings are exact barring underflow.  fp32 uses
+ * MPI_FLOAT / MPI_SUM (our own fp32 op on chunks) and scales the same way.
  *
  * [Note: NCCL collectives and streams] With the NCCL backend the buffers
  * are device pointers and every collective runs on a CUDA communication
@@ -40,14 +41,15 @@
  * CPU runtime works unchanged; FsdpCollWaitDevice makes a CUDA stream wait
  * for the same collective on the device instead, without blocking the
  * host (the paper's mechanism).  Blocking variants launch, then wait the
- * same way.  Sums: ncclSum; a scale other than 1 uses ncclPreMulSum (each
- * input is multiplied by the scale, rounded to dt, then summed), which for
- * a power-of-two scale equals the MPI path's sum-then-scale barring
- * underflow.  NCCL communicators are made per MPI communicator by
- * broadcasting an ncclUniqueId over it (FsdpCollNcclCommCreate), either
- * at setup (FsdpCollAttach, collective) or lazily at the first collective
- * issued on a group (every rank issues it in the same order, so the
- * bootstrap broadcast is matched).
+ * same way.  Sums: ncclSum; a scale other than 1 is split as on MPI
+ * ([Note: scaled reductions]): ncclPreMulSum multiplies each input by the
+ * pre factor (rounded to dt) before summing, and a kernel on the comm
+ * stream multiplies the result by the post factor.  NCCL counts are
+ * size_t, so NCCL collectives are never chunked.  NCCL communicators are
+ * made per MPI communicator by broadcasting an ncclUniqueId over it
+ * (FsdpCollNcclCommCreate), either at setup (FsdpCollAttach, collective)
+ * or lazily at the first collective issued on a group (every rank issues
+ * it in the same order, so the bootstrap broadcast is matched).
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -55,12 +57,17 @@
 
 #include "coll.h"
 
+#include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "cuda_util.h"
+#ifdef FSDP_HAVE_CUDA
+#include "cuda/kernels_cuda.h"
+#endif
 #include "error.h"
 
 const char *const FsdpCollKindNames[FSDP_COLL_NKINDS] = {"all-gather", "reduce-scatter",
@@ -70,7 +77,7 @@ typedef struct {
   const char *name;
   int (*all_gather)(FsdpColl c, const FsdpGroup *g, const void *send, void *recv,
                     size_t count, FsdpDtype dt);
-  int (*reduce_scatter)(FsdpColl c, const FsdpGroup *g, const void *send, void *recv,
+  int (*reduce_scatter)(FsdpColl c, const FsdpGroup *g, void *send, void *recv,
                         size_t count, FsdpDtype dt, float scale);
   int (*all_reduce)(FsdpColl c, const FsdpGroup *g, void *buf, size_t count,
                     FsdpDtype dt, float scale);
@@ -99,7 +106,8 @@ struct FsdpColl_ {
   FsdpCommCounters counters; /* touched on the issuing thread only */
   /* MPI backend */
   MPI_Datatype half_type; /* 2 contiguous bytes: one bf16 or fp16 */
-  MPI_Op sum_bf16, sum_fp16;
+  MPI_Op sum_bf16, sum_fp16, sum_fp32; /* sum_fp32: chunked collectives only */
+  size_t max_count; /* most elements per rank in one MPI call ([Note: chunked collectives]) */
 #ifdef FSDP_HAVE_CUDA
   /* NCCL backend ([Note: NCCL collectives and streams]) */
   cudaStream_t comm_stream, own_stream, compute_stream;
@@ -139,6 +147,30 @@ static void coll_scale_inplace(void *buf, size_t count, FsdpDtype dt, float scal
   }
 }
 
+/* [Note: scaled reductions] A reduction with scale s (1/W for a gradient
+ * mean) multiplies every input by pre before the sum and the sum by
+ * post = s / pre after it, with pre = 2^-ceil(log2(1/s) / 2), a power of
+ * two near sqrt(s): for W a power of two exactly PyTorch's gradient pre-
+ * and post-division factors (W = 8: 1/4 and 1/2).  Sum-then-divide
+ * overflows once the sum of W gradients passes the dtype's range (65504
+ * in fp16, whatever the mean), divide-then-sum underflows small gradients
+ * by the full 1/W; the split halves both exponents' exposure.  Both
+ * back-ends use the rule for every dtype: MPI scales the send buffer in
+ * place before the collective (so reduce-scatter's send is scratch) and
+ * the result after it; NCCL uses ncclPreMulSum(pre) and scales the result
+ * on the communication stream.  Multiplying by powers of two is exact, so
+ * the result equals sum-then-scale bit for bit wherever neither overflows
+ * nor underflows. */
+static void coll_split_scale(float scale, float *pre, float *post)
+{
+  *pre = 1.0f;
+  *post = scale;
+  if (!(scale > 0.0f && scale < 1.0f)) return; /* 1, >1, 0, negative, NaN: as given */
+  int k = (int)ceil(-log2((double)scale) / 2.0);
+  *pre = ldexpf(1.0f, -k);
+  *post = ldexpf(scale, k); /* scale / pre, exact */
+}
+
 /* Checks every backend shares; done at issue so that a bad call fails on
  * the calling thread, before anything is counted or enqueued.  Every rank
  * of g passes the same count, dt and group, so a usage error here is
@@ -153,12 +185,13 @@ static int coll_check(FsdpColl c, FsdpCollKind kind, const FsdpGroup *g,
   if ((int)dt < 0 || dt >= FSDP_NDTYPES)
     FSDP_ERROR(FSDP_ERR_INTERNAL, "%s on the %s comm (%d ranks): bad dtype %d",
                FsdpCollKindNames[kind], group_name(g), g->size, (int)dt);
-  if (count > (size_t)INT_MAX)
+  /* Counts above INT_MAX are fine ([Note: chunked collectives]); only a
+   * buffer larger than the address space is refused. */
+  if (count > SIZE_MAX / FsdpDtypeSize(dt) / (size_t)g->size)
     FSDP_ERROR(FSDP_ERR_USAGE,
-               "%s on the %s comm (%d ranks): %zu elements per rank exceed the "
-               "MPI count limit (%d); use a larger sharding factor or fewer "
-               "blocks per unit (-wrap)",
-               FsdpCollKindNames[kind], group_name(g), g->size, count, INT_MAX);
+               "%s on the %s comm (%d ranks): %zu elements per rank make a buffer "
+               "larger than the address space",
+               FsdpCollKindNames[kind], group_name(g), g->size, count);
   if (count > 0 && (!a || !b))
     FSDP_ERROR(FSDP_ERR_INTERNAL, "%s on the %s comm (%d ranks): NULL buffer",
                FsdpCollKindNames[kind], group_name(g), g->size);
@@ -209,33 +242,83 @@ static void coll_count(FsdpColl c, FsdpCollKind kind, const FsdpGroup *g,
     }                                                                              \
   } while (0)
 
-/* User ops: inout[i] = round(in[i] + inout[i]) computed in fp32. */
-static void mpi_sum_bf16(void *in, void *inout, int *len, MPI_Datatype *type)
+/* [Note: chunked collectives] MPI counts are ints, and a unit can hold more
+ * than INT_MAX elements per rank (gpt-175b with -wrap 2 at a small
+ * sharding factor).  A collective whose per-rank count exceeds
+ * c->max_count runs as a sequence of MPI calls on chunks of at most
+ * max_count elements, in the same order on every rank.  max_count is
+ * COLL_MPI_MAX_COUNT, or FSDP_COLL_MAX_COUNT from the environment (tests
+ * set a few dozen to exercise this path with small buffers).  All-reduce chunks are plain sub-ranges of the buffer.
+ * All-gather and reduce-scatter must keep the FlatParameter layout (rank
+ * r's shard at r*count), so chunk [off, off+len) of every shard travels as
+ * ONE element of a derived datatype: len contiguous elements, resized to an
+ * extent of count elements.  A buffer pointer at off then reaches chunk
+ * off of rank r's block at r * extent: MPI places (all-gather) or reads
+ * (reduce-scatter) every rank's chunk where it belongs, with no copies.
+ * Reductions on such a datatype use our own sum ops for every dtype
+ * (fp32 too: MPI's predefined ops are only defined on predefined types),
+ * which walk the datatype's elements by their extent. */
+
+/* The 2-byte or 4-byte elements of one MPI element of a datatype built on
+ * them, and its extent in bytes: a user op receives *len such elements. */
+static void mpi_op_layout(MPI_Datatype type, size_t elem_size, size_t *per, size_t *stride)
 {
-  (void)type;
-  const uint16_t *a = (const uint16_t *)in;
-  uint16_t *b = (uint16_t *)inout;
-  for (int i = 0; i < *len; i++)
-    b[i] = FsdpFloatToBf16(FsdpBf16ToFloat(a[i]) + FsdpBf16ToFloat(b[i]));
+  MPI_Count bytes = 0; /* a chunk of fp32 may pass 2^31 bytes */
+  MPI_Aint lb = 0, extent = 0;
+  MPI_Type_size_x(type, &bytes);
+  MPI_Type_get_extent(type, &lb, &extent);
+  *per = (size_t)bytes / elem_size;
+  *stride = (size_t)extent;
 }
 
-static void mpi_sum_fp16(void *in, void *inout, int *len, MPI_Datatype *type)
-{
-  (void)type;
-  const uint16_t *a = (const uint16_t *)in;
-  uint16_t *b = (uint16_t *)inout;
-  for (int i = 0; i < *len; i++)
-    b[i] = FsdpFloatToFp16(FsdpFp16ToFloat(a[i]) + FsdpFp16ToFloat(b[i]));
-}
+/* User ops: inout[i] = round(in[i] + inout[i]) computed in fp32, over *len
+ * elements of *type (a base element, or a chunk datatype). */
+#define COLL_DEFINE_SUM_OP(fname, T, load, store)                                  \
+  static void fname(void *in, void *inout, int *len, MPI_Datatype *type)           \
+  {                                                                                \
+    size_t per = 0, stride = 0;                                                    \
+    mpi_op_layout(*type, sizeof(T), &per, &stride);                                \
+    size_t blocks = (size_t)*len;                                                  \
+    if (stride == per * sizeof(T)) { /* contiguous: one loop */                    \
+      per *= blocks;                                                               \
+      blocks = 1;                                                                  \
+    }                                                                              \
+    for (size_t j = 0; j < blocks; j++) {                                          \
+      const T *a = (const T *)((const char *)in + j * stride);                     \
+      T *b = (T *)((char *)inout + j * stride);                                    \
+      for (size_t i = 0; i < per; i++) b[i] = store(load(a[i]) + load(b[i]));      \
+    }                                                                              \
+  }
+
+static inline float coll_id(float x) { return x; }
+COLL_DEFINE_SUM_OP(mpi_sum_fp32, float, coll_id, coll_id)
+COLL_DEFINE_SUM_OP(mpi_sum_bf16, uint16_t, FsdpBf16ToFloat, FsdpFloatToBf16)
+COLL_DEFINE_SUM_OP(mpi_sum_fp16, uint16_t, FsdpFp16ToFloat, FsdpFloatToFp16)
 
 static MPI_Datatype mpi_type(FsdpColl c, FsdpDtype dt)
 {
   return dt == FSDP_DTYPE_FP32 ? MPI_FLOAT : c->half_type;
 }
 
-static MPI_Op mpi_sum(FsdpColl c, FsdpDtype dt)
+/* chunked: a derived datatype is involved, so fp32 uses our own op too. */
+static MPI_Op mpi_sum(FsdpColl c, FsdpDtype dt, int chunked)
 {
-  return dt == FSDP_DTYPE_FP32 ? MPI_SUM : dt == FSDP_DTYPE_BF16 ? c->sum_bf16 : c->sum_fp16;
+  if (dt == FSDP_DTYPE_FP32) return chunked ? c->sum_fp32 : MPI_SUM;
+  return dt == FSDP_DTYPE_BF16 ? c->sum_bf16 : c->sum_fp16;
+}
+
+/* The chunk datatype of [Note: chunked collectives]: len elements of dt,
+ * extent count elements. */
+static int mpi_chunk_type(FsdpColl c, FsdpDtype dt, size_t len, size_t count, MPI_Datatype *out)
+{
+  MPI_Datatype run = MPI_DATATYPE_NULL;
+  size_t k = FsdpDtypeSize(dt);
+  FSDP_CALL_MPI(MPI_Type_contiguous((int)len, mpi_type(c, dt), &run));
+  int err = MPI_Type_create_resized(run, 0, (MPI_Aint)(count * k), out);
+  MPI_Type_free(&run);
+  FSDP_CALL_MPI(err);
+  FSDP_CALL_MPI(MPI_Type_commit(out));
+  return FSDP_SUCCESS;
 }
 
 static int mpi_all_gather(FsdpColl c, const FsdpGroup *g, const void *send, void *recv,
@@ -244,34 +327,94 @@ static int mpi_all_gather(FsdpColl c, const FsdpGroup *g, const void *send, void
   MPI_Datatype t = mpi_type(c, dt);
   size_t k = FsdpDtypeSize(dt);
   /* The FlatParameter's own shard already sits in the unsharded buffer. */
-  const void *sbuf = (send == (const char *)recv + (size_t)g->rank * count * k) ? MPI_IN_PLACE : send;
-  COLL_CALL_MPI(FSDP_COLL_ALL_GATHER, g, "MPI_Allgather",
-                MPI_Allgather(sbuf, (int)count, t, recv, (int)count, t, g->comm));
+  int in_place = send == (const char *)recv + (size_t)g->rank * count * k;
+  if (count <= c->max_count) {
+    COLL_CALL_MPI(FSDP_COLL_ALL_GATHER, g, "MPI_Allgather",
+                  MPI_Allgather(in_place ? MPI_IN_PLACE : send, (int)count, t, recv, (int)count,
+                                t, g->comm));
+    return FSDP_SUCCESS;
+  }
+  for (size_t off = 0; off < count; off += c->max_count) {
+    size_t len = count - off < c->max_count ? count - off : c->max_count;
+    MPI_Datatype chunk = MPI_DATATYPE_NULL;
+    FSDP_CALL(mpi_chunk_type(c, dt, len, count, &chunk));
+    int err = MPI_Allgather(in_place ? MPI_IN_PLACE : (const char *)send + off * k, (int)len, t,
+                            (char *)recv + off * k, 1, chunk, g->comm);
+    MPI_Type_free(&chunk);
+    COLL_CALL_MPI(FSDP_COLL_ALL_GATHER, g, "MPI_Allgather (chunked)", err);
+  }
   return FSDP_SUCCESS;
 }
 
-static int mpi_reduce_scatter(FsdpColl c, const FsdpGroup *g, const void *send, void *recv,
+static int mpi_reduce_scatter(FsdpColl c, const FsdpGroup *g, void *send, void *recv,
                               size_t count, FsdpDtype dt, float scale)
 {
-  COLL_CALL_MPI(FSDP_COLL_REDUCE_SCATTER, g, "MPI_Reduce_scatter_block",
-                MPI_Reduce_scatter_block(send, recv, (int)count, mpi_type(c, dt),
-                                         mpi_sum(c, dt), g->comm));
-  coll_scale_inplace(recv, count, dt, scale);
+  float pre = 1.0f, post = 1.0f;
+  coll_split_scale(scale, &pre, &post);
+  size_t k = FsdpDtypeSize(dt);
+  coll_scale_inplace(send, (size_t)g->size * count, dt, pre);
+  if (count <= c->max_count) {
+    COLL_CALL_MPI(FSDP_COLL_REDUCE_SCATTER, g, "MPI_Reduce_scatter_block",
+                  MPI_Reduce_scatter_block(send, recv, (int)count, mpi_type(c, dt),
+                                           mpi_sum(c, dt, 0), g->comm));
+  } else {
+    for (size_t off = 0; off < count; off += c->max_count) {
+      size_t len = count - off < c->max_count ? count - off : c->max_count;
+      MPI_Datatype chunk = MPI_DATATYPE_NULL;
+      FSDP_CALL(mpi_chunk_type(c, dt, len, count, &chunk));
+      int err = MPI_Reduce_scatter_block((char *)send + off * k, (char *)recv + off * k, 1,
+                                         chunk, mpi_sum(c, dt, 1), g->comm);
+      MPI_Type_free(&chunk);
+      COLL_CALL_MPI(FSDP_COLL_REDUCE_SCATTER, g, "MPI_Reduce_scatter_block (chunked)", err);
+    }
+  }
+  coll_scale_inplace(recv, count, dt, post);
   return FSDP_SUCCESS;
 }
 
 static int mpi_all_reduce(FsdpColl c, const FsdpGroup *g, void *buf, size_t count,
                           FsdpDtype dt, float scale)
 {
-  COLL_CALL_MPI(FSDP_COLL_ALL_REDUCE, g, "MPI_Allreduce",
-                MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, mpi_type(c, dt),
-                              mpi_sum(c, dt), g->comm));
-  coll_scale_inplace(buf, count, dt, scale);
+  float pre = 1.0f, post = 1.0f;
+  coll_split_scale(scale, &pre, &post);
+  size_t k = FsdpDtypeSize(dt);
+  coll_scale_inplace(buf, count, dt, pre);
+  for (size_t off = 0; off < count; off += c->max_count) {
+    size_t len = count - off < c->max_count ? count - off : c->max_count;
+    COLL_CALL_MPI(FSDP_COLL_ALL_REDUCE, g, "MPI_Allreduce",
+                  MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * k, (int)len, mpi_type(c, dt),
+                                mpi_sum(c, dt, 0), g->comm));
+  }
+  coll_scale_inplace(buf, count, dt, post);
   return FSDP_SUCCESS;
 }
 
 static const CollOps coll_ops_mpi = {"MPI", mpi_all_gather, mpi_reduce_scatter,
                                      mpi_all_reduce};
+
+/* The default per-call limit: 2^29 elements keeps every message and chunk
+ * datatype at or below 2 GiB even in fp32, below the 2^31 bytes where MPI
+ * libraries have kept int byte counts internally; a collective that large
+ * takes seconds, so the extra calls cost nothing measurable. */
+#define COLL_MPI_MAX_COUNT ((size_t)1 << 29)
+
+/* FSDP_COLL_MAX_COUNT: see [Note: chunked collectives]. */
+static int coll_max_count_from_env(size_t *out)
+{
+  *out = COLL_MPI_MAX_COUNT;
+  const char *env = getenv("FSDP_COLL_MAX_COUNT");
+  if (!env || !env[0]) return FSDP_SUCCESS;
+  char *end = NULL;
+  errno = 0;
+  long long v = strtoll(env, &end, 10);
+  if (errno || end == env || *end != '\0' || v < 1 || v > INT_MAX)
+    FSDP_ERROR(FSDP_ERR_USAGE,
+               "environment variable FSDP_COLL_MAX_COUNT: '%s' is not an integer in [1, %d] "
+               "(the most elements per rank in one MPI call)",
+               env, INT_MAX);
+  *out = (size_t)v;
+  return FSDP_SUCCESS;
+}
 
 static int mpi_setup(FsdpColl c)
 {
@@ -279,11 +422,14 @@ static int mpi_setup(FsdpColl c)
   FSDP_CALL_MPI(MPI_Type_commit(&c->half_type));
   FSDP_CALL_MPI(MPI_Op_create(mpi_sum_bf16, 1, &c->sum_bf16));
   FSDP_CALL_MPI(MPI_Op_create(mpi_sum_fp16, 1, &c->sum_fp16));
+  FSDP_CALL_MPI(MPI_Op_create(mpi_sum_fp32, 1, &c->sum_fp32));
+  FSDP_CALL(coll_max_count_from_env(&c->max_count));
   return FSDP_SUCCESS;
 }
 
 static int mpi_teardown(FsdpColl c)
 {
+  if (c->sum_fp32 != MPI_OP_NULL) FSDP_CALL_MPI(MPI_Op_free(&c->sum_fp32));
   if (c->sum_fp16 != MPI_OP_NULL) FSDP_CALL_MPI(MPI_Op_free(&c->sum_fp16));
   if (c->sum_bf16 != MPI_OP_NULL) FSDP_CALL_MPI(MPI_Op_free(&c->sum_bf16));
   if (c->half_type != MPI_DATATYPE_NULL) FSDP_CALL_MPI(MPI_Type_free(&c->half_type));
@@ -409,11 +555,14 @@ static int nccl_launch(FsdpColl c, FsdpCollKind kind, const FsdpGroup *g, const 
     COLL_CALL_NCCL(kind, g, comm, ncclAllGather(send, recv, count, t, comm, c->comm_stream));
     return FSDP_SUCCESS;
   }
+  /* [Note: scaled reductions]: pre before the sum, post after it. */
+  float pre = 1.0f, post = 1.0f;
+  coll_split_scale(scale, &pre, &post);
   ncclRedOp_t op = ncclSum;
-  int premul = scale != 1.0f;
+  int premul = pre != 1.0f;
   if (premul) {
-    float f32 = scale;
-    uint16_t h16 = dt == FSDP_DTYPE_BF16 ? FsdpFloatToBf16(scale) : FsdpFloatToFp16(scale);
+    float f32 = pre;
+    uint16_t h16 = dt == FSDP_DTYPE_BF16 ? FsdpFloatToBf16(pre) : FsdpFloatToFp16(pre);
     void *scalar = dt == FSDP_DTYPE_FP32 ? (void *)&f32 : (void *)&h16;
     COLL_CALL_NCCL(kind, g, comm,
                    ncclRedOpCreatePreMulSum(&op, scalar, t, ncclScalarHostImmediate, comm));
@@ -426,6 +575,8 @@ static int nccl_launch(FsdpColl c, FsdpCollKind kind, const FsdpGroup *g, const 
   /* An operator may be destroyed once the last call using it returned. */
   if (premul) ncclRedOpDestroy(op, comm);
   COLL_CALL_NCCL(kind, g, comm, r);
+  if (post != 1.0f)
+    FSDP_CALL(scale_inplace_on_stream_cuda(recv, dt, post, count, (void *)c->comm_stream));
   return FSDP_SUCCESS;
 }
 
@@ -470,7 +621,7 @@ static int nccl_all_gather(FsdpColl c, const FsdpGroup *g, const void *send, voi
   return FSDP_SUCCESS;
 }
 
-static int nccl_reduce_scatter(FsdpColl c, const FsdpGroup *g, const void *send, void *recv,
+static int nccl_reduce_scatter(FsdpColl c, const FsdpGroup *g, void *send, void *recv,
                                size_t count, FsdpDtype dt, float scale)
 {
   FSDP_CALL(nccl_blocking(c, FSDP_COLL_REDUCE_SCATTER, g, send, recv, count, dt, scale));
@@ -595,7 +746,7 @@ int FsdpCollCreate(FsdpCollBackend backend, FsdpColl *out)
   c->backend = backend;
   c->ops = &coll_ops_mpi;
   c->half_type = MPI_DATATYPE_NULL;
-  c->sum_bf16 = c->sum_fp16 = MPI_OP_NULL;
+  c->sum_bf16 = c->sum_fp16 = c->sum_fp32 = MPI_OP_NULL;
   int err = mpi_setup(c);
 #ifdef FSDP_HAVE_CUDA
   if (!err && backend == FSDP_COLL_BACKEND_NCCL) {
@@ -640,7 +791,7 @@ int FsdpCollAllGather(FsdpColl c, const FsdpGroup *g, const void *send, void *re
   return FSDP_SUCCESS;
 }
 
-int FsdpCollReduceScatter(FsdpColl c, const FsdpGroup *g, const void *send, void *recv,
+int FsdpCollReduceScatter(FsdpColl c, const FsdpGroup *g, void *send, void *recv,
                           size_t count, FsdpDtype dt, float scale)
 {
   FSDP_CALL(coll_check(c, FSDP_COLL_REDUCE_SCATTER, g, send, recv, count, dt));
@@ -667,7 +818,7 @@ typedef struct {
   FsdpColl c;
   FsdpGroup g;
   FsdpCollKind kind;
-  const void *send;
+  void *send; /* const for all-gather (never written); scratch for reduce-scatter */
   void *recv;
   size_t count;
   FsdpDtype dt;
@@ -711,7 +862,7 @@ static int coll_issue(FsdpColl c, FsdpCollKind kind, const FsdpGroup *g, const v
     return FSDP_SUCCESS;
   }
 #endif
-  CollTask t = {c, *g, kind, send, recv, count, dt, scale};
+  CollTask t = {c, *g, kind, (void *)send, recv, count, dt, scale};
   FSDP_CALL(FsdpStreamEnqueue(s, FsdpCollKindNames[kind], coll_task_run, &t, sizeof t, ev));
   coll_count(c, kind, g, kind == FSDP_COLL_ALL_REDUCE ? count : (size_t)g->size * count, dt);
   return FSDP_SUCCESS;
@@ -724,7 +875,7 @@ int FsdpCollAllGatherAsync(FsdpColl c, const FsdpGroup *g, const void *send, voi
   return FSDP_SUCCESS;
 }
 
-int FsdpCollReduceScatterAsync(FsdpColl c, const FsdpGroup *g, const void *send, void *recv,
+int FsdpCollReduceScatterAsync(FsdpColl c, const FsdpGroup *g, void *send, void *recv,
                                size_t count, FsdpDtype dt, float scale, FsdpStream s,
                                FsdpEvent *ev)
 {

@@ -13,8 +13,11 @@
  *
  * bf16/fp16 travel as 2-byte elements; their sums use a user-defined MPI_Op
  * that converts each pair of operands to fp32, adds, and rounds once.
- * Reduce-scatter sums, then multiplies the result by `scale` (1/W for a
- * gradient mean; 1 for a plain sum) in fp32 before rounding to dt.
+ * Reductions with a scale (1/W for a gradient mean; 1 for a plain sum)
+ * divide before and after the sum, by a power of two near sqrt(1/scale)
+ * and the rest, on both back-ends and for every dtype ([Note: scaled
+ * reductions] in coll.c): the sum of W fp16 gradients neither overflows
+ * as sum-then-divide would nor underflows as divide-then-sum would.
  *
  * [Note: byte accounting] Counters use the algorithm-independent volume
  * received per rank: all-gather and reduce-scatter (n-1)/n * P * K,
@@ -38,8 +41,12 @@
  * different communicators may overlap freely (MPI_THREAD_MULTIPLE).  The
  * FsdpColl must outlive every collective issued with it.
  *
- * Per-rank counts are MPI ints: count > INT_MAX is a usage error naming the
- * collective (raise the sharding factor or wrap fewer blocks per unit).
+ * Per-rank counts are size_t.  MPI counts are ints, so the MPI backend
+ * splits a collective of more than 2^29 elements per rank into chunks
+ * that keep the layout ([Note: chunked collectives] in coll.c); the
+ * environment variable FSDP_COLL_MAX_COUNT sets that limit instead (up to
+ * INT_MAX; tests use a few dozen to run the chunked path on small
+ * buffers).  NCCL counts are size_t: no chunks.
  * Errors name the collective and the group: "reduce-scatter on the
  * sharding comm (4 ranks): MPI_Reduce_scatter_block failed: ...".
  */
@@ -90,10 +97,12 @@ int FsdpCollAllGather(FsdpColl c, const FsdpGroup *g, const void *send,
                       void *recv, size_t count, FsdpDtype dt);
 /* Collective on g.  send holds g->size*count elements; recv gets this
  * rank's count summed elements times scale.  send and recv must not
- * overlap.  bf16/fp16: see [Note: low-precision sums over MPI] in coll.c
- * (each pairwise add rounds; the scale rounds once more, exactly for a
- * power-of-two scale). */
-int FsdpCollReduceScatter(FsdpColl c, const FsdpGroup *g, const void *send,
+ * overlap.  send is scratch: the MPI backend pre-scales it in place
+ * ([Note: scaled reductions] in coll.c), so its contents afterwards are
+ * unspecified.  bf16/fp16: see [Note: low-precision sums over MPI] in
+ * coll.c (each pairwise add rounds; the scales round exactly when they
+ * are powers of two, barring underflow). */
+int FsdpCollReduceScatter(FsdpColl c, const FsdpGroup *g, void *send,
                           void *recv, size_t count, FsdpDtype dt, float scale);
 /* Collective on g.  In place sum of count elements, times scale. */
 int FsdpCollAllReduce(FsdpColl c, const FsdpGroup *g, void *buf, size_t count,
@@ -106,7 +115,7 @@ int FsdpCollAllGatherAsync(FsdpColl c, const FsdpGroup *g, const void *send,
                            void *recv, size_t count, FsdpDtype dt,
                            FsdpStream s, FsdpEvent *ev);
 int FsdpCollReduceScatterAsync(FsdpColl c, const FsdpGroup *g,
-                               const void *send, void *recv, size_t count,
+                               void *send, void *recv, size_t count,
                                FsdpDtype dt, float scale, FsdpStream s,
                                FsdpEvent *ev);
 int FsdpCollAllReduceAsync(FsdpColl c, const FsdpGroup *g, void *buf,

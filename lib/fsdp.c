@@ -740,7 +740,7 @@ static int UnitReduceGrad(FsdpRuntime rt, int u, int micro, int nmicro)
     int err = TimedWait(rt, s->done, "wait grad buffer", x->index);
     if (err) FSDP_ERROR(err, "a gradient reduction of an earlier unit failed");
   }
-  const void *send = x->full_grad;
+  void *send = x->full_grad; /* scratch: the reduction may pre-scale it (coll.h) */
   if (rd != FSDP_DTYPE_FP32) {
     CastTask t = {x->full_grad, s->send, (size_t)x->P, FSDP_DTYPE_FP32, rd, 1.0f, 0};
     FSDP_CALL(IssueTask(rt, rt->stream, "cast_grads", &t, ev, &ev));

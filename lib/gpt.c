@@ -1,6 +1,7 @@
 /* gpt.c: GPT-2 forward and backward as FSDP stages (see gpt.h). */
 #include "gpt.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -214,6 +215,13 @@ int GptModelCreate(const GptConfig *cfg, int wrap, int B, int T, const FsdpKerne
   if (B < 1) FSDP_ERROR(FSDP_ERR_USAGE, "option -batch_size: %d is not a positive integer", B);
   if (T < 1 || T > cfg->seq_len)
     FSDP_ERROR(FSDP_ERR_USAGE, "sequence length %d must be in [1, seq_len = %d]", T, cfg->seq_len);
+  /* Kernels take the row count B*T as an int ([Note: 64-bit element
+   * counts] in kernels.h); its products with C, 4C and V are size_t. */
+  if ((int64_t)B * T > INT_MAX)
+    FSDP_ERROR(FSDP_ERR_USAGE,
+               "option -batch_size: %d sequences of %d tokens make %lld tokens per rank, "
+               "more than %d",
+               B, T, (long long)B * T, INT_MAX);
   GptModel m = calloc(1, sizeof *m);
   FSDP_CHECK_ALLOC(m, sizeof *m);
   m->cfg = *cfg;
@@ -400,7 +408,7 @@ static int HeadBackward(void *model, int stage, const FsdpUnitTensors *t)
   GptModel m = (GptModel)model;
   int BT = m->B * m->T, C = m->cfg.n_embd, V = m->cfg.vocab_size;
   const FsdpKernelOps *k = m->k;
-  FSDP_CALL(FsdpDeviceZero(m->dlogits, (size_t)BT * V * sizeof(float)));
+  FSDP_CALL(FsdpDeviceZero(m->dlogits, (size_t)BT * (size_t)V * sizeof(float)));
   FSDP_CALL(FsdpDeviceZero(m->dln, (size_t)BT * C * sizeof(float)));
   FSDP_CALL(FsdpDeviceZero(m->dres, (size_t)BT * C * sizeof(float)));
   k->crossentropy_softmax_backward(m->dlogits, m->probs, m->targets, m->loss_scale / (float)BT, BT,
@@ -419,17 +427,18 @@ static void BlockForward(GptModel m, int l, float *const *p)
   const FsdpKernelOps *k = m->k;
   BlockActs *a = &m->acts[l];
   const float *x = LayerInput(m, l);
+  size_t nC = (size_t)BT * C; /* [Note: 64-bit element counts] in kernels.h */
   k->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p[BLK_LN1W], p[BLK_LN1B], BT, C);
   k->matmul_forward(a->qkv, a->ln1, p[BLK_QKVW], p[BLK_QKVB], BT, C, 3 * C);
   k->attention_forward(a->atty, a->preatt, a->att, a->qkv, B, T, C, NH);
   /* attproj goes straight into res2, then x is added: saves a buffer */
   k->matmul_forward(a->res2, a->atty, p[BLK_ATTPROJW], p[BLK_ATTPROJB], BT, C, C);
-  k->residual_forward(a->res2, a->res2, x, BT * C);
+  k->residual_forward(a->res2, a->res2, x, nC);
   k->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p[BLK_LN2W], p[BLK_LN2B], BT, C);
   k->matmul_forward(a->fch, a->ln2, p[BLK_FCW], p[BLK_FCB], BT, C, 4 * C);
-  k->gelu_forward(a->fch_gelu, a->fch, BT * 4 * C);
+  k->gelu_forward(a->fch_gelu, a->fch, 4 * nC);
   k->matmul_forward(a->res3, a->fch_gelu, p[BLK_FCPROJW], p[BLK_FCPROJB], BT, 4 * C, C);
-  k->residual_forward(a->res3, a->res3, a->res2, BT * C);
+  k->residual_forward(a->res3, a->res3, a->res2, nC);
 }
 
 /* [Note: in-place residual gradient] m->dres holds d(block output) on entry
@@ -449,7 +458,7 @@ static int BlockBackward(GptModel m, int l, float *const *p, float *const *g)
   FSDP_CALL(FsdpDeviceZero(m->dln, nC * sizeof(float)));
   k->matmul_backward(m->dfch_gelu, g[BLK_FCPROJW], g[BLK_FCPROJB], m->dres, a->fch_gelu,
                      p[BLK_FCPROJW], BT, 4 * C, C);
-  k->gelu_backward(m->dfch, a->fch, m->dfch_gelu, BT * 4 * C);
+  k->gelu_backward(m->dfch, a->fch, m->dfch_gelu, n4C);
   k->matmul_backward(m->dln, g[BLK_FCW], g[BLK_FCB], m->dfch, a->ln2, p[BLK_FCW], BT, C, 4 * C);
   k->layernorm_backward(m->dres, g[BLK_LN2W], g[BLK_LN2B], m->dln, a->res2, p[BLK_LN2W],
                         a->ln2_mean, a->ln2_rstd, BT, C);

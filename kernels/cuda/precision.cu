@@ -107,6 +107,24 @@ extern "C" void scale_inplace_cuda(void *x, FsdpDtype dt, float scale, size_t n)
   CUDA_CHECK_LAUNCH();
 }
 
+/* For lib/coll.c's NCCL path (post-scaling a reduction on the comm
+ * stream, from the thread that launched it): a launch error is returned
+ * through the fsdp convention at once instead of being recorded. */
+extern "C" int scale_inplace_on_stream_cuda(void *x, FsdpDtype dt, float scale, size_t n,
+                                            void *stream)
+{
+  if ((int)dt < 0 || dt >= FSDP_NDTYPES)
+    FSDP_ERROR(FSDP_ERR_INTERNAL, "scale_inplace_on_stream_cuda: bad dtype %d", (int)dt);
+  if (n == 0 || scale == 1.0f) return FSDP_SUCCESS;
+  scale_inplace_kernel<<<grid_stride_blocks(n, PRECISION_BLOCK), PRECISION_BLOCK, 0,
+                         (cudaStream_t)stream>>>(x, (int)dt, scale, n);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess)
+    FSDP_ERROR(FSDP_ERR_CUDA, "scaling a reduced buffer of %zu elements: launch failed: %s", n,
+               cudaGetErrorString(e));
+  return FSDP_SUCCESS;
+}
+
 extern "C" void nonfinite_check_cuda(int *d_flag, const void *x, FsdpDtype dt, size_t n)
 {
   CUDA_LAUNCHER_BEGIN();
