@@ -32,6 +32,12 @@
  * that could fall out of date; tests/test_cli.sh checks that no option of
  * one program is a near miss of another's.
  *
+ * [Note: option names] A name is letters, digits, '_' and '-'.  Quotes
+ * group characters anywhere in a token, so without this check -a"b c"
+ * would give an option named "ab c", which FsdpOptsToString cannot write
+ * back (found by tests/fuzz: the run file's options string read back as
+ * other options).
+ *
  * [Note: options files are text] A file is read byte by byte: a NUL byte,
  * a control character, malformed UTF-8 or an overlong line is refused
  * naming FILE:LINE, so a binary file given by mistake is never truncated
@@ -360,6 +366,14 @@ static int BuildTokens(Builder *b, char *const *tok, const int *literal,
                        "-name value or -flag)",
                        b->src.lead, tok[i], b->src.tail);
     size_t nlen = strcspn(name, "=");
+    /* [Note: option names] */
+    size_t good = strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                               "0123456789_-");
+    if (good < nlen)
+      return BuildFail(b, FSDP_ERR_USAGE,
+                       "%sbad option name '-%.*s'%s: a name is letters, digits, "
+                       "'_' and '-'",
+                       b->src.lead, (int)nlen, name, b->src.tail);
     const char *value = NULL;
     if (name[nlen] == '=')
       value = name + nlen + 1;

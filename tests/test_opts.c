@@ -526,6 +526,11 @@ static void test_file_lines(void)
   err = create(n, &db);
   snprintf(want, sizeof want, "%s:2: unterminated quote", inner);
   EXPECT_USAGE(err, want);
+  /* A name that FsdpOptsToString could not write back is refused. */
+  write_file("inner", "-a 1\n-a\"b c\" 2\n", inner, sizeof inner);
+  err = create(n, &db);
+  snprintf(want, sizeof want, "%s:2: bad option name '-ab c'", inner);
+  EXPECT_USAGE(err, want, "letters, digits");
   write_file("inner", "-a 1\n-options_file\n", inner, sizeof inner);
   err = create(n, &db);
   snprintf(want, sizeof want, "%s:2: option -options_file: missing value", inner);
