@@ -62,6 +62,17 @@ static void expect_usage(int line, int err, const char *const *needles)
 #define EXPECT_USAGE(err, ...) \
   expect_usage(__LINE__, (err), (const char *const[]){__VA_ARGS__, NULL})
 
+/* What FsdpOptsReportLeft prints (rank 0; "" elsewhere); free it. */
+static char *left_report(FsdpOpts db, int *nleft)
+{
+  char *text = NULL;
+  size_t len = 0;
+  FILE *out = open_memstream(&text, &len);
+  TCALL(FsdpOptsReportLeft(db, out, nleft));
+  fclose(out);
+  return text;
+}
+
 /* -------------------------------------------------------------------------- */
 
 static void test_values(void)
@@ -633,12 +644,8 @@ static void test_shared_env(void)
   TCALL(FsdpOptsGetInt(db, "T", "steps", "h", 1, 1, 100, &i64));
   CHECK(i64 == 4, "steps from FSDP_OPTIONS %lld", (long long)i64);
   TCALL(FsdpOptsCheckUnknown(db));
-  char *text = NULL;
-  size_t len = 0;
   int nleft = -1;
-  FILE *out = open_memstream(&text, &len);
-  TCALL(FsdpOptsReportLeft(db, out, &nleft));
-  fclose(out);
+  char *text = left_report(db, &nleft);
   CHECK(nleft == 2, "left %d, want 2 (-sharding_factor, -from_shared_file)", nleft);
   if (g_rank == 0) {
     char from_file[600];
@@ -752,12 +759,8 @@ static void test_left_and_string(void)
   TCALL(create(a, &db));
   int64_t i64;
   TCALL(FsdpOptsGetInt(db, "T", "steps", "h", 1, 1, 100, &i64));
-  char *text = NULL;
-  size_t len = 0;
   int nleft = -1;
-  FILE *out = open_memstream(&text, &len);
-  TCALL(FsdpOptsReportLeft(db, out, &nleft));
-  fclose(out);
+  char *text = left_report(db, &nleft);
   CHECK(nleft == 3, "left %d, want 3 (-unused -unflag -title)", nleft);
   if (g_rank == 0) {
     CHECK(strstr(text, "-unused 7") && strstr(text, "-unflag") &&
@@ -766,7 +769,7 @@ static void test_left_and_string(void)
     CHECK(!strstr(text, "-steps") && !strstr(text, "-options_left"),
           "left report names a read option:\n%s", text);
   } else {
-    CHECK(len == 0, "rank %d printed: %s", g_rank, text);
+    CHECK(!text[0], "rank %d printed: %s", g_rank, text);
   }
   free(text);
 
