@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -282,6 +283,17 @@ static int WriteAttributes(hid_t file, hid_t model, hid_t optim, FsdpRuntime rt,
   return FSDP_SUCCESS;
 }
 
+/* 1 with msg set when attribute group/name's value v does not fit an int:
+ * cast, 2^32 + 2 would pass for a model's 2 layers (found by tests/fuzz). */
+static int OutOfIntRange(int64_t v, const char *path, const char *group, const char *name,
+                         char *msg, size_t size)
+{
+  if (v >= INT_MIN && v <= INT_MAX) return 0;
+  Msgf(msg, size, "checkpoint %s has %s/%s = %lld, out of range for an int", path, group, name,
+       (long long)v);
+  return 1;
+}
+
 /* Read the metadata of an open file into *m; 0 on success, else 1 with
  * msg set (a file that is HDF5 but not a checkpoint this build reads). */
 static int ReadAttributes(hid_t file, const char *path, FsdpCkptMeta *m, char *msg, size_t size)
@@ -315,6 +327,7 @@ static int ReadAttributes(hid_t file, const char *path, FsdpCkptMeta *m, char *m
       Msgf(msg, size, "checkpoint %s lacks the attribute /%s", path, ints[i].name);
       return 1;
     }
+    if (OutOfIntRange(v, path, "", ints[i].name, msg, size)) return 1;
     *ints[i].dst = (int)v;
   }
   FsdpHdf5AttrReadString(file, "created", m->created, sizeof m->created);
@@ -332,6 +345,8 @@ static int ReadAttributes(hid_t file, const char *path, FsdpCkptMeta *m, char *m
     if (FsdpHdf5AttrReadInt64(g, cfg[i].name, &v) < 0) {
       Msgf(msg, size, "checkpoint %s lacks the attribute /model/%s", path, cfg[i].name);
       bad = 1;
+    } else {
+      bad = OutOfIntRange(v, path, "/model", cfg[i].name, msg, size);
     }
     *cfg[i].dst = (int)v;
   }

@@ -142,8 +142,11 @@ herr_t FsdpHdf5AttrReadString(hid_t obj, const char *name, char *buf, size_t siz
   hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
   if (a < 0) return -1;
   herr_t r = -1;
-  hid_t t = H5Aget_type(a), mt = -1;
-  if (t >= 0 && H5Tget_class(t) == H5T_STRING) {
+  hid_t t = H5Aget_type(a), mt = -1, s = H5Aget_space(a);
+  /* one string: H5Aread writes every element, and the buffers below hold
+   * one (an array of strings overflowed them: found by tests/fuzz) */
+  if (t >= 0 && s >= 0 && H5Tget_class(t) == H5T_STRING &&
+      H5Sget_simple_extent_npoints(s) == 1) {
     if (H5Tis_variable_str(t) > 0) {
       char *s = NULL;
       mt = H5Tcopy(H5T_C_S1);
@@ -166,6 +169,7 @@ herr_t FsdpHdf5AttrReadString(hid_t obj, const char *name, char *buf, size_t siz
   }
   if (mt >= 0) H5Tclose(mt);
   if (t >= 0) H5Tclose(t);
+  if (s >= 0) H5Sclose(s);
   H5Aclose(a);
   return r;
 }

@@ -74,8 +74,9 @@ herr_t FsdpHdf5AttrWriteDouble(hid_t obj, const char *name, double v);
 herr_t FsdpHdf5AttrWriteString(hid_t obj, const char *name, const char *s);
 herr_t FsdpHdf5AttrReadInt64(hid_t obj, const char *name, int64_t *v);
 herr_t FsdpHdf5AttrReadDouble(hid_t obj, const char *name, double *v);
-/* Reads a fixed- or variable-length string attribute into buf (truncated
- * to size, always terminated). */
+/* Reads a fixed- or variable-length string attribute holding one string
+ * (scalar or one element) into buf (truncated to size, always
+ * terminated). */
 herr_t FsdpHdf5AttrReadString(hid_t obj, const char *name, char *buf, size_t size);
 
 /* Current time as ISO 8601 with the UTC offset, e.g.

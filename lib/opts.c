@@ -19,6 +19,31 @@
  * once).  An option given but not registered is unknown (a typo);
  * -options_left lists given options that no getter read.  Both lists stay
  * small (< 200), so lookups are linear scans.
+ *
+ * [Note: shared options] FSDP_OPTIONS is read by every fsdp program
+ * (fsdp-train, fsdp-plan, fsdp-ckpt), so it may hold options that only
+ * another program knows: those are not errors (-options_left lists them).
+ * Each given option remembers whether it came from FSDP_OPTIONS (directly
+ * or through an options file named there); FsdpOptsCheckUnknown skips such
+ * a "shared" option unless it is one typo away from an option this program
+ * registered (then it is a misspelling: error with "did you mean").  The
+ * same name on the command line or in an options file named there is not
+ * shared and stays an error.  This needs no list of other programs' names
+ * that could fall out of date; tests/test_cli.sh checks that no option of
+ * one program is a near miss of another's.
+ *
+ * [Note: option names] A name is letters, digits, '_' and '-'.  Quotes
+ * group characters anywhere in a token, so without this check -a"b c"
+ * would give an option named "ab c", which FsdpOptsToString cannot write
+ * back (found by tests/fuzz: the run file's options string read back as
+ * other options).
+ *
+ * [Note: options files are text] A file is read byte by byte: a NUL byte,
+ * a control character, malformed UTF-8 or an overlong line is refused
+ * naming FILE:LINE, so a binary file given by mistake is never truncated
+ * at its first NUL or read as options.  Every error about an option from a
+ * file leads with FILE:LINE (the origin kept with the option), also when
+ * it is found later by a getter or by FsdpOptsCheckUnknown.
  */
 #include "opts.h"
 
@@ -36,12 +61,17 @@
 #include "error.h"
 
 #define OPTS_MAX_DEPTH 8            /* options files nested at most this deep */
+#define OPTS_MAX_LINE 65536         /* longest line of an options file */
 #define OPTS_MSG 1024               /* room for a message built on rank 0 */
 #define OPTS_BUILTIN_GROUP "Options database"
 
 typedef struct {
   char *name;   /* without the leading dash */
   char *value;  /* NULL: given as a bare flag */
+  char *origin; /* where it was given, for messages: "FILE:LINE",
+                   "FSDP_OPTIONS", or NULL (command line, SetValue) */
+  int shared;   /* from FSDP_OPTIONS, which every fsdp program reads
+                   ([Note: shared options]) */
   int used;     /* some getter read it */
 } OptGiven;
 
@@ -128,41 +158,64 @@ static OptReg *FindReg(FsdpOpts db, const char *name)
   return NULL;
 }
 
-/* Insert or replace: name has length nlen (it may be followed by "=..."). */
+/* Insert or replace: name has length nlen (it may be followed by "=...").
+ * origin (may be NULL or "") and shared describe the source, which a
+ * replacing value takes over. */
 static int SetValueN(FsdpOpts db, const char *name, size_t nlen,
-                     const char *value)
+                     const char *value, const char *origin, int shared)
 {
-  char *v = NULL;
-  if (value) FSDP_CALL(StrDup(value, &v));
-  for (int i = 0; i < db->ngiven; i++) {
-    OptGiven *g = &db->given[i];
-    if (strlen(g->name) == nlen && !strncmp(g->name, name, nlen)) {
-      if (g->value) {
-        int err = Grow(&db->retired, &db->cretired, db->nretired + 1,
-                       sizeof *db->retired);
-        if (err) {
-          free(v);
-          FSDP_CALL(err);
-        }
-        db->retired[db->nretired++] = g->value;
-      }
-      g->value = v;
-      return FSDP_SUCCESS;
+  char *v = NULL, *o = NULL;
+  int err = FSDP_SUCCESS;
+  if (value) err = StrDup(value, &v);
+  if (!err && origin && origin[0]) err = StrDup(origin, &o);
+  OptGiven *g = NULL;
+  for (int i = 0; i < db->ngiven && !g; i++)
+    if (strlen(db->given[i].name) == nlen &&
+        !strncmp(db->given[i].name, name, nlen))
+      g = &db->given[i];
+  if (!err && g && g->value)
+    err = Grow(&db->retired, &db->cretired, db->nretired + 1,
+               sizeof *db->retired);
+  if (!err && !g) {
+    err = Grow(&db->given, &db->cgiven, db->ngiven + 1, sizeof *db->given);
+    char *n = NULL;
+    if (!err) err = StrDupN(name, nlen, &n);
+    if (!err) {
+      g = &db->given[db->ngiven++];
+      memset(g, 0, sizeof *g);
+      g->name = n;
     }
   }
-  int err = Grow(&db->given, &db->cgiven, db->ngiven + 1, sizeof *db->given);
-  char *n = NULL;
-  if (!err) err = StrDupN(name, nlen, &n);
   if (err) {
     free(v);
+    free(o);
     FSDP_CALL(err);
   }
-  db->given[db->ngiven].name = n;
-  db->given[db->ngiven].value = v;
-  db->given[db->ngiven].used = 0;
-  db->ngiven++;
+  if (g->value) db->retired[db->nretired++] = g->value;
+  g->value = v;
+  free(g->origin);
+  g->origin = o;
+  g->shared = shared;
   return FSDP_SUCCESS;
 }
+
+/* A usage error about given option g, led by where it was given when that
+ * was a file or FSDP_OPTIONS ("run.opts:3: option -lr: missing value"). */
+__attribute__((format(printf, 5, 6)))
+static int GivenError(const char *file, int line, const char *func,
+                      const OptGiven *g, const char *fmt, ...)
+{
+  char msg[OPTS_MSG];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return FsdpErrorRaise(file, line, func, FSDP_ERR_USAGE, "%s%s%s",
+                        g->origin ? g->origin : "", g->origin ? ": " : "",
+                        msg);
+}
+#define GIVEN_ERROR(g, ...) \
+  return GivenError(__FILE__, __LINE__, __func__, (g), __VA_ARGS__)
 
 /* ---- reading the sources (rank 0 only) ---------------------------------- */
 
@@ -170,10 +223,19 @@ static int SetValueN(FsdpOpts db, const char *name, size_t nlen,
  * Errors are not raised on rank 0 alone: code and message are broadcast
  * and raised on every rank ([Note: one reader, one database]). */
 typedef struct {
+  char origin[OPTS_MSG / 2]; /* recorded with each option: "FILE:LINE",
+                                "FSDP_OPTIONS" or "" (command line) */
+  char lead[OPTS_MSG / 2 + 2]; /* messages start with it: "FILE:LINE: " */
+  const char *tail;          /* or end with it: " on the command line" */
+  int shared;                /* [Note: shared options] */
+} Source;
+
+typedef struct {
   char *buf;
   size_t len, cap;
   int code;
   char msg[OPTS_MSG];
+  Source src; /* of the tokens being walked */
 } Builder;
 
 __attribute__((format(printf, 3, 4)))
@@ -203,10 +265,14 @@ static int BuildAppend(Builder *b, const char *s, size_t n)
   return FSDP_SUCCESS;
 }
 
+/* A record: kind ('V' value, 'F' flag), 'S' shared or 'L' local, origin
+ * NUL, name NUL, and for 'V' value NUL. */
 static int BuildRecord(Builder *b, const char *name, size_t nlen,
                        const char *value)
 {
   int err = BuildAppend(b, value ? "V" : "F", 1);
+  if (!err) err = BuildAppend(b, b->src.shared ? "S" : "L", 1);
+  if (!err) err = BuildAppend(b, b->src.origin, strlen(b->src.origin) + 1);
   if (!err) err = BuildAppend(b, name, nlen);
   if (!err) err = BuildAppend(b, "", 1);
   if (!err && value) err = BuildAppend(b, value, strlen(value) + 1);
@@ -285,22 +351,29 @@ static int SplitTokens(Builder *b, const char *s, TokenList *t, int *bad_quote)
   return FSDP_SUCCESS;
 }
 
-static int BuildFile(Builder *b, const char *path, const char *where,
-                     int depth);
+static int BuildFile(Builder *b, const char *path, int depth);
 
-/* Walk one token stream (the environment, the command line, a file line).
- * where names it in messages; depth counts enclosing options files. */
+/* Walk one token stream (the environment, the command line, a file line)
+ * from source b->src; depth counts enclosing options files. */
 static int BuildTokens(Builder *b, char *const *tok, const int *literal,
-                       int n, const char *where, int depth)
+                       int n, int depth)
 {
   for (int i = 0; i < n; i++) {
     const char *name;
     if ((literal && literal[i]) || !IsOptionStart(tok[i], &name))
       return BuildFail(b, FSDP_ERR_USAGE,
-                       "unexpected argument '%s' %s (options have the form "
+                       "%sunexpected argument '%s'%s (options have the form "
                        "-name value or -flag)",
-                       tok[i], where);
+                       b->src.lead, tok[i], b->src.tail);
     size_t nlen = strcspn(name, "=");
+    /* [Note: option names] */
+    size_t good = strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                               "0123456789_-");
+    if (good < nlen)
+      return BuildFail(b, FSDP_ERR_USAGE,
+                       "%sbad option name '-%.*s'%s: a name is letters, digits, "
+                       "'_' and '-'",
+                       b->src.lead, (int)nlen, name, b->src.tail);
     const char *value = NULL;
     if (name[nlen] == '=')
       value = name + nlen + 1;
@@ -310,10 +383,10 @@ static int BuildTokens(Builder *b, char *const *tok, const int *literal,
     if (nlen == strlen("options_file") && !strncmp(name, "options_file", nlen)) {
       if (!value)
         return BuildFail(b, FSDP_ERR_USAGE,
-                         "option -options_file: missing value %s (expected a "
+                         "%soption -options_file: missing value%s (expected a "
                          "file name)",
-                         where);
-      int err = BuildFile(b, value, where, depth + 1);
+                         b->src.lead, b->src.tail);
+      int err = BuildFile(b, value, depth + 1);
       if (err) return err;
       continue;
     }
@@ -323,49 +396,145 @@ static int BuildTokens(Builder *b, char *const *tok, const int *literal,
   return FSDP_SUCCESS;
 }
 
-/* Expand one options file in place.  where tells who named it: the
- * command line, the environment, or "at FILE:LINE" of an enclosing file. */
-static int BuildFile(Builder *b, const char *path, const char *where,
-                     int depth)
+/* Text is what an editor writes: printable ASCII, white space and UTF-8
+ * sequences ([Note: options files are text]). */
+static int IsControl(unsigned c)
+{
+  return (c < 0x20 && !isspace((int)c)) || c == 0x7f;
+}
+
+static int NotTextFail(Builder *b, const char *path, unsigned char byte,
+                       size_t column)
+{
+  return BuildFail(b, FSDP_ERR_USAGE,
+                   "%sbyte 0x%02x at column %zu is not text (printable "
+                   "characters, white space and UTF-8): is '%s' a binary file?",
+                   b->src.lead, byte, column, path);
+}
+
+/* Returns 0 if line[0..n) is text, else 1 with the 0-based offset of the
+ * first byte that is not. */
+static int NotText(const unsigned char *line, size_t n, size_t *at)
+{
+  for (size_t i = 0; i < n;) {
+    unsigned c = line[i];
+    if (c < 0x80) {
+      if (IsControl(c)) return *at = i, 1;
+      i++;
+      continue;
+    }
+    /* lead byte: sequence length and the smallest code point it may
+     * encode (no overlong forms); surrogates and > U+10FFFF are not text */
+    size_t len;
+    uint32_t cp, min;
+    if (c >= 0xc2 && c <= 0xdf) len = 2, cp = c & 0x1f, min = 0x80;
+    else if (c >= 0xe0 && c <= 0xef) len = 3, cp = c & 0x0f, min = 0x800;
+    else if (c >= 0xf0 && c <= 0xf4) len = 4, cp = c & 0x07, min = 0x10000;
+    else return *at = i, 1;
+    if (i + len > n) return *at = i, 1;
+    for (size_t k = 1; k < len; k++) {
+      if ((line[i + k] & 0xc0) != 0x80) return *at = i, 1;
+      cp = cp << 6 | (line[i + k] & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+      return *at = i, 1;
+    i += len;
+  }
+  return 0;
+}
+
+/* Read the next line of f (without its newline) into *line, growing *cap;
+ * *n gets its length.  Returns 1 for a line, 0 at the end of the file, or
+ * fails (usage error in b) on a read error, a NUL byte (getline would hand
+ * the parser a silently truncated string) or a line longer than
+ * OPTS_MAX_LINE -- checked byte by byte, so -options_file /dev/zero fails
+ * at once instead of filling memory.  Control characters fail here too,
+ * so the first bad byte is the one named; UTF-8 is checked per line. */
+static int ReadLine(Builder *b, FILE *f, const char *path, char **line,
+                    size_t *cap, size_t *n)
+{
+  *n = 0;
+  int c;
+  while ((c = getc(f)) != EOF && c != '\n') {
+    if (c == 0)
+      return -BuildFail(b, FSDP_ERR_USAGE,
+                        "%sNUL byte at column %zu: not a text file (an options "
+                        "file holds lines of -name value)",
+                        b->src.lead, *n + 1);
+    if (IsControl((unsigned)c)) return -NotTextFail(b, path, (unsigned char)c, *n + 1);
+    if (*n + 2 > OPTS_MAX_LINE)
+      return -BuildFail(b, FSDP_ERR_USAGE,
+                        "%sline longer than %d bytes: not an options file",
+                        b->src.lead, OPTS_MAX_LINE - 1);
+    if (*n + 2 > *cap) {
+      size_t ncap = *cap ? 2 * *cap : 256;
+      char *nl = realloc(*line, ncap);
+      if (!nl)
+        return -BuildFail(b, FSDP_ERR_MEM, "out of memory reading options");
+      *line = nl;
+      *cap = ncap;
+    }
+    (*line)[(*n)++] = (char)c;
+  }
+  if (ferror(f))
+    return -BuildFail(b, FSDP_ERR_USAGE,
+                      "option -options_file: cannot read '%s': %s", path,
+                      strerror(errno));
+  if (c == EOF && *n == 0) return 0;
+  if (*cap == 0) { /* an empty first line */
+    *line = malloc(1);
+    if (!*line)
+      return -BuildFail(b, FSDP_ERR_MEM, "out of memory reading options");
+    *cap = 1;
+  }
+  (*line)[*n] = '\0';
+  return 1;
+}
+
+/* Expand one options file in place, from source b->src (the command line,
+ * the environment, or an enclosing file's line). */
+static int BuildFile(Builder *b, const char *path, int depth)
 {
   if (depth > OPTS_MAX_DEPTH)
     return BuildFail(b, FSDP_ERR_USAGE,
-                     "option -options_file: '%s' %s: options files nested "
+                     "%soption -options_file: '%s'%s: options files nested "
                      "more than %d deep (does a file include itself?)",
-                     path, where, OPTS_MAX_DEPTH);
+                     b->src.lead, path, b->src.tail, OPTS_MAX_DEPTH);
   FILE *f = fopen(path, "r");
-  if (!f) {
-    int e = errno;
-    if (depth > 1)
-      return BuildFail(b, FSDP_ERR_USAGE,
-                       "option -options_file: cannot open '%s': %s (%s)", path,
-                       strerror(e), where);
+  if (!f)
     return BuildFail(b, FSDP_ERR_USAGE,
-                     "option -options_file: cannot open '%s': %s", path,
-                     strerror(e));
-  }
+                     "%soption -options_file: cannot open '%s': %s",
+                     b->src.lead, path, strerror(errno));
+  const Source outer = b->src;
   char *line = NULL;
-  size_t cap = 0;
-  int lineno = 0, err = FSDP_SUCCESS;
-  char here[OPTS_MSG / 2];
+  size_t cap = 0, n = 0;
+  int lineno = 0, err = FSDP_SUCCESS, more;
   errno = 0;
-  while (!err && getline(&line, &cap, f) >= 0) {
-    lineno++;
-    snprintf(here, sizeof here, "at %s:%d", path, lineno);
+  while (!err) {
+    /* every message about this line leads with FILE:LINE */
+    snprintf(b->src.origin, sizeof b->src.origin, "%s:%d", path, ++lineno);
+    snprintf(b->src.lead, sizeof b->src.lead, "%s: ", b->src.origin);
+    b->src.tail = "";
+    if ((more = ReadLine(b, f, path, &line, &cap, &n)) <= 0) {
+      err = -more;
+      break;
+    }
+    size_t bad;
+    if (NotText((const unsigned char *)line, n, &bad)) {
+      err = NotTextFail(b, path, (unsigned char)line[bad], bad + 1);
+      break;
+    }
     TokenList t = {0};
     int bad_quote = 0;
     err = SplitTokens(b, line, &t, &bad_quote);
     if (!err && bad_quote)
-      err = BuildFail(b, FSDP_ERR_USAGE, "unterminated quote %s", here);
-    if (!err) err = BuildTokens(b, t.tok, t.literal, t.n, here, depth);
+      err = BuildFail(b, FSDP_ERR_USAGE, "%sunterminated quote", b->src.lead);
+    if (!err) err = BuildTokens(b, t.tok, t.literal, t.n, depth);
     TokenListFree(&t);
   }
-  if (!err && ferror(f))
-    err = BuildFail(b, FSDP_ERR_USAGE,
-                    "option -options_file: cannot read '%s': %s", path,
-                    strerror(errno));
   free(line);
   fclose(f);
+  b->src = outer;
   return err;
 }
 
@@ -374,6 +543,10 @@ static int BuildAll(Builder *b, int argc, char **argv)
 {
   const char *env = getenv("FSDP_OPTIONS");
   if (env) {
+    snprintf(b->src.origin, sizeof b->src.origin, "FSDP_OPTIONS");
+    b->src.lead[0] = '\0';
+    b->src.tail = " in environment variable FSDP_OPTIONS";
+    b->src.shared = 1;
     TokenList t = {0};
     int bad_quote = 0;
     int err = SplitTokens(b, env, &t, &bad_quote);
@@ -381,14 +554,14 @@ static int BuildAll(Builder *b, int argc, char **argv)
       err = BuildFail(b, FSDP_ERR_USAGE,
                       "unterminated quote in environment variable "
                       "FSDP_OPTIONS");
-    if (!err)
-      err = BuildTokens(b, t.tok, t.literal, t.n,
-                        "in environment variable FSDP_OPTIONS", 0);
+    if (!err) err = BuildTokens(b, t.tok, t.literal, t.n, 0);
     TokenListFree(&t);
     if (err) return err;
   }
-  if (argc > 1)
-    return BuildTokens(b, argv + 1, NULL, argc - 1, "on the command line", 0);
+  b->src.origin[0] = b->src.lead[0] = '\0';
+  b->src.tail = " on the command line";
+  b->src.shared = 0;
+  if (argc > 1) return BuildTokens(b, argv + 1, NULL, argc - 1, 0);
   return FSDP_SUCCESS;
 }
 
@@ -400,6 +573,7 @@ static void OptsFree(FsdpOpts db)
   for (int i = 0; i < db->ngiven; i++) {
     free(db->given[i].name);
     free(db->given[i].value);
+    free(db->given[i].origin);
   }
   for (int i = 0; i < db->nreg; i++) {
     OptReg *r = &db->reg[i];
@@ -479,6 +653,9 @@ int FsdpOptsCreate(MPI_Comm comm, int argc, char **argv, FsdpOpts *db)
   int err = FSDP_SUCCESS;
   for (size_t pos = 0; !err && pos < (size_t)hdr[1];) {
     char kind = b.buf[pos++];
+    int shared = b.buf[pos++] == 'S';
+    const char *origin = b.buf + pos;
+    pos += strlen(origin) + 1;
     const char *name = b.buf + pos;
     pos += strlen(name) + 1;
     const char *value = NULL;
@@ -486,7 +663,7 @@ int FsdpOptsCreate(MPI_Comm comm, int argc, char **argv, FsdpOpts *db)
       value = b.buf + pos;
       pos += strlen(value) + 1;
     }
-    err = SetValueN(o, name, strlen(name), value);
+    err = SetValueN(o, name, strlen(name), value, origin, shared);
   }
   free(b.buf);
 
@@ -530,7 +707,7 @@ int FsdpOptsSetValue(FsdpOpts db, const char *name, const char *value)
   FSDP_ASSERT(db && name);
   name = StripDash(name);
   if (!name[0]) FSDP_ERROR(FSDP_ERR_USAGE, "option with an empty name");
-  FSDP_CALL(SetValueN(db, name, strlen(name), value));
+  FSDP_CALL(SetValueN(db, name, strlen(name), value, NULL, 0));
   return FSDP_SUCCESS;
 }
 
@@ -711,14 +888,14 @@ int FsdpOptsGetInt(FsdpOpts db, const char *group, const char *name,
   *value = def;
   if (!g) return FSDP_SUCCESS;
   if (!g->value)
-    FSDP_ERROR(FSDP_ERR_USAGE, "option -%s: missing value (expected %s)",
+    GIVEN_ERROR(g, "option -%s: missing value (expected %s)",
                name, form);
   int64_t v;
   if (!ParseInt(g->value, &v))
-    FSDP_ERROR(FSDP_ERR_USAGE, "option -%s: '%s' is not an integer (expected %s)",
+    GIVEN_ERROR(g, "option -%s: '%s' is not an integer (expected %s)",
                name, g->value, form);
   if (v < min || v > max)
-    FSDP_ERROR(FSDP_ERR_USAGE, "option -%s: %s is out of range (expected %s)",
+    GIVEN_ERROR(g, "option -%s: %s is out of range (expected %s)",
                name, g->value, form);
   *value = v;
   return FSDP_SUCCESS;
@@ -738,11 +915,11 @@ int FsdpOptsGetSize(FsdpOpts db, const char *group, const char *name,
   *value = def;
   if (!g) return FSDP_SUCCESS;
   if (!g->value)
-    FSDP_ERROR(FSDP_ERR_USAGE, "option -%s: missing value (expected %s)",
+    GIVEN_ERROR(g, "option -%s: missing value (expected %s)",
                name, form);
   size_t v;
   if (!ParseSize(g->value, &v))
-    FSDP_ERROR(FSDP_ERR_USAGE, "option -%s: '%s' is not a byte size (expected %s)",
+    GIVEN_ERROR(g, "option -%s: '%s' is not a byte size (expected %s)",
                name, g->value, form);
   *value = v;
   return FSDP_SUCCESS;
@@ -762,18 +939,18 @@ int FsdpOptsGetDouble(FsdpOpts db, const char *group, const char *name,
   *value = def;
   if (!g) return FSDP_SUCCESS;
   if (!g->value)
-    FSDP_ERROR(FSDP_ERR_USAGE, "option -%s: missing value (expected %s)",
+    GIVEN_ERROR(g, "option -%s: missing value (expected %s)",
                name, form);
   char *end;
   errno = 0;
   double v = strtod(g->value, &end);
   if (!g->value[0] || isspace((unsigned char)g->value[0]) || *end != '\0' ||
       isnan(v) || (errno == ERANGE && fabs(v) > 1))
-    FSDP_ERROR(FSDP_ERR_USAGE,
+    GIVEN_ERROR(g,
                "option -%s: '%s' is not a real number (expected %s)", name,
                g->value, form);
   if (v < min || v > max)
-    FSDP_ERROR(FSDP_ERR_USAGE, "option -%s: %s is out of range (expected %s)",
+    GIVEN_ERROR(g, "option -%s: %s is out of range (expected %s)",
                name, g->value, form);
   *value = v;
   return FSDP_SUCCESS;
@@ -795,7 +972,7 @@ int FsdpOptsGetBool(FsdpOpts db, const char *group, const char *name,
   }
   int v;
   if (!ParseBool(g->value, &v))
-    FSDP_ERROR(FSDP_ERR_USAGE,
+    GIVEN_ERROR(g,
                "option -%s: '%s' is not a boolean (expected -%s alone, or "
                "-%s followed by 1/0, true/false, yes/no or on/off)",
                name, g->value, name, name);
@@ -814,7 +991,7 @@ int FsdpOptsGetString(FsdpOpts db, const char *group, const char *name,
   *value = def;
   if (!g) return FSDP_SUCCESS;
   if (!g->value)
-    FSDP_ERROR(FSDP_ERR_USAGE, "option -%s: missing value (expected -%s STRING)",
+    GIVEN_ERROR(g, "option -%s: missing value (expected -%s STRING)",
                name, name);
   *value = g->value;
   return FSDP_SUCCESS;
@@ -845,14 +1022,14 @@ int FsdpOptsGetEnum(FsdpOpts db, const char *group, const char *name,
   *index = def_index;
   if (!g) return FSDP_SUCCESS;
   if (!g->value)
-    FSDP_ERROR(FSDP_ERR_USAGE, "option -%s: missing value (expected one of: %s)",
+    GIVEN_ERROR(g, "option -%s: missing value (expected one of: %s)",
                name, list);
   for (int i = 0; i < n; i++)
     if (!strcasecmp(g->value, choices[i])) {
       *index = i;
       return FSDP_SUCCESS;
     }
-  FSDP_ERROR(FSDP_ERR_USAGE, "option -%s: '%s' is not one of: %s", name,
+  GIVEN_ERROR(g, "option -%s: '%s' is not one of: %s", name,
              g->value, list);
 }
 
@@ -885,7 +1062,8 @@ int FsdpOptsCheckUnknown(FsdpOpts db)
 {
   FSDP_ASSERT(db);
   for (int i = 0; i < db->ngiven; i++) {
-    const char *name = db->given[i].name;
+    const OptGiven *g = &db->given[i];
+    const char *name = g->name;
     if (FindReg(db, name)) continue;
     /* Suggest the closest registered name when it is close enough to be
      * a typo: one edit for short names, up to a third of the length. */
@@ -899,12 +1077,13 @@ int FsdpOptsCheckUnknown(FsdpOpts db)
       if (d < bestd) bestd = d, best = db->reg[j].name;
     }
     if (best && bestd <= limit)
-      FSDP_ERROR(FSDP_ERR_USAGE,
-                 "unknown option -%s (did you mean -%s?); -help lists every "
-                 "option",
-                 name, best);
-    FSDP_ERROR(FSDP_ERR_USAGE, "unknown option -%s; -help lists every option",
-               name);
+      GIVEN_ERROR(g,
+                  "unknown option -%s (did you mean -%s?); -help lists every "
+                  "option",
+                  name, best);
+    /* [Note: shared options] */
+    if (g->shared) continue;
+    GIVEN_ERROR(g, "unknown option -%s; -help lists every option", name);
   }
   return FSDP_SUCCESS;
 }
@@ -972,10 +1151,10 @@ int FsdpOptsReportLeft(FsdpOpts db, FILE *out, int *nleft)
     for (int i = 0; i < db->ngiven; i++) {
       const OptGiven *g = &db->given[i];
       if (g->used) continue;
-      if (g->value)
-        fprintf(out, "  -%s %s\n", g->name, g->value);
-      else
-        fprintf(out, "  -%s\n", g->name);
+      fprintf(out, "  -%s%s%s", g->name, g->value ? " " : "",
+              g->value ? g->value : "");
+      if (g->origin) fprintf(out, "  (%s)", g->origin);
+      fputc('\n', out);
     }
   }
   fflush(out);

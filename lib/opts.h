@@ -7,7 +7,11 @@
  *      after it override the file and options before it are overridden.
  * An options file holds one option per line (`-name value` or `-flag`),
  * `#` starts a comment, blank lines are ignored; files may be given
- * several times and may not nest more than 8 deep.  Rank 0 reads all of
+ * several times and may not nest more than 8 deep.  A file must be text
+ * (no NUL or control bytes, valid UTF-8, lines below 64 KiB): anything
+ * else is a usage error naming FILE:LINE.  Every error about an option
+ * given in a file leads with its FILE:LINE, also one a getter or
+ * FsdpOptsCheckUnknown finds later.  Rank 0 reads all of
  * it (its environment, its command line, the files) and broadcasts the
  * result, so every rank sees the same database.
  *
@@ -24,7 +28,10 @@
  * the option, the value and the accepted form.  After a program has read
  * every option it understands it calls FsdpOptsCheckUnknown: an option
  * given but never registered is an error (a typo must not be silently
- * ignored).  `-help` makes FsdpOptsHelpRequested true; the program then
+ * ignored) -- except one from FSDP_OPTIONS, which every fsdp program reads:
+ * there an option this program does not know is left for the others
+ * (-options_left lists it) unless it is a near miss of one it knows
+ * (opts.c [Note: shared options]).  `-help` makes FsdpOptsHelpRequested true; the program then
  * calls FsdpOptsPrintHelp after registering everything.  `-options_left`
  * makes FsdpOptsDestroy/FsdpOptsReportLeft list options given but never
  * read.

@@ -1,38 +1,60 @@
 #!/bin/sh
 # test_cli.sh: fsdp-train as users run it -- bad input fails on every rank
-# with a message naming the option or file, exit status 2, no hang, and no
-# file of the user's touched; -help lists the options; -summary json ends
-# stdout with one JSON object holding the documented fields.
+# with a message naming the option or file (options files: FILE:LINE; a
+# binary file is refused), exit status 2, no hang, and no file of the
+# user's touched; -help lists the options; -summary json ends stdout with
+# one JSON object holding the documented fields.  FSDP_OPTIONS is shared by
+# fsdp-train, fsdp-plan and fsdp-ckpt (its siblings in FSDP_TRAIN's
+# directory): each runs with every other one's options there, while an
+# unknown option on its command line stays an error.
 #   usage: test_cli.sh MPIEXEC "PREFLAGS" FSDP_TRAIN
 set -u
 MPIEXEC=$1
 PREFLAGS=$2
 TRAIN=$3
+BIN=$(dirname "$TRAIN")
 tmp=$(mktemp -d /tmp/fsdp_test_cli.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 fails=0
 checks=0
 
-# expect NP STATUS PATTERN [options...]: run, check status and that stderr+stdout match
-expect() {
-  np=$1 want=$2 pattern=$3
-  shift 3
+# verdict WHAT STATUS PATTERN: judge the run just made (exit status $got,
+# output in $tmp/stdout and $tmp/stderr): status and that the output matches
+verdict() {
+  what=$1 want=$2 pattern=$3
   checks=$((checks + 1))
-  # shellcheck disable=SC2086
-  timeout 120 "$MPIEXEC" $PREFLAGS -n "$np" "$TRAIN" "$@" >"$tmp/stdout" 2>"$tmp/stderr"
-  got=$?
   cat "$tmp/stdout" "$tmp/stderr" >"$tmp/out"
   if [ "$got" -ne "$want" ]; then
-    echo "FAIL: fsdp-train $* (np $np): exit status $got, expected $want"
+    echo "FAIL: $what: exit status $got, expected $want"
     sed 's/^/    /' "$tmp/out" | tail -5
     fails=$((fails + 1))
   elif ! grep -q -- "$pattern" "$tmp/out"; then
-    echo "FAIL: fsdp-train $* (np $np): output lacks '$pattern'"
+    echo "FAIL: $what: output lacks '$pattern'"
     sed 's/^/    /' "$tmp/out" | tail -5
     fails=$((fails + 1))
   else
-    echo "ok: fsdp-train $* -> $got: $(grep -m1 -- "$pattern" "$tmp/out")"
+    echo "ok: $what -> $got: $(grep -m1 -- "$pattern" "$tmp/out")"
   fi
+}
+
+# expect NP STATUS PATTERN [options...]: fsdp-train on NP ranks
+expect() {
+  np=$1 want=$2 pattern=$3
+  shift 3
+  # shellcheck disable=SC2086
+  timeout 120 "$MPIEXEC" $PREFLAGS -n "$np" "$TRAIN" "$@" >"$tmp/stdout" 2>"$tmp/stderr"
+  got=$?
+  verdict "fsdp-train $* (np $np)" "$want" "$pattern"
+}
+
+# expect_tool PROGRAM STATUS PATTERN [args...]: fsdp-plan or fsdp-ckpt, one
+# process as users run them
+expect_tool() {
+  prog=$1 want=$2 pattern=$3
+  shift 3
+  timeout 120 "$BIN/$prog" "$@" >"$tmp/stdout" 2>"$tmp/stderr"
+  got=$?
+  verdict "${FSDP_OPTIONS:+FSDP_OPTIONS='$FSDP_OPTIONS' }$prog $*" "$want" "$pattern"
 }
 
 tiny="-model tiny -steps 2 -log_every 0"
@@ -43,6 +65,15 @@ expect 2 2 "option -steps" -model tiny -steps -3
 expect 2 2 "gpt2-medium" -model foo
 expect 2 2 "nonexistent.opts" -options_file "$tmp/nonexistent.opts"
 expect 2 2 "reshard_after_forward" $tiny -reshard_after_forward maybe
+# options files: errors name FILE:LINE; binary files are refused, not truncated
+printf '# lr below\n-steps 2\n-lr\n' >"$tmp/nolr.opts"
+expect 2 2 "nolr.opts:3: option -lr: missing value" -model tiny -options_file "$tmp/nolr.opts"
+printf -- '-model tiny\n-stpes 2\n' >"$tmp/typo.opts"
+expect 2 2 "typo.opts:2: unknown option -stpes (did you mean -steps?)" -options_file "$tmp/typo.opts"
+printf -- '-model tiny\n-steps 2\000garbage\n' >"$tmp/nul.opts"
+expect 2 2 "nul.opts:2: NUL byte at column 9" -options_file "$tmp/nul.opts"
+printf '\177ELF\002\001\001\000' >"$tmp/binary.opts"
+expect 2 2 "binary.opts:1: byte 0x7f at column 1 is not text" -options_file "$tmp/binary.opts"
 # topology and model
 expect 4 2 "sharding_factor 3" $tiny -sharding_factor 3
 expect 4 2 "ranks_per_node 3" $tiny -ranks_per_node 3
@@ -155,6 +186,40 @@ assert not bad, ("comm_per_step (measured, expected)", bad)
 assert s["comm_time_per_step"]["max_gathers_in_flight"] == 1
 print("ok: JSON summary has the documented fields and the values of DESIGN §5")
 PY
+
+# FSDP_OPTIONS is shared: each program runs with every option that only the
+# others list in their -help there (so also no option of one is a near miss
+# of another's); on the command line such an option is unknown (exit 2).
+options_of() { # the names a program's -help lists
+  "$@" -help 2>/dev/null | sed -n 's/^  -\([a-z][a-z0-9_]*\) .*/\1/p' | sort -u
+}
+options_of "$TRAIN" >"$tmp/train.names"
+options_of "$BIN/fsdp-plan" >"$tmp/plan.names"
+options_of "$BIN/fsdp-ckpt" >"$tmp/ckpt.names"
+foreign() { # "-name 1 ..." for the options of the others that $1 does not list
+  sort -u "$tmp/train.names" "$tmp/plan.names" "$tmp/ckpt.names" | comm -23 - "$tmp/$1.names" |
+    sed 's/.*/-& 1/' | tr '\n' ' '
+}
+checks=$((checks + 1))
+for p in train plan ckpt; do
+  if ! grep -qx options_file "$tmp/$p.names" || [ -z "$(foreign $p)" ]; then
+    echo "FAIL: -help of fsdp-$p gives no option list ($(wc -l <"$tmp/$p.names") names)"
+    fails=$((fails + 1))
+  fi
+done
+export FSDP_OPTIONS
+FSDP_OPTIONS="$(foreign train)"
+expect 2 0 "weights_only 1  (FSDP_OPTIONS)" $tiny -checkpoint_dir "$tmp/ck" -checkpoint_every 2 -options_left
+FSDP_OPTIONS="$(foreign ckpt)"
+expect_tool fsdp-ckpt 0 "n_layer" info "$tmp/ck/ckpt_00000002.h5"
+FSDP_OPTIONS="$(foreign plan)"
+expect_tool fsdp-plan 0 "all_gather" -model tiny -world_size 2 -steps 2 -summary json
+FSDP_OPTIONS="-stpes 3"
+expect 1 2 "FSDP_OPTIONS: unknown option -stpes (did you mean -steps?)" $tiny
+unset FSDP_OPTIONS
+expect_tool fsdp-ckpt 2 "unknown option -sharding_factor" info "$tmp/ck/ckpt_00000002.h5" -sharding_factor 2
+expect_tool fsdp-plan 2 "unknown option -weights_only" -model tiny -world_size 2 -weights_only
+expect 1 2 "unknown option -world_size" $tiny -world_size 2
 
 echo "test_cli: $checks checks, $fails failed"
 [ "$fails" -eq 0 ]
