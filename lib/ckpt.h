@@ -37,7 +37,7 @@
  * name made by rank 0 with mkstemp and broadcast), closes it on every
  * rank, then rank 0 fsyncs it, renames it to <path> and fsyncs the
  * directory.  So a file named ckpt_*.h5 is always complete: a job killed
- * while writing leaves only a *.tmp-* file, which FsdpCkptFindLatest
+ * while writing leaves only *.tmp-* files, which FsdpCkptFindLatest
  * ignores and the next FsdpCkptPrune removes.  A save that fails (a full
  * disk, an I/O error, on any rank) never hangs: all ranks agree on it,
  * the temporary file is removed and the previous checkpoints stay as they
