@@ -37,8 +37,11 @@
  * name made by rank 0 with mkstemp and broadcast), closes it on every
  * rank, then rank 0 fsyncs it, renames it to <path> and fsyncs the
  * directory.  So a file named ckpt_*.h5 is always complete: a job killed
- * while writing leaves only a *.tmp-* file, which FsdpCkptFindLatest
- * ignores and the next FsdpCkptPrune removes.
+ * while writing leaves only *.tmp-* files, which FsdpCkptFindLatest
+ * ignores and the next FsdpCkptPrune removes.  A save that fails (a full
+ * disk, an I/O error, on any rank) never hangs: all ranks agree on it,
+ * the temporary file is removed and the previous checkpoints stay as they
+ * were ([Note: failed saves] in ckpt.c).
  *
  * [Note: checkpoint validation] Load first validates on rank 0 alone with
  * serial HDF5 (file exists, opens as HDF5 -- HDF5 refuses a file shorter
@@ -86,7 +89,10 @@ typedef struct {
 /* Collective on the runtime's world (FsdpTopoWorld).  Write every
  * parameter shard (and, when opt is not NULL, the AdamW moments) to path,
  * atomically ([Note: atomic checkpoints]); an existing file of that name
- * is replaced only once the new one is complete.  meta: see above. */
+ * is replaced only once the new one is complete.  meta: see above.  When
+ * the file system fails on any rank, every rank returns FSDP_ERR_USAGE
+ * with one message (printed by rank 0: path, errno text, bytes needed and
+ * free) after removing the temporary file. */
 int FsdpCkptSave(FsdpRuntime rt, FsdpOptim opt, const char *path, const FsdpCkptMeta *meta);
 
 /* Collective on the runtime's world.  Validate path against the runtime's
@@ -132,7 +138,11 @@ typedef struct {
   const char *resume;  /* -resume FILE|auto (NULL: start fresh) */
   int64_t test_abort;  /* -checkpoint_test_abort N (testing): abort the job
                           after N datasets of the next checkpoint */
+  int on_error;        /* -checkpoint_on_error stop|continue: what a failed
+                          save does (FSDP_CKPT_ON_ERROR_*) */
 } FsdpCkptOptions;
+
+enum { FSDP_CKPT_ON_ERROR_STOP, FSDP_CKPT_ON_ERROR_CONTINUE };
 
 /* Not collective.  Reads the options above. */
 int FsdpCkptOptionsFromDb(FsdpOpts db, FsdpCkptOptions *o);
@@ -149,13 +159,19 @@ int FsdpCkptResolveResume(MPI_Comm comm, const FsdpCkptOptions *o, char *path, s
 /* Collective on the runtime's world.  Periodic checkpoint: rank 0 creates
  * o->dir if needed, then FsdpCkptSave to FsdpCkptPath(o->dir, meta->step),
  * then FsdpCkptPrune(o->keep).  path/size (may be NULL/0) get the file
- * name, *seconds (may be NULL) the wall time of the whole call. */
+ * name, *seconds (may be NULL) the wall time of the whole call.  A save
+ * the file system refused (directory, disk full, I/O error) is, with
+ * o->on_error STOP, FsdpCkptSave's FSDP_ERR_USAGE; with CONTINUE, rank 0
+ * warns once, nothing is pruned, and the call succeeds with path set to
+ * "" (not written). */
 int FsdpCkptWriteStep(FsdpRuntime rt, FsdpOptim opt, const FsdpCkptOptions *o,
                       const FsdpCkptMeta *meta, char *path, size_t size, double *seconds);
 
 /* Not collective; testing only.  The next saves call MPI_Abort on the
  * runtime's world after writing this many datasets (0 = off), to emulate
- * a job killed mid-checkpoint. */
+ * a job killed mid-checkpoint.  (A failed write, e.g. a full disk, is
+ * emulated with the environment variable FSDP_TEST_CKPT_FAULT: [Note:
+ * storage fault injection] in ckpt.c.) */
 void FsdpCkptSetTestAbort(int64_t after_datasets);
 
 #endif

@@ -328,8 +328,12 @@ int FsdpTrainerRun(FsdpTrainer tr, FILE *out)
       char p[4096];
       double secs = 0.0;
       FSDP_CALL(FsdpCkptWriteStep(tr->rt, tr->optim, ck, &m, p, sizeof p, &secs));
-      if (tr->metrics) FSDP_CALL(FsdpMetricsEvent(tr->metrics, s, "checkpoint", p, secs));
-      if (tr->rank == 0 && tr->o.log_every > 0) {
+      /* "": the save failed and -checkpoint_on_error continue (warned) */
+      int written = p[0] != '\0';
+      if (tr->metrics)
+        FSDP_CALL(FsdpMetricsEvent(tr->metrics, s, written ? "checkpoint" : "ckpt_failed",
+                                   written ? p : ck->dir, secs));
+      if (written && tr->rank == 0 && tr->o.log_every > 0) {
         fprintf(out, "checkpoint %s written in %.2f s\n", p, secs);
         fflush(out);
       }

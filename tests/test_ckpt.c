@@ -723,8 +723,10 @@ static int mode_after_crash(const char *dir)
   TCALL(FsdpCkptPath(dir, 5, p, sizeof p));
   CHECK(found && strcmp(latest, p) == 0, "after the crash the latest checkpoint is %s, expected %s", latest, p);
   if (rank == 0) {
-    CHECK(count_files(dir, ".tmp-") == 1, "the interrupted save should have left one temporary file");
-    CHECK(count_files(dir, "ckpt_00000010.h5") == 1, "only the temporary step-10 file should exist");
+    /* the temporary file and the headroom of its metadata ([Note: failed saves]) */
+    CHECK(count_files(dir, ".tmp-") == 2, "the interrupted save should have left its temporary file and its headroom");
+    CHECK(count_files(dir, ".headroom") == 1, "the interrupted save should have left one headroom file");
+    CHECK(count_files(dir, "ckpt_00000010.h5") == 2, "only the temporary step-10 files should exist");
   }
   Rig r;
   rig_create(MPI_COMM_WORLD, &kCfg, 1, 0, 1, &r);
