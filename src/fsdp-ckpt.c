@@ -12,7 +12,7 @@
  *
  * Files it reads and writes:
  *
- * fsdp checkpoint (HDF5, lib/ckpt.h, format version FSDP_CKPT_VERSION)
+ * fsdp checkpoint (HDF5, lib/io/ckpt.h, format version FSDP_CKPT_VERSION)
  *   /                root attributes: format_version, program, created,
  *                    step, data_position, seed, global_batch, world_size,
  *                    sharding_factor, ranks_per_node (written topology)
@@ -83,7 +83,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "h5util.h"
+#include "io/h5util.h"
 #include "libfsdp.h"
 
 static const char kHelp[] =

@@ -31,7 +31,7 @@
 #include <string.h>
 
 #include "libfsdp.h"
-#include "train.h"
+#include "driver/train.h"
 
 static const char kHelp[] =
     "fsdp-plan: per-rank memory and per-step collective bytes (intra/inter node) of\n"

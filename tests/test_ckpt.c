@@ -25,8 +25,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ckpt.h"
-#include "h5util.h"
+#include "io/ckpt.h"
+#include "io/h5util.h"
 #include "libfsdp.h"
 #include "fsdp_test_model.h"
 #include "testutil.h"

@@ -1,10 +1,10 @@
-/* test_coll: collectives and their byte counters (lib/coll.h).
+/* test_coll: collectives and their byte counters (lib/comm/coll.h).
  *
  * For every sharding factor F dividing W the test builds its own groups
  * with MPI_Comm_split (sharding group = consecutive runs of F world ranks,
  * replica group = the ranks with the same position), and fills peers_intra
  * / peers_inter from an emulated node of G = 2 ranks (node = rank / 2),
- * independently of lib/topo.c.
+ * independently of lib/comm/topo.c.
  *
  * Inputs are chosen so that results are exact where the arithmetic allows:
  * integers and power-of-two multiples of small integers (exact in fp32,
@@ -18,10 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coll.h"
-#include "error.h"
-#include "init.h"
-#include "cuda_util.h"
+#include "comm/coll.h"
+#include "base/error.h"
+#include "base/init.h"
+#include "device/cuda_util.h"
 #include "testutil.h"
 
 static int g_wrank, g_wsize;

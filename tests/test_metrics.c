@@ -21,9 +21,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "h5util.h"
+#include "io/h5util.h"
 #include "libfsdp.h"
-#include "metrics.h"
+#include "io/metrics.h"
 #include "testutil.h"
 
 static int rank, W;

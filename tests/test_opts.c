@@ -1,4 +1,4 @@
-/* test_opts: the options database (lib/opts.h).
+/* test_opts: the options database (lib/base/opts.h).
  *
  * Databases are built from constructed argv arrays, FSDP_OPTIONS and
  * options files that rank 0 writes under /tmp (names carry rank 0's pid,
@@ -13,9 +13,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "error.h"
-#include "init.h"
-#include "opts.h"
+#include "base/error.h"
+#include "base/init.h"
+#include "base/opts.h"
 #include "testutil.h"
 
 static int g_rank, g_size;

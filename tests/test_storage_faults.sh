@@ -7,7 +7,7 @@
 # stops cleanly on a full disk and keeps what it held.
 #   usage: test_storage_faults.sh MPIEXEC "PREFLAGS" SRCDIR MODE
 #   MODE inject: a write failing with ENOSPC on one rank (FSDP_TEST_CKPT_FAULT,
-#                [Note: storage fault injection] in lib/ckpt.c), W=2 and W=4
+#                [Note: storage fault injection] in lib/io/ckpt.c), W=2 and W=4
 #   MODE tmpfs:  a real full disk: a 6 MB tmpfs (skips, exit 77, where
 #                mount is not permitted)
 set -u

@@ -1,7 +1,7 @@
 #!/bin/sh
 # test_stream_fault.sh: a task that fails on one rank's communication
 # stream ends the whole job at once ([Note: a failed task ends the job] in
-# lib/stream.h), never a hang: fsdp-train on 4 ranks with a fault injected
+# lib/comm/stream.h), never a hang: fsdp-train on 4 ranks with a fault injected
 # by the test-only FSDP_FAULT variable must exit non-zero within seconds,
 # with one message naming the rank, the task (kind, unit, step) and the
 # cause, printed by the stream thread before the compute thread ever sees

@@ -5,8 +5,8 @@
  * vectorizable [Note: vectorizable inner loops]; its absolute error near
  * u = 0 (~1 ulp of 1) is harmless because GELU multiplies by 0.5 x and
  * adds 1 first.  It saturates to +-1 for large |u| without overflow. */
-#include "kernels.h"
-#include "kernels_cpu.h"
+#include "kernels/kernels.h"
+#include "kernels/cpu/kernels_cpu.h"
 
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_CUBE 0.044715f

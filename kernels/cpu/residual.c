@@ -1,7 +1,7 @@
 /* residual.c: residual connection (CPU).  Elementwise, so out may alias
  * inp1 or inp2 (no restrict here on purpose). */
-#include "kernels.h"
-#include "kernels_cpu.h"
+#include "kernels/kernels.h"
+#include "kernels/cpu/kernels_cpu.h"
 
 /* out (N) = inp1 + inp2. */
 void residual_forward_cpu(float *out, const float *inp1, const float *inp2,

@@ -20,15 +20,15 @@
  * default stream) and returns at once; only sum_squares (which returns a
  * host double) and FsdpKernelsCudaSynchronize wait.  Errors: see [Note:
  * CUDA kernel errors] in common.cuh.  Not thread-safe: the compute thread
- * launches.  bf16/fp16 buffers are uint16_t bit patterns (lib/dtype.h). */
+ * launches.  bf16/fp16 buffers are uint16_t bit patterns (lib/base/dtype.h). */
 #ifndef FSDP_KERNELS_CUDA_H
 #define FSDP_KERNELS_CUDA_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dtype.h"
-#include "kernels.h"
+#include "base/dtype.h"
+#include "kernels/kernels.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -124,7 +124,7 @@ void add_scaled_cuda(float *dst, const void *src, FsdpDtype dt, float scale,
                      size_t n);
 /* x (dtype dt) *= scale in place, in fp32 (one rounding for bf16/fp16). */
 void scale_inplace_cuda(void *x, FsdpDtype dt, float scale, size_t n);
-/* The same on a given cudaStream_t (lib/coll.c: the NCCL comm stream);
+/* The same on a given cudaStream_t (lib/comm/coll.c: the NCCL comm stream);
  * returns FSDP_SUCCESS or the launch error (not recorded). */
 int scale_inplace_on_stream_cuda(void *x, FsdpDtype dt, float scale, size_t n,
                                  void *stream);

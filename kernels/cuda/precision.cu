@@ -1,6 +1,6 @@
 /* precision.cu: dtype casts, "add scaled into fp32", in-place scaling and
  * the inf/NaN check (CUDA) -- what the FSDP runtime does around
- * low-precision gathers and reductions.  Rounding matches lib/dtype.h bit
+ * low-precision gathers and reductions.  Rounding matches lib/base/dtype.h bit
  * for bit (common.cuh). */
 #include "common.cuh"
 
@@ -107,7 +107,7 @@ extern "C" void scale_inplace_cuda(void *x, FsdpDtype dt, float scale, size_t n)
   CUDA_CHECK_LAUNCH();
 }
 
-/* For lib/coll.c's NCCL path (post-scaling a reduction on the comm
+/* For lib/comm/coll.c's NCCL path (post-scaling a reduction on the comm
  * stream, from the thread that launched it): a launch error is returned
  * through the fsdp convention at once instead of being recorded. */
 extern "C" int scale_inplace_on_stream_cuda(void *x, FsdpDtype dt, float scale, size_t n,

@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "error.h"
-#include "init.h"
+#include "base/error.h"
+#include "base/init.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -1,4 +1,4 @@
-/* fuzz_ckpt: checkpoint validation (lib/ckpt.c: the attributes and the
+/* fuzz_ckpt: checkpoint validation (lib/io/ckpt.c: the attributes and the
  * dataset shapes of a file against the model) on checkpoints edited by
  * the input.
  *
@@ -15,9 +15,9 @@
 #include <hdf5.h>
 #include <string.h>
 
-#include "ckpt.h"
+#include "io/ckpt.h"
 #include "fuzz.h"
-#include "h5util.h"
+#include "io/h5util.h"
 #include "libfsdp.h"
 
 static const GptConfig kCfg = {1, 8, 2, 11, 4};

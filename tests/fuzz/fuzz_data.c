@@ -1,4 +1,4 @@
-/* fuzz_data: the token-file validator (lib/data.c, FsdpDataCreate) on
+/* fuzz_data: the token-file validator (lib/io/data.c, FsdpDataCreate) on
  * arbitrary files.
  *
  * Input: 4 bytes choose the model's side of the check (vocab_size from
@@ -8,7 +8,7 @@
  * all below vocab_size, with each target the next input token. */
 #include <string.h>
 
-#include "data.h"
+#include "io/data.h"
 #include "fuzz.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)

@@ -1,4 +1,4 @@
-/* fuzz_opts: the options parser (lib/opts.c) on arbitrary bytes.
+/* fuzz_opts: the options parser (lib/base/opts.c) on arbitrary bytes.
  *
  * Input: up to the first newline, the value of FSDP_OPTIONS (up to a NUL,
  * as an environment variable would be); the rest (or all of it, without a
@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "opts.h"
+#include "base/opts.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
