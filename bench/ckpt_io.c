@@ -116,7 +116,7 @@ static int Run(int argc, char **argv, int *help)
   FSDP_CALL(FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &coll));
   FSDP_CALL(GptModelCreate(&o.model, o.wrap, o.batch_size, o.model.seq_len, k, (uint64_t)o.seed, &model));
   FSDP_CALL(FsdpRuntimeCreate(topo, coll, &o.fsdp, &rt));
-  FSDP_CALL(GptModelRegister(model, rt));
+  FSDP_CALL(FsdpRuntimeAddModel(rt, GptModelTable(model)));
   FSDP_CALL(FsdpRuntimeSetUp(rt));
   FSDP_CALL(FsdpRuntimeInitShards(rt, GptModelInit, model));
   FSDP_CALL(FsdpOptimCreate(rt, k, &o.optim, GptParamDecays, &opt));

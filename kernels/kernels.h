@@ -1,5 +1,6 @@
-/* kernels.h: the compute kernels of a GPT, one interface, one back-end per
- * device (kernels/cpu: C + OpenMP + CBLAS; kernels/cuda: CUDA + cuBLAS).
+/* kernels.h: the compute kernels of a GPT and the buffers they work on, one
+ * interface, one back-end per device (kernels/cpu: C + OpenMP + CBLAS;
+ * kernels/cuda: CUDA + cuBLAS).
  *
  * llm.c conventions: free functions over raw fp32 pointers plus shape ints
  * with fixed letters -- B batch, T sequence, C channels, NH heads, V vocab,
@@ -29,6 +30,12 @@
 #define FSDP_KERNELS_H
 
 #include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "base/mem.h"
 
 typedef struct FsdpKernelOps {
   const char *name; /* "cpu", "cuda" */
@@ -99,6 +106,25 @@ typedef struct FsdpKernelOps {
 
   /* Sum of squares of n elements, accumulated in double. */
   double (*sum_squares)(const float *x, size_t n);
+
+  /* [Note: buffers from the kernel table] The memory the kernels above
+   * read and write (host memory for cpu, device memory for cuda), so that
+   * a model -- which may use only base and kernels -- can keep its
+   * activations where its kernels run.  The cpu entries are plain tagged
+   * memory (FsdpMalloc); the cuda ones allocate through the device layer's
+   * accounted allocator (FsdpKernelsCudaSetAllocator) and zero and copy on
+   * the compute stream.  Each returns FSDP_SUCCESS or an fsdp error code.
+   *
+   * alloc: zeroed block of bytes under tag into *(void **)ptr (NULL for 0
+   * bytes); free: takes the address of the pointer, accepts NULL, sets it
+   * to NULL.  zero: in compute-stream order.  copy_to_host and
+   * copy_from_host wait, so the host side is usable (or reusable) on
+   * return. */
+  int (*alloc)(FsdpMemTag tag, size_t bytes, void *ptr);
+  int (*free)(void *ptr);
+  int (*zero)(void *p, size_t bytes);
+  int (*copy_to_host)(void *host_dst, const void *src, size_t bytes);
+  int (*copy_from_host)(void *dst, const void *host_src, size_t bytes);
 } FsdpKernelOps;
 
 /* The CPU back-end (kernels/cpu).  OpenMP threads every kernel, sgemm
@@ -111,5 +137,9 @@ const FsdpKernelOps *FsdpKernelsCpu(void);
  * whether it is a generic fallback on a CPU that supports better. */
 const char *FsdpKernelsCpuBlasCore(void);
 int FsdpKernelsCpuBlasIsFallback(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

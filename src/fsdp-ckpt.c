@@ -194,7 +194,7 @@ static int EngineCreate(const GptConfig *cfg, int setup, const FsdpOptimOptions 
   FSDP_CALL(FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &e->coll));
   FSDP_CALL(FsdpRuntimeCreate(e->topo, e->coll, &ro, &e->rt));
   FSDP_CALL(GptModelCreate(cfg, 1, 1, cfg->seq_len, FsdpKernelsCpu(), 0, &e->model));
-  FSDP_CALL(GptModelRegister(e->model, e->rt));
+  FSDP_CALL(FsdpRuntimeAddModel(e->rt, GptModelTable(e->model)));
   int n = 0;
   for (int u = 0; u < FsdpRuntimeNumUnits(e->rt); u++) {
     const FsdpParamSpec *s;

@@ -40,7 +40,7 @@ static const char kHelp[] =
     "-intra_bw/-inter_bw it also predicts the step time.\n"
     "Usage: fsdp-plan -world_size W [-ranks_per_node G] [fsdp-train options]\n";
 
-/* [Note: unit specs from the registration] GptModelRegister hands each
+/* [Note: unit specs from the registration] FsdpRuntimeAddModel hands each
  * unit's parameter specs to the runtime, which keeps a copy; the runtime
  * exports them only through FlatParams built at FsdpRuntimeSetUp, which
  * allocates the shards (hundreds of GB for gpt-175b at small W).
@@ -136,7 +136,7 @@ static int PlanUnits(const PlanOptions *po, int shard_rank, PlanUnit **out, int 
   FSDP_CALL(FsdpRuntimeCreate(topo, coll, &po->t.fsdp, &rt));
   FSDP_CALL(GptModelCreate(&po->t.model, po->t.wrap, po->t.batch_size, po->t.model.seq_len,
                            FsdpKernelsCpu(), (uint64_t)po->t.seed, &m));
-  FSDP_CALL(GptModelRegister(m, rt));
+  FSDP_CALL(FsdpRuntimeAddModel(rt, GptModelTable(m)));
   int n = FsdpRuntimeNumUnits(rt);
   PlanUnit *u = calloc((size_t)n, sizeof *u);
   FSDP_CHECK_ALLOC(u, (size_t)n * sizeof *u);

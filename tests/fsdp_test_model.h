@@ -35,7 +35,7 @@ static inline void test_gpt_create(MPI_Comm comm, const GptConfig *cfg, int B, i
   TCALL(FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &g->coll));
   TCALL(GptModelCreate(cfg, 1, B, T, FsdpKernelsCpu(), 1234, &g->model));
   TCALL(FsdpRuntimeCreate(g->topo, g->coll, &ro, &g->rt));
-  TCALL(GptModelRegister(g->model, g->rt));
+  TCALL(FsdpRuntimeAddModel(g->rt, GptModelTable(g->model)));
   TCALL(FsdpRuntimeSetUp(g->rt));
   TCALL(GptModelSetUp(g->model));
 }

@@ -67,7 +67,7 @@ static void rig_create(MPI_Comm comm, const GptConfig *cfg, int F, int G, int wr
   TCALL(FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &r->coll));
   TCALL(GptModelCreate(cfg, wrap, 1, cfg->seq_len, FsdpKernelsCpu(), 1234, &r->model));
   TCALL(FsdpRuntimeCreate(r->topo, r->coll, &ro, &r->rt));
-  TCALL(GptModelRegister(r->model, r->rt));
+  TCALL(FsdpRuntimeAddModel(r->rt, GptModelTable(r->model)));
   TCALL(FsdpRuntimeSetUp(r->rt));
   TCALL(FsdpOptimCreate(r->rt, FsdpKernelsCpu(), &oo, GptParamDecays, &r->opt));
 }

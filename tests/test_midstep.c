@@ -3,7 +3,7 @@
  * a call after the step returns (they drain the streams first, fsdp.h and
  * optim.h).
  *
- * The model is a synthetic one registered straight with the runtime, so
+ * The model is a synthetic table registered with the runtime, so
  * every value has a closed form: parameters start from a pure function of
  * (name, index); rank r's backward adds (r + 1) * c(name, index) to each
  * gradient (c a multiple of 1/8: every sum below is exact in fp32), and
@@ -211,32 +211,44 @@ static void run(int F, int W, int rank)
   TCALL(FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &coll));
   TCALL(FsdpRuntimeCreate(topo, coll, &ro, &m.rt));
   /* sizes that no sharding factor divides: shards cut through parameters */
+  FsdpParamSpec specs[NUNITS][2];
+  FsdpModelUnit units[NUNITS];
+  memset(specs, 0, sizeof specs);
+  memset(units, 0, sizeof units);
   for (int u = 0; u < NUNITS; u++) {
-    FsdpParamSpec specs[2];
-    memset(specs, 0, sizeof specs);
-    snprintf(specs[0].name, sizeof specs[0].name, "%s.w", kUnitNames[u]);
-    specs[0].ndim = 2;
-    specs[0].shape[0] = 13 + u;
-    specs[0].shape[1] = 9;
-    snprintf(specs[1].name, sizeof specs[1].name, "%s.b", kUnitNames[u]);
-    specs[1].ndim = 1;
-    specs[1].shape[0] = 41 + 2 * u;
-    int idx = -1;
-    TCALL(FsdpRuntimeAddUnit(m.rt, kUnitNames[u], u == 0, specs, 2, &idx));
-    CHECK(idx == u, "unit %s registered as %d", kUnitNames[u], idx);
+    snprintf(specs[u][0].name, sizeof specs[u][0].name, "%s.w", kUnitNames[u]);
+    specs[u][0].ndim = 2;
+    specs[u][0].shape[0] = 13 + u;
+    specs[u][0].shape[1] = 9;
+    snprintf(specs[u][1].name, sizeof specs[u][1].name, "%s.b", kUnitNames[u]);
+    specs[u][1].ndim = 1;
+    specs[u][1].shape[0] = 41 + 2 * u;
+    snprintf(units[u].name, sizeof units[u].name, "%s", kUnitNames[u]);
+    units[u].is_root = u == 0;
+    units[u].nparams = 2;
+    units[u].params = specs[u];
   }
-  int stage_units[NSTAGES] = {0, 1, 2, 3, 0};
-  for (int s = 0; s < NSTAGES; s++)
-    TCALL(FsdpRuntimeAddStage(m.rt, stage_units[s], forward, backward));
+  const int stage_units[NSTAGES] = {0, 1, 2, 3, 0};
+  FsdpModelStage stages[NSTAGES];
+  for (int s = 0; s < NSTAGES; s++) stages[s] = (FsdpModelStage){stage_units[s], forward, backward};
+  const FsdpModelTable table = {.ctx = &m, .nunits = NUNITS, .units = units,
+                                .nstages = NSTAGES, .stages = stages, .init = init_rule,
+                                .decays = decay_none, .kernels = FsdpKernelsCpu()};
+  TCALL(FsdpRuntimeAddModel(m.rt, &table));
+  CHECK(FsdpRuntimeNumUnits(m.rt) == NUNITS, "%d units registered, expected %d",
+        FsdpRuntimeNumUnits(m.rt), NUNITS);
+  for (int u = 0; u < NUNITS; u++)
+    CHECK(strcmp(FsdpRuntimeUnitName(m.rt, u), kUnitNames[u]) == 0, "unit %d registered as %s",
+          u, FsdpRuntimeUnitName(m.rt, u));
   TCALL(FsdpRuntimeSetUp(m.rt));
-  TCALL(FsdpRuntimeInitShards(m.rt, init_rule, &m));
+  TCALL(FsdpRuntimeInitShards(m.rt, table.init, table.ctx));
   FsdpOptimOptions oo = {0};
   oo.lr = 1e-3;
   oo.beta1 = 0.9;
   oo.beta2 = 0.95;
   oo.eps = 1e-8;
   oo.total_steps = 1;
-  TCALL(FsdpOptimCreate(m.rt, FsdpKernelsCpu(), &oo, decay_none, &m.opt));
+  TCALL(FsdpOptimCreate(m.rt, table.kernels, &oo, table.decays, &m.opt));
   g_gathered = calloc(NUNITS, sizeof *g_gathered);
   for (int u = 0; u < NUNITS; u++)
     g_gathered[u] = calloc((size_t)FlatParamNumel(FsdpRuntimeUnitFlatParam(m.rt, u)), sizeof(float));

@@ -3,10 +3,26 @@
 #include "config.h"
 #endif
 
+#include <string.h>
 #include <strings.h>
 
+#include "base/error.h"
 #include "kernels/kernels.h"
 #include "kernels/cpu/kernels_cpu.h"
+
+/* [Note: buffers from the kernel table] on the CPU: plain host memory, so
+ * zeroing is memset and both copies are one memcpy. */
+static int zero_cpu(void *p, size_t bytes)
+{
+  if (p && bytes) memset(p, 0, bytes);
+  return FSDP_SUCCESS;
+}
+
+static int copy_cpu(void *dst, const void *src, size_t bytes)
+{
+  if (bytes && dst != src) memcpy(dst, src, bytes);
+  return FSDP_SUCCESS;
+}
 
 static const FsdpKernelOps cpu_ops = {
   .name = "cpu",
@@ -26,6 +42,11 @@ static const FsdpKernelOps cpu_ops = {
   .crossentropy_softmax_backward = crossentropy_softmax_backward_cpu,
   .adamw_update = adamw_update_cpu,
   .sum_squares = sum_squares_cpu,
+  .alloc = FsdpMalloc,
+  .free = FsdpFree,
+  .zero = zero_cpu,
+  .copy_to_host = copy_cpu,
+  .copy_from_host = copy_cpu,
 };
 
 /* OpenBLAS entry points, declared by its cblas.h; repeated so that another

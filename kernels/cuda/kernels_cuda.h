@@ -51,6 +51,15 @@ void *FsdpKernelsCudaStream(void);
  * 0 (default): true fp32, what the kernel tests compare at 1e-5. */
 void FsdpKernelsCudaSetTF32(int on);
 
+/* The allocator behind the table's alloc and free entries: the device
+ * layer's accounted one (FsdpDeviceSetUp installs FsdpCudaMalloc and
+ * FsdpCudaFree), so buffers a model allocates through its kernel table
+ * appear in the run's device memory statistics.  Before it is installed
+ * alloc and free are FSDP_ERR_STATE. */
+typedef int (*FsdpKernelsCudaAllocFn)(FsdpMemTag tag, size_t bytes, void *ptr);
+typedef int (*FsdpKernelsCudaFreeFn)(void *ptr);
+void FsdpKernelsCudaSetAllocator(FsdpKernelsCudaAllocFn alloc, FsdpKernelsCudaFreeFn free_fn);
+
 /* The table; valid after FsdpKernelsCudaInit. */
 const FsdpKernelOps *FsdpKernelsCuda(void);
 

@@ -26,6 +26,58 @@ void cuda_record_error(int code, const char *file, int line, const char *fmt, ..
   snprintf(cuda_state.err_msg, sizeof cuda_state.err_msg, "%s (%s:%d)", msg, file, line);
 }
 
+/* ---- buffers ([Note: buffers from the kernel table] in kernels.h) -------- */
+
+/* The device layer's accounted allocator (FsdpKernelsCudaSetAllocator):
+ * device memory statistics and out-of-memory reports live there, and a
+ * kernel back-end may not call up into the device layer. */
+static FsdpKernelsCudaAllocFn g_alloc_fn;
+static FsdpKernelsCudaFreeFn g_free_fn;
+
+extern "C" void FsdpKernelsCudaSetAllocator(FsdpKernelsCudaAllocFn alloc, FsdpKernelsCudaFreeFn free_fn)
+{
+  g_alloc_fn = alloc;
+  g_free_fn = free_fn;
+}
+
+static int alloc_cuda(FsdpMemTag tag, size_t bytes, void *ptr)
+{
+  if (!g_alloc_fn)
+    FSDP_ERROR(FSDP_ERR_STATE, "CUDA kernel table: alloc before FsdpKernelsCudaSetAllocator "
+                               "(FsdpDeviceSetUp installs the device allocator)");
+  return g_alloc_fn(tag, bytes, ptr);
+}
+
+static int free_cuda(void *ptr)
+{
+  if (!ptr || !*(void **)ptr) return FSDP_SUCCESS;
+  if (!g_free_fn)
+    FSDP_ERROR(FSDP_ERR_STATE, "CUDA kernel table: free before FsdpKernelsCudaSetAllocator");
+  return g_free_fn(ptr);
+}
+
+static int zero_cuda(void *p, size_t bytes)
+{
+  if (!p || !bytes) return FSDP_SUCCESS;
+  cudaError_t e = cudaMemsetAsync(p, 0, bytes, cuda_state.stream);
+  if (e != cudaSuccess)
+    FSDP_ERROR(FSDP_ERR_CUDA, "zeroing %zu device bytes: %s", bytes, cudaGetErrorString(e));
+  return FSDP_SUCCESS;
+}
+
+/* Both directions: unified addressing lets one copy serve; waiting for the
+ * compute stream makes the host side usable (or reusable) on return. */
+static int copy_cuda(void *dst, const void *src, size_t bytes)
+{
+  if (!bytes) return FSDP_SUCCESS;
+  cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cuda_state.stream);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(cuda_state.stream);
+  if (e != cudaSuccess)
+    FSDP_ERROR(FSDP_ERR_CUDA, "copying %zu bytes between host and device: %s", bytes,
+               cudaGetErrorString(e));
+  return FSDP_SUCCESS;
+}
+
 static const FsdpKernelOps cuda_ops = {
     "cuda",
     encoder_forward_cuda,
@@ -44,6 +96,11 @@ static const FsdpKernelOps cuda_ops = {
     crossentropy_softmax_backward_cuda,
     adamw_update_cuda,
     sum_squares_cuda,
+    alloc_cuda,
+    free_cuda,
+    zero_cuda,
+    copy_cuda,
+    copy_cuda,
 };
 
 extern "C" const FsdpKernelOps *FsdpKernelsCuda(void) { return &cuda_ops; }

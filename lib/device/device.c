@@ -33,6 +33,8 @@ int FsdpDeviceSetUp(FsdpDeviceKind kind, FsdpTopo topo)
   FSDP_CALL(FsdpCudaSelectDevice(FsdpTopoWorld(topo)->comm, node->rank, node->size, &g_gpu));
   FSDP_CALL(FsdpCudaStreamCreate(0, &g_stream));
   FSDP_CALL(FsdpKernelsCudaInit(g_gpu, g_stream));
+  /* the kernel table's buffers (what a model allocates) are accounted here */
+  FsdpKernelsCudaSetAllocator(FsdpCudaMalloc, FsdpCudaFree);
   /* allocated here, not per check: nothing is allocated after setup */
   FSDP_CALL(FsdpCudaMalloc(FSDP_MEM_OTHER, sizeof(int), &g_flag));
   g_kind = kind;

@@ -126,11 +126,13 @@ int FsdpTrainerCreate(MPI_Comm comm, const FsdpTrainOptions *o, FsdpTrainer *out
   FSDP_CALL(FsdpDataCreate(comm, o->data, o->model.vocab_size, tr->T, tr->W * tr->B,
                            (uint64_t)o->seed, &tr->data));
   FSDP_CALL(FsdpRuntimeCreate(tr->topo, tr->coll, &o->fsdp, &tr->rt));
-  FSDP_CALL(GptModelRegister(tr->model, tr->rt));
+  /* the runtime and the optimizer see the model only through its table */
+  const FsdpModelTable *table = GptModelTable(tr->model);
+  FSDP_CALL(FsdpRuntimeAddModel(tr->rt, table));
   FSDP_CALL(FsdpRuntimeSetUp(tr->rt));
-  FSDP_CALL(FsdpRuntimeInitShards(tr->rt, GptModelInit, tr->model));
+  FSDP_CALL(FsdpRuntimeInitShards(tr->rt, table->init, table->ctx));
   FSDP_CALL(GptModelSetUp(tr->model));
-  FSDP_CALL(FsdpOptimCreate(tr->rt, tr->k, &o->optim, GptParamDecays, &tr->optim));
+  FSDP_CALL(FsdpOptimCreate(tr->rt, table->kernels, &o->optim, table->decays, &tr->optim));
   /* the timeline is always measured (exposed comm time for the summary);
    * events are stored only with -trace */
   FSDP_CALL(FsdpTraceCreate(comm, o->trace != NULL, &tr->trace));

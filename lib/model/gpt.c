@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "device/device.h"
 #include "base/error.h"
 #include "base/mem.h"
 
@@ -61,6 +60,11 @@ struct GptModel_ {
   FsdpParamSpec root_specs[ROOT_NPARAMS];
   FsdpParamSpec *unit_specs; /* per block unit: wrap * BLK_NPARAMS */
   int first_block_stage;     /* stage index of the first block unit */
+  /* the table (GptModelTable): units [root, blocks...], stages [embed,
+   * blocks..., head] */
+  FsdpModelUnit *units;
+  FsdpModelStage *stages;
+  FsdpModelTable table;
   /* batch */
   int *inputs, *targets; /* (B,T) */
   /* activations */
@@ -204,7 +208,75 @@ int GptParamDecays(const char *name, int decay_embeddings)
   return 1;
 }
 
+static void DescribeInt(FsdpModelDesc *d, const char *name, int value)
+{
+  FsdpModelAttr *a = &d->attr[d->nattrs++];
+  memset(a, 0, sizeof *a);
+  snprintf(a->name, sizeof a->name, "%s", name);
+  a->type = FSDP_MODEL_ATTR_INT;
+  a->i = value;
+}
+
+void GptConfigDescribe(const GptConfig *c, FsdpModelDesc *d)
+{
+  memset(d, 0, sizeof *d);
+  snprintf(d->family, sizeof d->family, "gpt2");
+  DescribeInt(d, "n_layer", c->n_layer);
+  DescribeInt(d, "n_embd", c->n_embd);
+  DescribeInt(d, "n_head", c->n_head);
+  DescribeInt(d, "vocab_size", c->vocab_size);
+  DescribeInt(d, "seq_len", c->seq_len);
+}
+
 /* ---- model ---------------------------------------------------------------- */
+
+static int EmbedForward(void *model, int stage, const FsdpUnitTensors *t);
+static int EmbedBackward(void *model, int stage, const FsdpUnitTensors *t);
+static int UnitForward(void *model, int stage, const FsdpUnitTensors *t);
+static int UnitBackward(void *model, int stage, const FsdpUnitTensors *t);
+static int HeadForward(void *model, int stage, const FsdpUnitTensors *t);
+static int HeadBackward(void *model, int stage, const FsdpUnitTensors *t);
+
+/* Units [root, one per `wrap` blocks] and stages [root: embed, one per
+ * block unit, root: head] (gpt.h), over the specs made by GptModelCreate. */
+static int BuildTable(GptModel m)
+{
+  int L = m->cfg.n_layer;
+  m->units = calloc((size_t)m->nunits, sizeof *m->units);
+  FSDP_CHECK_ALLOC(m->units, (size_t)m->nunits * sizeof *m->units);
+  m->stages = calloc((size_t)m->nunits + 1, sizeof *m->stages);
+  FSDP_CHECK_ALLOC(m->stages, ((size_t)m->nunits + 1) * sizeof *m->stages);
+  FsdpModelUnit *root = &m->units[0];
+  snprintf(root->name, sizeof root->name, "root");
+  root->is_root = 1;
+  root->nparams = ROOT_NPARAMS;
+  root->params = m->root_specs;
+  m->stages[0] = (FsdpModelStage){0, EmbedForward, EmbedBackward};
+  m->first_block_stage = 1;
+  for (int u = 1, l = 0; l < L; u++, l += m->wrap) {
+    int n = l + m->wrap > L ? L - l : m->wrap;
+    FsdpModelUnit *x = &m->units[u];
+    if (n == 1) snprintf(x->name, sizeof x->name, "h.%d", l);
+    else snprintf(x->name, sizeof x->name, "h.%d-%d", l, l + n - 1);
+    x->nparams = n * BLK_NPARAMS;
+    x->params = m->unit_specs + (size_t)l * BLK_NPARAMS;
+    m->stages[u] = (FsdpModelStage){u, UnitForward, UnitBackward};
+  }
+  m->stages[m->nunits] = (FsdpModelStage){0, HeadForward, HeadBackward};
+  FsdpModelTable *t = &m->table;
+  GptConfigDescribe(&m->cfg, &t->desc);
+  t->ctx = m;
+  t->nunits = m->nunits;
+  t->units = m->units;
+  t->nstages = m->nunits + 1;
+  t->stages = m->stages;
+  t->init = GptModelInit;
+  t->decays = GptParamDecays;
+  t->kernels = m->k;
+  return FSDP_SUCCESS;
+}
+
+const FsdpModelTable *GptModelTable(GptModel m) { return &m->table; }
 
 int GptModelCreate(const GptConfig *cfg, int wrap, int B, int T, const FsdpKernelOps *ops,
                    uint64_t seed, GptModel *out)
@@ -250,6 +322,7 @@ int GptModelCreate(const GptConfig *cfg, int wrap, int B, int T, const FsdpKerne
               shapes[p][1]);
     }
   *out = m;
+  FSDP_CALL(BuildTable(m));
   return FSDP_SUCCESS;
 }
 
@@ -261,7 +334,7 @@ static int FreeActs(GptModel m)
       float **bufs[] = {&a->ln1, &a->ln1_mean, &a->ln1_rstd, &a->qkv, &a->atty, &a->preatt,
                         &a->att, &a->res2, &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->fch,
                         &a->fch_gelu, &a->res3};
-      for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) FSDP_CALL(FsdpDeviceFree(bufs[i]));
+      for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) FSDP_CALL(m->k->free(bufs[i]));
     }
     free(m->acts);
     m->acts = NULL;
@@ -269,9 +342,9 @@ static int FreeActs(GptModel m)
   float **bufs[] = {&m->encoded, &m->lnf, &m->lnf_mean, &m->lnf_rstd, &m->logits, &m->probs,
                     &m->losses, &m->dres, &m->dln, &m->datty, &m->dqkv, &m->dpreatt,
                     &m->datt, &m->dfch, &m->dfch_gelu, &m->dlogits};
-  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) FSDP_CALL(FsdpDeviceFree(bufs[i]));
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) FSDP_CALL(m->k->free(bufs[i]));
   int **ibufs[] = {&m->inputs, &m->targets};
-  for (size_t i = 0; i < 2; i++) FSDP_CALL(FsdpDeviceFree(ibufs[i]));
+  for (size_t i = 0; i < 2; i++) FSDP_CALL(m->k->free(ibufs[i]));
   FSDP_CALL(FsdpFree(&m->losses_host));
   return FSDP_SUCCESS;
 }
@@ -281,13 +354,19 @@ int GptModelDestroy(GptModel *pm)
   if (!pm || !*pm) return FSDP_SUCCESS;
   GptModel m = *pm;
   FSDP_CALL(FreeActs(m));
+  free(m->units);
+  free(m->stages);
   free(m->unit_specs);
   free(m);
   *pm = NULL;
   return FSDP_SUCCESS;
 }
 
-static int Alloc(float **p, size_t n) { return FsdpDeviceAlloc(FSDP_MEM_ACTS, n * sizeof(float), p); }
+/* Activations live where the kernels run: the kernel table allocates them. */
+static int Alloc(GptModel m, float **p, size_t n)
+{
+  return m->k->alloc(FSDP_MEM_ACTS, n * sizeof(float), p);
+}
 
 int GptModelSetUp(GptModel m)
 {
@@ -298,39 +377,39 @@ int GptModelSetUp(GptModel m)
   FSDP_CHECK_ALLOC(m->acts, sizeof *m->acts);
   for (int l = 0; l < m->cfg.n_layer; l++) {
     BlockActs *a = &m->acts[l];
-    FSDP_CALL(Alloc(&a->ln1, BT * C));
-    FSDP_CALL(Alloc(&a->ln1_mean, BT));
-    FSDP_CALL(Alloc(&a->ln1_rstd, BT));
-    FSDP_CALL(Alloc(&a->qkv, BT * 3 * C));
-    FSDP_CALL(Alloc(&a->atty, BT * C));
-    FSDP_CALL(Alloc(&a->preatt, B * NH * T * T));
-    FSDP_CALL(Alloc(&a->att, B * NH * T * T));
-    FSDP_CALL(Alloc(&a->res2, BT * C));
-    FSDP_CALL(Alloc(&a->ln2, BT * C));
-    FSDP_CALL(Alloc(&a->ln2_mean, BT));
-    FSDP_CALL(Alloc(&a->ln2_rstd, BT));
-    FSDP_CALL(Alloc(&a->fch, BT * 4 * C));
-    FSDP_CALL(Alloc(&a->fch_gelu, BT * 4 * C));
-    FSDP_CALL(Alloc(&a->res3, BT * C));
+    FSDP_CALL(Alloc(m, &a->ln1, BT * C));
+    FSDP_CALL(Alloc(m, &a->ln1_mean, BT));
+    FSDP_CALL(Alloc(m, &a->ln1_rstd, BT));
+    FSDP_CALL(Alloc(m, &a->qkv, BT * 3 * C));
+    FSDP_CALL(Alloc(m, &a->atty, BT * C));
+    FSDP_CALL(Alloc(m, &a->preatt, B * NH * T * T));
+    FSDP_CALL(Alloc(m, &a->att, B * NH * T * T));
+    FSDP_CALL(Alloc(m, &a->res2, BT * C));
+    FSDP_CALL(Alloc(m, &a->ln2, BT * C));
+    FSDP_CALL(Alloc(m, &a->ln2_mean, BT));
+    FSDP_CALL(Alloc(m, &a->ln2_rstd, BT));
+    FSDP_CALL(Alloc(m, &a->fch, BT * 4 * C));
+    FSDP_CALL(Alloc(m, &a->fch_gelu, BT * 4 * C));
+    FSDP_CALL(Alloc(m, &a->res3, BT * C));
   }
-  FSDP_CALL(Alloc(&m->encoded, BT * C));
-  FSDP_CALL(Alloc(&m->lnf, BT * C));
-  FSDP_CALL(Alloc(&m->lnf_mean, BT));
-  FSDP_CALL(Alloc(&m->lnf_rstd, BT));
-  FSDP_CALL(Alloc(&m->logits, BT * V));
-  FSDP_CALL(Alloc(&m->probs, BT * V));
-  FSDP_CALL(Alloc(&m->losses, BT));
-  FSDP_CALL(Alloc(&m->dres, BT * C));
-  FSDP_CALL(Alloc(&m->dln, BT * C));
-  FSDP_CALL(Alloc(&m->datty, BT * C));
-  FSDP_CALL(Alloc(&m->dqkv, BT * 3 * C));
-  FSDP_CALL(Alloc(&m->dpreatt, B * NH * T * T));
-  FSDP_CALL(Alloc(&m->datt, B * NH * T * T));
-  FSDP_CALL(Alloc(&m->dfch, BT * 4 * C));
-  FSDP_CALL(Alloc(&m->dfch_gelu, BT * 4 * C));
-  FSDP_CALL(Alloc(&m->dlogits, BT * V));
-  FSDP_CALL(FsdpDeviceAlloc(FSDP_MEM_DATA, BT * sizeof(int), &m->inputs));
-  FSDP_CALL(FsdpDeviceAlloc(FSDP_MEM_DATA, BT * sizeof(int), &m->targets));
+  FSDP_CALL(Alloc(m, &m->encoded, BT * C));
+  FSDP_CALL(Alloc(m, &m->lnf, BT * C));
+  FSDP_CALL(Alloc(m, &m->lnf_mean, BT));
+  FSDP_CALL(Alloc(m, &m->lnf_rstd, BT));
+  FSDP_CALL(Alloc(m, &m->logits, BT * V));
+  FSDP_CALL(Alloc(m, &m->probs, BT * V));
+  FSDP_CALL(Alloc(m, &m->losses, BT));
+  FSDP_CALL(Alloc(m, &m->dres, BT * C));
+  FSDP_CALL(Alloc(m, &m->dln, BT * C));
+  FSDP_CALL(Alloc(m, &m->datty, BT * C));
+  FSDP_CALL(Alloc(m, &m->dqkv, BT * 3 * C));
+  FSDP_CALL(Alloc(m, &m->dpreatt, B * NH * T * T));
+  FSDP_CALL(Alloc(m, &m->datt, B * NH * T * T));
+  FSDP_CALL(Alloc(m, &m->dfch, BT * 4 * C));
+  FSDP_CALL(Alloc(m, &m->dfch_gelu, BT * 4 * C));
+  FSDP_CALL(Alloc(m, &m->dlogits, BT * V));
+  FSDP_CALL(m->k->alloc(FSDP_MEM_DATA, BT * sizeof(int), &m->inputs));
+  FSDP_CALL(m->k->alloc(FSDP_MEM_DATA, BT * sizeof(int), &m->targets));
   FSDP_CALL(FsdpMalloc(FSDP_MEM_OTHER, BT * sizeof(float), &m->losses_host));
   return FSDP_SUCCESS;
 }
@@ -346,8 +425,8 @@ int GptModelSetBatch(GptModel m, const int *inputs, const int *targets)
                  inputs[i] < 0 || inputs[i] >= m->cfg.vocab_size ? inputs[i] : targets[i], i,
                  m->cfg.vocab_size);
   }
-  FSDP_CALL(FsdpDeviceCopyFromHost(m->inputs, inputs, BT * sizeof(int)));
-  FSDP_CALL(FsdpDeviceCopyFromHost(m->targets, targets, BT * sizeof(int)));
+  FSDP_CALL(m->k->copy_from_host(m->inputs, inputs, BT * sizeof(int)));
+  FSDP_CALL(m->k->copy_from_host(m->targets, targets, BT * sizeof(int)));
   return FSDP_SUCCESS;
 }
 
@@ -395,7 +474,7 @@ static int HeadForward(void *model, int stage, const FsdpUnitTensors *t)
                        t->param[ROOT_LNFW], t->param[ROOT_LNFB], BT, C);
   k->matmul_forward(m->logits, m->lnf, t->param[ROOT_WTE], NULL, BT, C, V);
   k->crossentropy_forward(m->losses, m->probs, m->logits, m->targets, BT, V);
-  FSDP_CALL(FsdpDeviceCopyToHost(m->losses_host, m->losses, (size_t)BT * sizeof(float)));
+  FSDP_CALL(k->copy_to_host(m->losses_host, m->losses, (size_t)BT * sizeof(float)));
   double sum = 0.0;
   for (int i = 0; i < BT; i++) sum += m->losses_host[i];
   m->loss = sum / BT;
@@ -408,9 +487,9 @@ static int HeadBackward(void *model, int stage, const FsdpUnitTensors *t)
   GptModel m = (GptModel)model;
   int BT = m->B * m->T, C = m->cfg.n_embd, V = m->cfg.vocab_size;
   const FsdpKernelOps *k = m->k;
-  FSDP_CALL(FsdpDeviceZero(m->dlogits, (size_t)BT * (size_t)V * sizeof(float)));
-  FSDP_CALL(FsdpDeviceZero(m->dln, (size_t)BT * C * sizeof(float)));
-  FSDP_CALL(FsdpDeviceZero(m->dres, (size_t)BT * C * sizeof(float)));
+  FSDP_CALL(k->zero(m->dlogits, (size_t)BT * (size_t)V * sizeof(float)));
+  FSDP_CALL(k->zero(m->dln, (size_t)BT * C * sizeof(float)));
+  FSDP_CALL(k->zero(m->dres, (size_t)BT * C * sizeof(float)));
   k->crossentropy_softmax_backward(m->dlogits, m->probs, m->targets, m->loss_scale / (float)BT, BT,
                                    V);
   k->matmul_backward(m->dln, t->grad[ROOT_WTE], NULL, m->dlogits, m->lnf, t->param[ROOT_WTE], BT, C,
@@ -453,9 +532,9 @@ static int BlockBackward(GptModel m, int l, float *const *p, float *const *g)
   const float *x = LayerInput(m, l);
   size_t nC = (size_t)BT * C, n4C = 4 * nC;
   /* MLP branch: dres holds d(res3) */
-  FSDP_CALL(FsdpDeviceZero(m->dfch_gelu, n4C * sizeof(float)));
-  FSDP_CALL(FsdpDeviceZero(m->dfch, n4C * sizeof(float)));
-  FSDP_CALL(FsdpDeviceZero(m->dln, nC * sizeof(float)));
+  FSDP_CALL(k->zero(m->dfch_gelu, n4C * sizeof(float)));
+  FSDP_CALL(k->zero(m->dfch, n4C * sizeof(float)));
+  FSDP_CALL(k->zero(m->dln, nC * sizeof(float)));
   k->matmul_backward(m->dfch_gelu, g[BLK_FCPROJW], g[BLK_FCPROJB], m->dres, a->fch_gelu,
                      p[BLK_FCPROJW], BT, 4 * C, C);
   k->gelu_backward(m->dfch, a->fch, m->dfch_gelu, n4C);
@@ -463,11 +542,11 @@ static int BlockBackward(GptModel m, int l, float *const *p, float *const *g)
   k->layernorm_backward(m->dres, g[BLK_LN2W], g[BLK_LN2B], m->dln, a->res2, p[BLK_LN2W],
                         a->ln2_mean, a->ln2_rstd, BT, C);
   /* attention branch: dres now holds d(res2) */
-  FSDP_CALL(FsdpDeviceZero(m->datty, nC * sizeof(float)));
-  FSDP_CALL(FsdpDeviceZero(m->dqkv, 3 * nC * sizeof(float)));
+  FSDP_CALL(k->zero(m->datty, nC * sizeof(float)));
+  FSDP_CALL(k->zero(m->dqkv, 3 * nC * sizeof(float)));
   /* dpreatt and datt need no zeroing: attention_backward overwrites them
    * (scratch, kernels.h) */
-  FSDP_CALL(FsdpDeviceZero(m->dln, nC * sizeof(float)));
+  FSDP_CALL(k->zero(m->dln, nC * sizeof(float)));
   k->matmul_backward(m->datty, g[BLK_ATTPROJW], g[BLK_ATTPROJB], m->dres, a->atty,
                      p[BLK_ATTPROJW], BT, C, C);
   k->attention_backward(m->dqkv, m->dpreatt, m->datt, m->datty, a->qkv, a->att, B, T, C, NH);
@@ -495,25 +574,5 @@ static int UnitBackward(void *model, int stage, const FsdpUnitTensors *t)
   for (int l = last; l >= first; l--)
     FSDP_CALL(BlockBackward(m, l, t->param + (l - first) * BLK_NPARAMS,
                             t->grad + (l - first) * BLK_NPARAMS));
-  return FSDP_SUCCESS;
-}
-
-int GptModelRegister(GptModel m, FsdpRuntime rt)
-{
-  int root = -1, unit = -1;
-  FSDP_CALL(FsdpRuntimeAddUnit(rt, "root", 1, m->root_specs, ROOT_NPARAMS, &root));
-  FSDP_CALL(FsdpRuntimeAddStage(rt, root, EmbedForward, EmbedBackward));
-  m->first_block_stage = 1;
-  for (int l = 0; l < m->cfg.n_layer; l += m->wrap) {
-    int n = m->wrap;
-    if (l + n > m->cfg.n_layer) n = m->cfg.n_layer - l;
-    char name[64];
-    if (n == 1) snprintf(name, sizeof name, "h.%d", l);
-    else snprintf(name, sizeof name, "h.%d-%d", l, l + n - 1);
-    FSDP_CALL(FsdpRuntimeAddUnit(rt, name, 0, m->unit_specs + (size_t)l * BLK_NPARAMS,
-                                 n * BLK_NPARAMS, &unit));
-    FSDP_CALL(FsdpRuntimeAddStage(rt, unit, UnitForward, UnitBackward));
-  }
-  FSDP_CALL(FsdpRuntimeAddStage(rt, root, HeadForward, HeadBackward));
   return FSDP_SUCCESS;
 }

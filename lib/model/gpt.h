@@ -23,10 +23,9 @@
 
 #include <stdint.h>
 
-#include "runtime/flatparam.h"
-#include "runtime/fsdp.h"
-#include "kernels/kernels.h"
 #include "base/opts.h"
+#include "kernels/kernels.h"
+#include "model/model.h"
 
 typedef struct {
   int n_layer, n_embd, n_head, vocab_size, seq_len;
@@ -45,16 +44,24 @@ int64_t GptConfigParamCount(const GptConfig *cfg);
 
 typedef struct GptModel_ *GptModel;
 
-/* Not collective.  B: sequences per micro-batch on this rank, T <= seq_len. */
+/* Not collective.  B: sequences per micro-batch on this rank, T <= seq_len.
+ * ops: the kernels the stages run, and where the activations live (their
+ * alloc, zero and copy entries). */
 int GptModelCreate(const GptConfig *cfg, int wrap, int B, int T,
                    const FsdpKernelOps *ops, uint64_t seed, GptModel *m);
 int GptModelDestroy(GptModel *m);
 
-/* Not collective.  Register units and stages with the runtime (before
- * FsdpRuntimeSetUp). */
-int GptModelRegister(GptModel m, FsdpRuntime rt);
+/* The model's table ([Note: the model table] in model.h): units, stages,
+ * init and weight decay rules, kernels; ctx is m.  Valid until
+ * GptModelDestroy; the driver registers it with FsdpRuntimeAddModel. */
+const FsdpModelTable *GptModelTable(GptModel m);
 
-/* Allocate activations for backward (tag FSDP_MEM_ACTS); call once. */
+/* The description of a config: family "gpt2", attributes n_layer, n_embd,
+ * n_head, vocab_size, seq_len (ints, in that order); preset left empty. */
+void GptConfigDescribe(const GptConfig *cfg, FsdpModelDesc *desc);
+
+/* Allocate activations for backward (tag FSDP_MEM_ACTS, through the
+ * kernel table's alloc); call once. */
 int GptModelSetUp(GptModel m);
 
 /* Set the micro-batch (B*T token ids each) the next forward/backward uses. */
@@ -68,12 +75,13 @@ double GptModelLoss(GptModel m);
  * accumulation over K micro-steps sets 1/K. */
 void GptModelSetLossScale(GptModel m, float scale);
 
-/* The init rule for FsdpRuntimeInitShards. */
+/* The init rule (the table's init). */
 int GptModelInit(void *model, const FsdpParamSpec *spec, int64_t start,
                  int64_t count, float *out);
 
 /* Whether AdamW applies weight decay to this parameter: not to biases or
- * LayerNorm weights; embeddings only when decay_embeddings. */
+ * LayerNorm weights; embeddings only when decay_embeddings (the table's
+ * decays). */
 int GptParamDecays(const char *name, int decay_embeddings);
 
 const GptConfig *GptModelConfig(GptModel m);

@@ -17,6 +17,8 @@
 
 #include <stdint.h>
 
+#include "kernels/kernels.h"
+
 /* ---- description: family and typed attributes -------------------------- */
 
 #define FSDP_MODEL_NAME_MAX 32  /* family, preset and attribute names, with NUL */
@@ -39,5 +41,77 @@ typedef struct {
   int nattrs;                       /* attributes that set the shapes, in order */
   FsdpModelAttr attr[FSDP_MODEL_MAX_ATTRS];
 } FsdpModelDesc;
+
+/* ---- table: units, parameter specs, stages ------------------------------ */
+
+#define FSDP_MAX_NDIM 4
+#define FSDP_MAX_NAME 96      /* parameter names, with NUL */
+#define FSDP_UNIT_NAME_MAX 64 /* unit names, with NUL */
+
+/* One parameter: a name unique in its unit and a shape (ndim 0: a scalar). */
+typedef struct {
+  char name[FSDP_MAX_NAME];
+  int ndim;
+  int64_t shape[FSDP_MAX_NDIM];
+} FsdpParamSpec;
+
+/* What a stage callback sees: the unit's unsharded parameters and
+ * gradients, one pointer per parameter in the unit's spec order, in the
+ * memory of the table's kernels (host or device). */
+typedef struct {
+  int unit;
+  float *const *param; /* param[i]: parameter i, full logical shape */
+  float *const *grad;  /* grad[i]: its gradient (accumulate into it) */
+} FsdpUnitTensors;
+
+/* model: the table's ctx; stage: index in the table's stages. */
+typedef int (*FsdpStageFn)(void *model, int stage, const FsdpUnitTensors *t);
+
+/* Initial value rule: fill out[0..count) with the initial values of
+ * elements [start, start + count) of parameter spec (flat index in its
+ * full logical shape), in host memory.  Must be a pure function of (seed,
+ * name, index): each rank fills only the pieces of its own shard. */
+typedef int (*FsdpInitFn)(void *model, const FsdpParamSpec *spec, int64_t start,
+                          int64_t count, float *out);
+
+/* Whether AdamW applies weight decay to the parameter of that name. */
+typedef int (*FsdpDecayRule)(const char *name, int decay_embeddings);
+
+/* A unit: the parameters sharded, gathered and reduced together.  At most
+ * one unit of a table is the root (it stays unsharded from its first
+ * forward stage to the end of backward, so it may own several stages). */
+typedef struct {
+  char name[FSDP_UNIT_NAME_MAX]; /* "root", "h.0", "h.0-1" */
+  int is_root;
+  int nparams;
+  const FsdpParamSpec *params; /* [nparams], owned by the model */
+} FsdpModelUnit;
+
+/* A stage, in forward order: the runtime runs forward over stages in
+ * order and backward in reverse, with `unit` unsharded.  The stages of a
+ * non-root unit are consecutive. */
+typedef struct {
+  int unit; /* index in the table's units */
+  FsdpStageFn forward, backward;
+} FsdpModelStage;
+
+/* [Note: the model table] All a runtime, an optimizer and a driver need to
+ * train a model, and nothing that needs them: shapes, callbacks over
+ * unsharded tensors, and the kernels those callbacks launch (whose alloc,
+ * zero and copy entries are the model's only way to device memory).  Built
+ * by the model (GptModelTable), read-only afterwards and valid while the
+ * model lives; FsdpRuntimeAddModel registers it, unit i of the table
+ * becoming unit i of the runtime. */
+typedef struct {
+  FsdpModelDesc desc;           /* family and attributes, for the files */
+  void *ctx;                    /* first argument of every callback */
+  int nunits;
+  const FsdpModelUnit *units;   /* [nunits] */
+  int nstages;
+  const FsdpModelStage *stages; /* [nstages], forward order */
+  FsdpInitFn init;              /* initial values (FsdpRuntimeInitShards) */
+  FsdpDecayRule decays;         /* weight decay rule (FsdpOptimCreate) */
+  const FsdpKernelOps *kernels; /* what the stages run on */
+} FsdpModelTable;
 
 #endif

@@ -23,15 +23,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FSDP_FLAT_ALIGN 32
-#define FSDP_MAX_NDIM 4
-#define FSDP_MAX_NAME 96
+#include "model/model.h" /* FsdpParamSpec */
 
-typedef struct {
-  char name[FSDP_MAX_NAME];
-  int ndim;
-  int64_t shape[FSDP_MAX_NDIM];
-} FsdpParamSpec;
+#define FSDP_FLAT_ALIGN 32
 
 typedef struct {
   int param;            /* index in registration order */

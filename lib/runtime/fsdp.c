@@ -30,7 +30,7 @@ typedef struct {
 } GradSlot;
 
 typedef struct {
-  char name[64];
+  char name[FSDP_UNIT_NAME_MAX];
   int is_root, index;
   FsdpParamSpec *specs;
   int nparams;
@@ -253,6 +253,25 @@ int FsdpRuntimeAddStage(FsdpRuntime rt, int unit, FsdpStageFn forward, FsdpStage
   if (x->first_fwd_stage < 0) x->first_fwd_stage = rt->nstages;
   x->last_fwd_stage = rt->nstages;
   rt->stages[rt->nstages++] = (Stage){unit, forward, backward};
+  return FSDP_SUCCESS;
+}
+
+int FsdpRuntimeAddModel(FsdpRuntime rt, const FsdpModelTable *table)
+{
+  /* the table's unit indices are the runtime's: checkpoints, the summary
+   * and the optimizer name units by runtime index */
+  if (rt->nunits != 0)
+    FSDP_ERROR(FSDP_ERR_STATE, "FsdpRuntimeAddModel on a runtime that has %d units already",
+               rt->nunits);
+  for (int u = 0; u < table->nunits; u++) {
+    const FsdpModelUnit *x = &table->units[u];
+    int index = -1;
+    FSDP_CALL(FsdpRuntimeAddUnit(rt, x->name, x->is_root, x->params, x->nparams, &index));
+  }
+  for (int s = 0; s < table->nstages; s++) {
+    const FsdpModelStage *x = &table->stages[s];
+    FSDP_CALL(FsdpRuntimeAddStage(rt, x->unit, x->forward, x->backward));
+  }
   return FSDP_SUCCESS;
 }
 

@@ -1,7 +1,7 @@
 /* fsdp.h: the FSDP runtime -- units, their FlatParameters, and when their
  * unsharded parameters and gradients exist (DESIGN §1, §3).
  *
- * A model is described to the runtime as
+ * A model is described to the runtime by its table (model/model.h):
  *   - units: a name and a list of parameters (name, shape), one of them
  *     possibly the root (embeddings, final norm, tied head), and
  *   - stages: in forward order, each a (unit, forward, backward) triple.
@@ -67,6 +67,7 @@
 #include <stdint.h>
 
 #include "comm/coll.h"
+#include "model/model.h"
 #include "runtime/flatparam.h"
 #include "base/opts.h"
 #include "comm/stream.h"
@@ -95,22 +96,6 @@ typedef struct {
   int accum_comm;            /* -accum_comm 1: reduce every micro-step; 0: once */
 } FsdpRuntimeOptions;
 
-/* What a stage callback sees: the unit's unsharded parameters and
- * gradients, one pointer per parameter in registration order. */
-typedef struct {
-  int unit;
-  float *const *param; /* param[i]: parameter i, full logical shape */
-  float *const *grad;  /* grad[i]: its gradient (accumulate into it) */
-} FsdpUnitTensors;
-
-typedef int (*FsdpStageFn)(void *model, int stage, const FsdpUnitTensors *t);
-
-/* Initial value rule: fill out[0..count) with the initial values of
- * elements [start, start + count) of parameter spec (flat index in its
- * full logical shape).  Must be a pure function of (seed, name, index). */
-typedef int (*FsdpInitFn)(void *model, const FsdpParamSpec *spec, int64_t start,
-                          int64_t count, float *out);
-
 /* Not collective.  Reads the options above (group "FSDP"). */
 int FsdpRuntimeOptionsFromDb(FsdpOpts db, FsdpRuntimeOptions *o);
 
@@ -120,7 +105,16 @@ int FsdpRuntimeCreate(FsdpTopo topo, FsdpColl coll,
 /* Frees everything; accepts NULL. */
 int FsdpRuntimeDestroy(FsdpRuntime *rt);
 
-/* Not collective.  Register a unit (before setup).  *unit gets its index. */
+/* Not collective.  Register a model (before setup, on a runtime with no
+ * units yet): every unit and stage of the table ([Note: the model table]
+ * in model.h), unit i of the table becoming unit i of the runtime.  The
+ * specs are copied; the callbacks get the model's ctx through
+ * FsdpRuntimeForwardBackward.  A bad unit index or a second root is
+ * FSDP_ERR_STATE naming the unit. */
+int FsdpRuntimeAddModel(FsdpRuntime rt, const FsdpModelTable *table);
+
+/* The steps of FsdpRuntimeAddModel, for synthetic models in tests.
+ * Not collective.  Register a unit (before setup).  *unit gets its index. */
 int FsdpRuntimeAddUnit(FsdpRuntime rt, const char *name, int is_root,
                        const FsdpParamSpec *specs, int nparams, int *unit);
 /* Not collective.  Append a stage in forward order. */

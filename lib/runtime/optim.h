@@ -29,12 +29,10 @@ typedef struct {
  * schedule length is set by the caller (total_steps). */
 int FsdpOptimOptionsFromDb(FsdpOpts db, FsdpOptimOptions *o);
 
-/* Whether a parameter gets weight decay (model rule). */
-typedef int (*FsdpDecayRule)(const char *name, int decay_embeddings);
-
 typedef struct FsdpOptim_ *FsdpOptim;
 
-/* Not collective.  Allocates m and v for every shard (FSDP_MEM_OPTIM). */
+/* Not collective.  Allocates m and v for every shard (FSDP_MEM_OPTIM).
+ * rule: the model's weight decay rule (FsdpModelTable.decays). */
 int FsdpOptimCreate(FsdpRuntime rt, const FsdpKernelOps *k, const FsdpOptimOptions *o,
                     FsdpDecayRule rule, FsdpOptim *opt);
 int FsdpOptimDestroy(FsdpOptim *opt);

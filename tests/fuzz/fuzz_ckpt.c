@@ -60,7 +60,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
   SETUP(FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &g_coll));
   SETUP(GptModelCreate(&kCfg, 1, 1, kCfg.seq_len, FsdpKernelsCpu(), 1, &g_model));
   SETUP(FsdpRuntimeCreate(g_topo, g_coll, &ro, &g_rt));
-  SETUP(GptModelRegister(g_model, g_rt));
+  SETUP(FsdpRuntimeAddModel(g_rt, GptModelTable(g_model)));
   SETUP(FsdpRuntimeSetUp(g_rt));
   SETUP(FsdpOptimCreate(g_rt, FsdpKernelsCpu(), &oo, GptParamDecays, &g_opt));
   for (int u = 0; u < FsdpRuntimeNumUnits(g_rt); u++) {
