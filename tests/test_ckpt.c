@@ -446,6 +446,90 @@ static void edit_copy(const char *good, const char *path, int what)
   H5Fclose(f);
 }
 
+/* ---- the model description ------------------------------------------- */
+
+/* Rank 0: a copy of good.h5 with /model's description attributes edited. */
+static void edit_desc(const char *good, const char *path, int what)
+{
+  copy_file(good, path, -1);
+  hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+  hid_t g = f >= 0 ? H5Gopen2(f, "/model", H5P_DEFAULT) : -1;
+  if (g < 0) MPI_Abort(MPI_COMM_WORLD, 1);
+  switch (what) {
+  case 0: /* format version 1 as written before families: no family */
+    H5Adelete(g, "family");
+    break;
+  case 1: FsdpHdf5AttrWriteInt64(g, "n_layer", 4); break;
+  case 2: FsdpHdf5AttrWriteString(g, "family", "llama"); break;
+  case 3: FsdpHdf5AttrWriteDouble(g, "rope_theta", 10000.0); break;
+  case 4: /* the right value as a float: a description compares types too */
+    FsdpHdf5AttrWriteDouble(g, "n_layer", 2.0);
+    break;
+  case 5: H5Adelete(g, "n_head"); break;
+  }
+  H5Gclose(g);
+  H5Fclose(f);
+}
+
+/* Files written before model families load as gpt2 models; a description
+ * that differs from the model's is refused naming the attribute, or the
+ * family, and both values.  good: test_refused's checkpoint of r at step 9
+ * (parameters from rig_fill). */
+static void test_model_desc(Rig *r, const char *good, const char *dir)
+{
+  enum { NEDITS = 6 };
+  const char *names[NEDITS] = {"before_families.h5", "deeper.h5", "llama.h5", "rope.h5",
+                               "real_layers.h5", "no_heads.h5"};
+  char paths[NEDITS][512];
+  for (int i = 0; i < NEDITS; i++) {
+    snprintf(paths[i], sizeof paths[i], "%s/%s", dir, names[i]);
+    if (rank == 0) edit_desc(good, paths[i], i);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  /* the old attribute set: loads, bit-exact, and reads as family gpt2 */
+  if (rank == 0) {
+    hid_t f = H5Fopen(paths[0], H5F_ACC_RDONLY, H5P_DEFAULT);
+    CHECK(f >= 0 && H5Aexists_by_name(f, "/model", "family", H5P_DEFAULT) == 0,
+          "%s still has /model/family", paths[0]);
+    if (f >= 0) H5Fclose(f);
+  }
+  for (int u = 0; u < FsdpRuntimeNumUnits(r->rt); u++) { /* the load must overwrite all */
+    int64_t S = FlatParamShardNumel(FsdpRuntimeUnitFlatParam(r->rt, u));
+    for (int k = 0; k < 3; k++)
+      for (int64_t i = 0; i < S; i++) family(r, k, u)[i] = NAN;
+  }
+  FsdpModelDesc want = describe(&kCfg);
+  FsdpCkptMeta got;
+  TCALL(FsdpCkptLoad(r->rt, r->opt, paths[0], &want, &got));
+  rig_check(r, "checkpoint without /model/family");
+  CHECK(strcmp(got.model.family, "gpt2") == 0 && strcmp(got.model.preset, "custom") == 0 &&
+            got.model.nattrs == 5 && attr_int(&got.model, "n_layer") == kCfg.n_layer &&
+            attr_int(&got.model, "seq_len") == kCfg.seq_len && got.step == 9,
+        "a file without family read as family '%s', preset '%s', %d attributes, step %lld",
+        got.model.family, got.model.preset, got.model.nattrs, (long long)got.step);
+  FsdpCkptMeta mm;
+  TCALL(FsdpCkptReadMeta(MPI_COMM_WORLD, paths[0], &mm));
+  CHECK(strcmp(mm.model.family, "gpt2") == 0, "ReadMeta of a file without family: '%s'",
+        mm.model.family);
+
+  /* mismatches name the attribute and both values */
+  char needle[700];
+  snprintf(needle, sizeof needle, "checkpoint %s has n_layer 4 but the model has 2", paths[1]);
+  expect_refused(r, r->opt, paths[1], &kCfg, needle, NULL);
+  expect_refused(r, r->opt, paths[2], &kCfg, paths[2], "holds a llama model but the model is gpt2");
+  expect_refused(r, r->opt, paths[3], &kCfg, paths[3],
+                 "has the model attribute rope_theta, which the gpt2 model does not have");
+  expect_refused(r, r->opt, paths[4], &kCfg, paths[4], "has n_layer 2.0 but the model has 2");
+  expect_refused(r, r->opt, paths[5], &kCfg, paths[5], "lacks the model attribute n_head");
+  /* the description of the file itself, without an expectation */
+  TCALL(FsdpCkptReadMeta(MPI_COMM_WORLD, paths[3], &mm));
+  const FsdpModelAttr *rope = FsdpModelDescFind(&mm.model, "rope_theta");
+  CHECK(rope && rope->type == FSDP_MODEL_ATTR_REAL && rope->r == 10000.0 && mm.model.nattrs == 6,
+        "ReadMeta: rope_theta %s, %d attributes", rope ? "of another type" : "missing",
+        mm.model.nattrs);
+}
+
 static void test_refused(const char *dir)
 {
   Rig r;
@@ -515,98 +599,7 @@ static void test_refused(const char *dir)
   CHECK(mm.step == 9 && mm.optim_step == 17 && attr_int(&mm.model, "vocab_size") == kCfg.vocab_size,
         "ReadMeta step %lld optim %lld", (long long)mm.step, (long long)mm.optim_step);
   CHECK(FsdpCkptReadMeta(MPI_COMM_WORLD, paths[3], &mm) == FSDP_ERR_USAGE, "ReadMeta of a newer format");
-  rig_destroy(&r);
-}
-
-/* ---- the model description ------------------------------------------- */
-
-/* Rank 0: a copy of good.h5 with /model's description attributes edited. */
-static void edit_desc(const char *good, const char *path, int what)
-{
-  copy_file(good, path, -1);
-  hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
-  hid_t g = f >= 0 ? H5Gopen2(f, "/model", H5P_DEFAULT) : -1;
-  if (g < 0) MPI_Abort(MPI_COMM_WORLD, 1);
-  switch (what) {
-  case 0: /* format version 1 as written before families: no family */
-    H5Adelete(g, "family");
-    break;
-  case 1: FsdpHdf5AttrWriteInt64(g, "n_layer", 4); break;
-  case 2: FsdpHdf5AttrWriteString(g, "family", "llama"); break;
-  case 3: FsdpHdf5AttrWriteDouble(g, "rope_theta", 10000.0); break;
-  case 4: /* the right value as a float: a description compares types too */
-    FsdpHdf5AttrWriteDouble(g, "n_layer", 2.0);
-    break;
-  case 5: H5Adelete(g, "n_head"); break;
-  }
-  H5Gclose(g);
-  H5Fclose(f);
-}
-
-/* Files written before model families load as gpt2 models; a description
- * that differs from the model's is refused naming the attribute, or the
- * family, and both values. */
-static void test_model_desc(const char *dir)
-{
-  Rig r;
-  rig_create(MPI_COMM_WORLD, &kCfg, 0, 0, 1, &r);
-  rig_fill(&r, 0.0f);
-  FsdpOptimSetStepCount(r.opt, 17);
-  char good[512];
-  snprintf(good, sizeof good, "%s/desc_good.h5", dir);
-  FsdpCkptMeta m = make_meta(11);
-  TCALL(FsdpCkptSave(r.rt, r.opt, good, &m));
-  enum { NEDITS = 6 };
-  const char *names[NEDITS] = {"before_families.h5", "deeper.h5", "llama.h5", "rope.h5",
-                               "real_layers.h5", "no_heads.h5"};
-  char paths[NEDITS][512];
-  for (int i = 0; i < NEDITS; i++) {
-    snprintf(paths[i], sizeof paths[i], "%s/%s", dir, names[i]);
-    if (rank == 0) edit_desc(good, paths[i], i);
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
-
-  /* the old attribute set: loads, bit-exact, and reads as family gpt2 */
-  if (rank == 0) {
-    hid_t f = H5Fopen(paths[0], H5F_ACC_RDONLY, H5P_DEFAULT);
-    CHECK(f >= 0 && H5Aexists_by_name(f, "/model", "family", H5P_DEFAULT) == 0,
-          "%s still has /model/family", paths[0]);
-    if (f >= 0) H5Fclose(f);
-  }
-  for (int u = 0; u < FsdpRuntimeNumUnits(r.rt); u++) { /* the load must overwrite all */
-    int64_t S = FlatParamShardNumel(FsdpRuntimeUnitFlatParam(r.rt, u));
-    for (int k = 0; k < 3; k++)
-      for (int64_t i = 0; i < S; i++) family(&r, k, u)[i] = NAN;
-  }
-  FsdpModelDesc want = describe(&kCfg);
-  FsdpCkptMeta got;
-  TCALL(FsdpCkptLoad(r.rt, r.opt, paths[0], &want, &got));
-  rig_check(&r, "checkpoint without /model/family");
-  CHECK(strcmp(got.model.family, "gpt2") == 0 && strcmp(got.model.preset, "custom") == 0 &&
-            got.model.nattrs == 5 && attr_int(&got.model, "n_layer") == kCfg.n_layer &&
-            attr_int(&got.model, "seq_len") == kCfg.seq_len && got.step == 11,
-        "a file without family read as family '%s', preset '%s', %d attributes, step %lld",
-        got.model.family, got.model.preset, got.model.nattrs, (long long)got.step);
-  FsdpCkptMeta mm;
-  TCALL(FsdpCkptReadMeta(MPI_COMM_WORLD, paths[0], &mm));
-  CHECK(strcmp(mm.model.family, "gpt2") == 0, "ReadMeta of a file without family: '%s'",
-        mm.model.family);
-
-  /* mismatches name the attribute and both values */
-  char needle[700];
-  snprintf(needle, sizeof needle, "checkpoint %s has n_layer 4 but the model has 2", paths[1]);
-  expect_refused(&r, r.opt, paths[1], &kCfg, needle, NULL);
-  expect_refused(&r, r.opt, paths[2], &kCfg, paths[2], "holds a llama model but the model is gpt2");
-  expect_refused(&r, r.opt, paths[3], &kCfg, paths[3],
-                 "has the model attribute rope_theta, which the gpt2 model does not have");
-  expect_refused(&r, r.opt, paths[4], &kCfg, paths[4], "has n_layer 2.0 but the model has 2");
-  expect_refused(&r, r.opt, paths[5], &kCfg, paths[5], "lacks the model attribute n_head");
-  /* the description of the file itself, without an expectation */
-  TCALL(FsdpCkptReadMeta(MPI_COMM_WORLD, paths[3], &mm));
-  const FsdpModelAttr *rope = FsdpModelDescFind(&mm.model, "rope_theta");
-  CHECK(rope && rope->type == FSDP_MODEL_ATTR_REAL && rope->r == 10000.0 && mm.model.nattrs == 6,
-        "ReadMeta: rope_theta %s, %d attributes", rope ? "of another type" : "missing",
-        mm.model.nattrs);
+  test_model_desc(&r, good, dir);
   rig_destroy(&r);
 }
 
@@ -885,7 +878,6 @@ int main(int argc, char **argv)
     make_clean_dir(dir);
     test_reshard(dir);
     test_refused(dir);
-    test_model_desc(dir);
     test_directory(dir);
     test_trained(dir);
     /* every HDF5 file, group, dataset, attribute the library opened is closed */
