@@ -517,3 +517,60 @@ int GptModelRegister(GptModel m, FsdpRuntime rt)
   FSDP_CALL(FsdpRuntimeAddStage(rt, root, HeadForward, HeadBackward));
   return FSDP_SUCCESS;
 }
+
+/* ---- the model's description ---------------------------------------------- */
+
+/* The attributes, in the order they are described and stored. */
+#define GPT_NATTRS 5
+static const char *const kGptAttrNames[GPT_NATTRS] = {"n_layer", "n_embd", "n_head", "vocab_size",
+                                                      "seq_len"};
+
+static void GptConfigFields(GptConfig *c, int *f[GPT_NATTRS])
+{
+  f[0] = &c->n_layer;
+  f[1] = &c->n_embd;
+  f[2] = &c->n_head;
+  f[3] = &c->vocab_size;
+  f[4] = &c->seq_len;
+}
+
+int GptConfigDescribe(const GptConfig *cfg, const char *preset, FsdpModelDesc *desc)
+{
+  GptConfig c = *cfg;
+  int *f[GPT_NATTRS];
+  GptConfigFields(&c, f);
+  FsdpModelDescInit(desc, GPT_FAMILY, preset);
+  for (int i = 0; i < GPT_NATTRS; i++) FSDP_CALL(FsdpModelDescAddInt(desc, kGptAttrNames[i], *f[i]));
+  return FSDP_SUCCESS;
+}
+
+int GptConfigFromDesc(const FsdpModelDesc *desc, const char *what, GptConfig *cfg)
+{
+  if (strcmp(desc->family, GPT_FAMILY) != 0)
+    FSDP_ERROR(FSDP_ERR_USAGE, "%s holds a model of family %s, not %s", what, desc->family,
+               GPT_FAMILY);
+  GptConfig c;
+  int *f[GPT_NATTRS];
+  GptConfigFields(&c, f);
+  for (int i = 0; i < GPT_NATTRS; i++) {
+    const FsdpModelAttr *a = FsdpModelDescFind(desc, kGptAttrNames[i]);
+    if (!a) FSDP_ERROR(FSDP_ERR_USAGE, "%s lacks the model attribute %s", what, kGptAttrNames[i]);
+    char v[FSDP_MODEL_STRING_MAX + 32];
+    FsdpModelAttrValueString(a, v, sizeof v);
+    /* a cast would let 2^32 + 2 pass for 2 layers (found by tests/fuzz) */
+    if (a->type != FSDP_MODEL_ATTR_INT || a->i < INT_MIN || a->i > INT_MAX)
+      FSDP_ERROR(FSDP_ERR_USAGE, "%s has %s %s, not an integer in the range of an int", what,
+                 kGptAttrNames[i], v);
+    *f[i] = (int)a->i;
+  }
+  if (desc->nattrs != GPT_NATTRS)
+    for (int i = 0; i < desc->nattrs; i++) {
+      int known = 0;
+      for (int k = 0; k < GPT_NATTRS; k++) known |= strcmp(desc->attr[i].name, kGptAttrNames[k]) == 0;
+      if (!known)
+        FSDP_ERROR(FSDP_ERR_USAGE, "%s has the model attribute %s, which %s models do not have",
+                   what, desc->attr[i].name, GPT_FAMILY);
+    }
+  *cfg = c;
+  return FSDP_SUCCESS;
+}

@@ -27,6 +27,7 @@
 #include "runtime/fsdp.h"
 #include "kernels/kernels.h"
 #include "base/opts.h"
+#include "model/model.h"
 
 typedef struct {
   int n_layer, n_embd, n_head, vocab_size, seq_len;
@@ -79,5 +80,20 @@ int GptParamDecays(const char *name, int decay_embeddings);
 const GptConfig *GptModelConfig(GptModel m);
 int GptModelNumUnits(GptModel m);
 int GptModelBatch(GptModel m, int *B, int *T);
+
+/* ---- the model's description (model.h) ---------------------------------- */
+
+#define GPT_FAMILY "gpt2"
+
+/* Not collective.  desc: family GPT_FAMILY, the preset name, and the int
+ * attributes n_layer, n_embd, n_head, vocab_size, seq_len (in that order:
+ * checkpoints and run files store them under these names). */
+int GptConfigDescribe(const GptConfig *cfg, const char *preset, FsdpModelDesc *desc);
+/* Not collective.  The config a description holds (one read from a file
+ * named in `what`, e.g. "checkpoint ckpt_00000100.h5"): a usage error
+ * naming what and the attribute when the family is not GPT_FAMILY, an
+ * attribute is missing, not an integer that fits an int, or one GPT does
+ * not have.  (The values are not validated: GptConfigValidate.) */
+int GptConfigFromDesc(const FsdpModelDesc *desc, const char *what, GptConfig *cfg);
 
 #endif
