@@ -77,7 +77,8 @@ typedef void (*FsdpAbortHook)(void *ctx);
 int FsdpErrorAddAbortHook(FsdpAbortHook hook, void *ctx);
 /* Accepts a hook that was never added. */
 void FsdpErrorRemoveAbortHook(FsdpAbortHook hook, void *ctx);
-_Noreturn void FsdpErrorAbortJob(int code);
+/* noreturn as an attribute: this header is also read as C++ (nvcc) */
+void FsdpErrorAbortJob(int code) __attribute__((noreturn));
 
 /* Print a rank-prefixed warning (rank 0 only when only_rank0). */
 void FsdpWarn(int only_rank0, const char *fmt, ...)
