@@ -607,7 +607,7 @@ static void run_factor(FsdpColl c, int F, const FsdpGroup *world)
   groups_destroy(&gr);
 }
 
-/* [Note: chunked collectives] (coll.c): FSDP_COLL_MAX_COUNT (read at
+/* [Note: chunked collectives] (coll_mpi.c): FSDP_COLL_MAX_COUNT (read at
  * create) makes every collective above 97 elements per rank run in chunks,
  * so all of run_factor -- all-gather, reduce-scatter, all-reduce, fp32,
  * bf16 and fp16, in place, async, every F including F = W and hybrid --
