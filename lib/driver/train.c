@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "device/cuda_util.h"
 #include "device/device.h"
 #include "base/error.h"
 #include "kernels/kernels.h"
@@ -461,10 +460,9 @@ int FsdpTrainerSummary(FsdpTrainer tr, FILE *out)
           tr->o.fsdp.grad_accum, tr->o.fsdp.accum_comm,
           tr->o.fsdp.prefetch == FSDP_PREFETCH_NONE ? "none"
           : tr->o.fsdp.prefetch == FSDP_PREFETCH_BACKWARD ? "backward" : "both");
-  if (FsdpDeviceGetKind() == FSDP_DEVICE_CUDA) {
+  FsdpDeviceMemStats cs;
+  if (FsdpDeviceGetMemStats(&cs)) {
     /* memory planned before step 1 never needs a retry: show it */
-    FsdpCudaMemStats cs;
-    FsdpCudaMemGetStats(&cs);
     fprintf(out, "\"device_memory\": {\"allocated_bytes\": %zu, \"peak_bytes\": %zu, "
                  "\"reserved_bytes\": %zu, \"num_allocs\": %llu, \"alloc_retries\": %llu, "
                  "\"alloc_failures\": %llu}, ",
