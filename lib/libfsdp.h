@@ -1,4 +1,11 @@
-/* libfsdp.h: the public interface of libfsdp, one include for programs. */
+/* libfsdp.h: the public interface of libfsdp, one include for programs.
+ *
+ * Installed as $(includedir)/fsdp/libfsdp.h with the headers below in their
+ * layer folders; a program compiles with the MPI compiler wrapper and
+ * pkg-config (fsdp.pc):  mpicc prog.c $(pkg-config --cflags --libs fsdp).
+ * Only public headers belong here: one that is not installed (e.g.
+ * device/cuda_util.h, io/h5util.h) would break every program outside the
+ * tree (tests/test_install.sh builds one). */
 #ifndef LIBFSDP_H
 #define LIBFSDP_H
 
@@ -7,7 +14,6 @@
 #include "base/mem.h"
 #include "base/dtype.h"
 #include "device/device.h"
-#include "device/cuda_util.h"
 #include "base/opts.h"
 #include "comm/topo.h"
 #include "runtime/flatparam.h"
@@ -15,6 +21,7 @@
 #include "comm/coll.h"
 #include "io/data.h"
 #include "runtime/fsdp.h"
+#include "model/model.h"
 #include "model/gpt.h"
 #include "runtime/optim.h"
 #include "io/ckpt.h"

@@ -1,5 +1,5 @@
 /* test_chunked: training through chunked collectives ([Note: chunked
- * collectives] in lib/comm/coll.c) gives the losses of unchunked collectives.
+ * collectives] in lib/comm/coll_mpi.c) gives the losses of unchunked collectives.
  *
  * Each configuration trains the tiny model twice on the world: once with
  * the default MPI count limit (INT_MAX: no chunks at this size) and once

@@ -22,6 +22,7 @@
 #include "base/error.h"
 #include "base/init.h"
 #include "device/cuda_util.h"
+#include "device/device.h"
 #include "testutil.h"
 
 static int g_wrank, g_wsize;
@@ -499,6 +500,24 @@ static void check_errors(FsdpColl c, const Groups *gr, FsdpCommCounters *e)
 
 /* The formula on literal cases (n = 4 with 1 peer on my node and 2 off it;
  * n = 3 with an all-reduce volume n does not divide). */
+/* [Note: one file per back-end] (device_backend.h): the build knows which
+ * device back-ends it has, and -device cuda without one is the usage error
+ * naming it, not a quiet fall-back to the CPU. */
+static void check_device_backends(void)
+{
+  CHECK(FsdpDeviceKindAvailable(FSDP_DEVICE_CPU), "the CPU device back-end is always built");
+  int cuda = FsdpDeviceKindAvailable(FSDP_DEVICE_CUDA);
+  CHECK(cuda == FsdpCudaBuilt(), "CUDA device back-end available %d, FsdpCudaBuilt %d", cuda,
+        FsdpCudaBuilt());
+  if (cuda) return; /* set-up with CUDA needs a GPU: test_kernels_cuda, test_gpu_train */
+  int err = FsdpDeviceSetUp(FSDP_DEVICE_CUDA, NULL);
+  CHECK(err == FSDP_ERR_USAGE &&
+            strstr(FsdpErrorLastMessage(), "-device cuda: this build has no CUDA back-end"),
+        "device set-up for CUDA without its back-end gave %d: '%s'", err, FsdpErrorLastMessage());
+  CHECK(FsdpDeviceGetKind() == FSDP_DEVICE_CPU, "the device stays the CPU after a refused set-up");
+  TCALL(FsdpDeviceFinalize());
+}
+
 static void check_volume_literals(void)
 {
   FsdpGroup g4 = {MPI_COMM_NULL, 4, 0, 1, 2, "sharding"};
@@ -588,7 +607,7 @@ static void run_factor(FsdpColl c, int F, const FsdpGroup *world)
   groups_destroy(&gr);
 }
 
-/* [Note: chunked collectives] (coll.c): FSDP_COLL_MAX_COUNT (read at
+/* [Note: chunked collectives] (coll_mpi.c): FSDP_COLL_MAX_COUNT (read at
  * create) makes every collective above 97 elements per rank run in chunks,
  * so all of run_factor -- all-gather, reduce-scatter, all-reduce, fp32,
  * bf16 and fp16, in place, async, every F including F = W and hybrid --
@@ -627,6 +646,7 @@ int main(int argc, char **argv)
   group_fill(&world, MPI_COMM_WORLD, "world", members, g_wsize, g_wrank);
 
   check_volume_literals();
+  check_device_backends();
 
   FsdpColl c = NULL;
   int gpus = 0;

@@ -435,7 +435,7 @@ static void test_casts(size_t n)
     bad = 0;
     for (size_t i = 0; i < n; i++) bad += memcmp(&gb[i], &back[i], 4) != 0;
     CHECK(bad == 0, "cast %s -> fp32: %zu of %zu differ", name, bad, n);
-    /* scale in place (one rounding, as coll.c does on the host) */
+    /* scale in place (one rounding, as coll_mpi.c does on the host) */
     uint16_t *sref = xmalloc(n * 2);
     for (size_t i = 0; i < n; i++)
       sref[i] = dt == FSDP_DTYPE_BF16 ? FsdpFloatToBf16(FsdpBf16ToFloat(ref[i]) * 0.375f)

@@ -204,8 +204,10 @@ static FsdpMetricsInfo info(void)
   memset(&in, 0, sizeof in);
   in.options = kOptions;
   in.topology = "W=4 test topology";
-  in.model_name = "custom";
-  in.model = (GptConfig){2, 16, 2, 50, 8};
+  static FsdpModelDesc desc;
+  const GptConfig cfg = {2, 16, 2, 50, 8};
+  TCALL(GptConfigDescribe(&cfg, "custom", &desc));
+  in.model = &desc;
   in.param_count = 12345;
   in.tokens_per_step = 8192;
   return in;

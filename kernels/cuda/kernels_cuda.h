@@ -133,7 +133,7 @@ void add_scaled_cuda(float *dst, const void *src, FsdpDtype dt, float scale,
                      size_t n);
 /* x (dtype dt) *= scale in place, in fp32 (one rounding for bf16/fp16). */
 void scale_inplace_cuda(void *x, FsdpDtype dt, float scale, size_t n);
-/* The same on a given cudaStream_t (lib/comm/coll.c: the NCCL comm stream);
+/* The same on a given cudaStream_t (lib/comm/coll_nccl.c: the NCCL comm stream);
  * returns FSDP_SUCCESS or the launch error (not recorded). */
 int scale_inplace_on_stream_cuda(void *x, FsdpDtype dt, float scale, size_t n,
                                  void *stream);

@@ -29,7 +29,7 @@ __global__ void add_scaled_kernel(float *dst, const void *__restrict__ src, int 
 }
 
 /* x *= scale.  A NaN stays the NaN it was, quieted, as the host loop of
- * coll.c leaves it (x86 keeps a NaN operand's payload; the GPU would
+ * coll_mpi.c leaves it (x86 keeps a NaN operand's payload; the GPU would
  * return its canonical NaN instead). */
 __global__ void scale_inplace_kernel(void *x, int dt, float scale, size_t n)
 {
@@ -107,7 +107,7 @@ extern "C" void scale_inplace_cuda(void *x, FsdpDtype dt, float scale, size_t n)
   CUDA_CHECK_LAUNCH();
 }
 
-/* For lib/comm/coll.c's NCCL path (post-scaling a reduction on the comm
+/* For lib/comm/coll_nccl.c's NCCL path (post-scaling a reduction on the comm
  * stream, from the thread that launched it): a launch error is returned
  * through the fsdp convention at once instead of being recorded. */
 extern "C" int scale_inplace_on_stream_cuda(void *x, FsdpDtype dt, float scale, size_t n,

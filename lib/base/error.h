@@ -77,7 +77,7 @@ typedef void (*FsdpAbortHook)(void *ctx);
 int FsdpErrorAddAbortHook(FsdpAbortHook hook, void *ctx);
 /* Accepts a hook that was never added. */
 void FsdpErrorRemoveAbortHook(FsdpAbortHook hook, void *ctx);
-/* (the GNU attribute, not C11 _Noreturn: nvcc compiles this header as C++) */
+/* __attribute__ rather than _Noreturn: this header is also read by nvcc as C++ */
 void FsdpErrorAbortJob(int code) __attribute__((noreturn));
 
 /* Print a rank-prefixed warning (rank 0 only when only_rank0). */

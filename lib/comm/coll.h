@@ -4,7 +4,8 @@
  * replica group; each exists blocking and issued on a stream (returns an
  * event at once).  Two backends: MPI on host buffers, and NCCL on device
  * buffers (builds with --with-cuda; see [Note: NCCL collectives and
- * streams] in coll.c for streams, events and communicators).
+ * streams] in coll_nccl.c for streams, events and communicators).  One
+ * file per back-end ([Note: collective backends] in coll_backend.h).
  *
  * Buffers follow the FlatParameter layout: all-gather receives into the
  * unsharded buffer of n*count elements (rank r's shard lands at r*count),
@@ -43,7 +44,7 @@
  *
  * Per-rank counts are size_t.  MPI counts are ints, so the MPI backend
  * splits a collective of more than 2^29 elements per rank into chunks
- * that keep the layout ([Note: chunked collectives] in coll.c); the
+ * that keep the layout ([Note: chunked collectives] in coll_mpi.c); the
  * environment variable FSDP_COLL_MAX_COUNT sets that limit instead (up to
  * INT_MAX; tests use a few dozen to run the chunked path on small
  * buffers).  NCCL counts are size_t: no chunks.
@@ -100,7 +101,7 @@ int FsdpCollAllGather(FsdpColl c, const FsdpGroup *g, const void *send,
  * overlap.  send is scratch: the MPI backend pre-scales it in place
  * ([Note: scaled reductions] in coll.c), so its contents afterwards are
  * unspecified.  bf16/fp16: see [Note: low-precision sums over MPI] in
- * coll.c (each pairwise add rounds; the scales round exactly when they
+ * coll_mpi.c (each pairwise add rounds; the scales round exactly when they
  * are powers of two, barring underflow). */
 int FsdpCollReduceScatter(FsdpColl c, const FsdpGroup *g, void *send,
                           void *recv, size_t count, FsdpDtype dt, float scale);

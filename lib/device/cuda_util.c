@@ -1,7 +1,6 @@
 /* cuda_util.c: GPU detection and selection, streams and events, tagged
- * device memory and pools (see cuda_util.h).  The CUDA half is compiled
- * with --with-cuda; the other half keeps the same functions as usage
- * errors (and a device count of 0), so callers need no #ifdef. */
+ * device memory and pools (see cuda_util.h).  Built with configure
+ * --with-cuda only; cuda_none.c stands in for it otherwise. */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
@@ -12,11 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device/cuda_call.h"
+
 static char g_probe_msg[256];
 
 const char *FsdpCudaProbeMessage(void) { return g_probe_msg; }
-
-#ifdef FSDP_HAVE_CUDA
 
 int FsdpCudaBuilt(void) { return 1; }
 
@@ -55,27 +54,6 @@ int FsdpCudaDeviceDescribe(int device, char *buf, size_t size)
   return FSDP_SUCCESS;
 }
 
-#else /* !FSDP_HAVE_CUDA */
-
-int FsdpCudaBuilt(void) { return 0; }
-
-int FsdpCudaDeviceCount(int *count)
-{
-  if (!count) FSDP_ERROR(FSDP_ERR_INTERNAL, "FsdpCudaDeviceCount: NULL count");
-  *count = 0;
-  snprintf(g_probe_msg, sizeof g_probe_msg,
-           "this build has no CUDA back-end (configure --with-cuda)");
-  return FSDP_SUCCESS;
-}
-
-int FsdpCudaDeviceDescribe(int device, char *buf, size_t size)
-{
-  (void)device;
-  if (buf && size) snprintf(buf, size, "none (no CUDA back-end)");
-  return FSDP_SUCCESS;
-}
-
-#endif /* FSDP_HAVE_CUDA */
 
 /* What the rank with the worst shortage tells everyone (one broadcast). */
 typedef struct {
@@ -123,7 +101,6 @@ int FsdpCudaSelectDevice(MPI_Comm comm, int local_rank, int ranks_on_node, int *
                "-device cpu",
                rep.ranks_on_node, rep.host, rep.gpus, rep.gpus, rep.gpus);
   }
-#ifdef FSDP_HAVE_CUDA
   /* A device that is there but cannot be made current (exclusive mode,
    * in use, broken) fails on its rank; the others learn it here instead of
    * hanging in the next collective. */
@@ -138,14 +115,7 @@ int FsdpCudaSelectDevice(MPI_Comm comm, int local_rank, int ranks_on_node, int *
     FSDP_ERROR(FSDP_ERR_CUDA, "GPU selection failed on another rank (see its message)");
   if (device) *device = local_rank;
   return FSDP_SUCCESS;
-#else
-  /* Unreachable: without CUDA every node has 0 GPUs. */
-  FSDP_ERROR(FSDP_ERR_USAGE, "-device cuda: this build has no CUDA back-end "
-                             "(configure --with-cuda); use -device cpu");
-#endif
 }
-
-#ifdef FSDP_HAVE_CUDA
 
 /* ---- streams and events --------------------------------------------------- */
 
@@ -465,129 +435,3 @@ void FsdpCudaMemResetPeaks(void)
   g_stats.peak = g_stats.allocated;
   for (int t = 0; t < FSDP_MEM_NTAGS; t++) g_stats.tag_peak[t] = g_stats.tag_allocated[t];
 }
-
-#else /* !FSDP_HAVE_CUDA: every entry is a usage error */
-
-#define NO_CUDA()                                                                   \
-  FSDP_ERROR(FSDP_ERR_USAGE, "%s: this build has no CUDA back-end (configure "      \
-                             "--with-cuda); use -device cpu",                       \
-             __func__)
-
-int FsdpCudaStreamCreate(int high_priority, void **stream)
-{
-  (void)high_priority;
-  if (stream) *stream = NULL;
-  NO_CUDA();
-}
-int FsdpCudaStreamDestroy(void **stream)
-{
-  if (stream) *stream = NULL;
-  return FSDP_SUCCESS;
-}
-int FsdpCudaStreamSynchronize(void *stream)
-{
-  (void)stream;
-  NO_CUDA();
-}
-int FsdpCudaEventCreate(void **event)
-{
-  if (event) *event = NULL;
-  NO_CUDA();
-}
-int FsdpCudaEventDestroy(void **event)
-{
-  if (event) *event = NULL;
-  return FSDP_SUCCESS;
-}
-int FsdpCudaEventRecord(void *event, void *stream)
-{
-  (void)event, (void)stream;
-  NO_CUDA();
-}
-int FsdpCudaStreamWaitEvent(void *stream, void *event)
-{
-  (void)event, (void)stream;
-  NO_CUDA();
-}
-int FsdpCudaEventQuery(void *event, int *done)
-{
-  (void)event;
-  if (done) *done = 1;
-  NO_CUDA();
-}
-int FsdpCudaEventSynchronize(void *event)
-{
-  (void)event;
-  NO_CUDA();
-}
-int FsdpCudaMalloc(FsdpMemTag tag, size_t bytes, void *ptr)
-{
-  (void)tag, (void)bytes;
-  if (ptr) *(void **)ptr = NULL;
-  NO_CUDA();
-}
-int FsdpCudaFree(void *ptr)
-{
-  if (ptr) *(void **)ptr = NULL;
-  return FSDP_SUCCESS;
-}
-int FsdpCudaMallocHost(size_t bytes, void *ptr)
-{
-  (void)bytes;
-  if (ptr) *(void **)ptr = NULL;
-  NO_CUDA();
-}
-int FsdpCudaFreeHost(void *ptr)
-{
-  if (ptr) *(void **)ptr = NULL;
-  return FSDP_SUCCESS;
-}
-int FsdpCudaMemcpyAsync(void *dst, const void *src, size_t bytes, void *stream)
-{
-  (void)dst, (void)src, (void)bytes, (void)stream;
-  NO_CUDA();
-}
-int FsdpCudaMemsetAsync(void *dst, int value, size_t bytes, void *stream)
-{
-  (void)dst, (void)value, (void)bytes, (void)stream;
-  NO_CUDA();
-}
-int FsdpCudaPoolCreate(FsdpMemTag tag, size_t bytes, FsdpCudaPool *pool)
-{
-  (void)tag, (void)bytes;
-  if (pool) *pool = NULL;
-  NO_CUDA();
-}
-int FsdpCudaPoolAlloc(FsdpCudaPool pool, FsdpMemTag tag, size_t bytes, void *ptr)
-{
-  (void)pool, (void)tag, (void)bytes;
-  if (ptr) *(void **)ptr = NULL;
-  NO_CUDA();
-}
-int FsdpCudaPoolReset(FsdpCudaPool pool)
-{
-  (void)pool;
-  return FSDP_SUCCESS;
-}
-size_t FsdpCudaPoolUsed(FsdpCudaPool pool)
-{
-  (void)pool;
-  return 0;
-}
-size_t FsdpCudaPoolSize(FsdpCudaPool pool)
-{
-  (void)pool;
-  return 0;
-}
-int FsdpCudaPoolDestroy(FsdpCudaPool *pool)
-{
-  if (pool) *pool = NULL;
-  return FSDP_SUCCESS;
-}
-void FsdpCudaMemGetStats(FsdpCudaMemStats *s)
-{
-  if (s) memset(s, 0, sizeof *s);
-}
-void FsdpCudaMemResetPeaks(void) {}
-
-#endif /* FSDP_HAVE_CUDA */

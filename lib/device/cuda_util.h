@@ -1,13 +1,16 @@
-/* cuda_util.h: GPU detection and selection, error adapters for CUDA /
- * cuBLAS / NCCL, streams and events, and tagged device memory with the
- * statistics the run reports (allocated, peak, reserved, allocation
+/* cuda_util.h: GPU detection and selection, streams and events, and
+ * tagged device memory with the statistics the run reports (allocated, peak, reserved, allocation
  * retries and failures).
  *
- * The functions exist in every build.  Without CUDA (configure without
- * --with-cuda) FsdpCudaDeviceCount reports 0 devices and every other
- * function is a usage error that says the build has no CUDA back-end, so
- * callers need no #ifdef.  Handles are void pointers (cudaStream_t,
- * cudaEvent_t) so that this header needs no CUDA header.
+ * The CUDA back-end's own interface (cuda_util.c, built by configure
+ * --with-cuda).  A build without CUDA links cuda_none.c instead, which
+ * keeps only what a caller needs to find out that no GPU is usable:
+ * FsdpCudaBuilt (0), FsdpCudaDeviceCount (0 devices) and
+ * FsdpCudaProbeMessage (why); shared code asks device.h
+ * (FsdpDeviceKindAvailable) and needs none of it.  Handles are void
+ * pointers (cudaStream_t, cudaEvent_t) so that this header needs no CUDA
+ * header; the error adapters for CUDA / cuBLAS / NCCL status codes are in
+ * cuda_call.h (not installed).
  *
  * [Note: one GPU per rank] Rank r of a node uses device r (its rank in the
  * node communicator).  More ranks on a node than GPUs is a usage error
@@ -24,41 +27,9 @@
 
 #include "base/error.h"
 #include "base/mem.h"
+#include "device/device.h"
 
-#ifdef FSDP_HAVE_CUDA
-#include <cublas_api.h>
-#include <cuda_runtime_api.h>
-#include <nccl.h>
-
-/* Adapters: relay a CUDA / cuBLAS / NCCL status as FSDP_ERR_CUDA /
- * FSDP_ERR_NCCL with the library's own message. */
-#define FSDP_CALL_CUDA(expr)                                                    \
-  do {                                                                          \
-    cudaError_t fsdp_cuda_err_ = (expr);                                        \
-    if (fsdp_cuda_err_ != cudaSuccess)                                          \
-      FSDP_ERROR(FSDP_ERR_CUDA, "%s failed: %s (%s)", #expr,                    \
-                 cudaGetErrorString(fsdp_cuda_err_),                            \
-                 cudaGetErrorName(fsdp_cuda_err_));                             \
-  } while (0)
-
-#define FSDP_CALL_CUBLAS(expr)                                                  \
-  do {                                                                          \
-    cublasStatus_t fsdp_cublas_st_ = (expr);                                    \
-    if (fsdp_cublas_st_ != CUBLAS_STATUS_SUCCESS)                               \
-      FSDP_ERROR(FSDP_ERR_CUDA, "%s failed: %s", #expr,                         \
-                 cublasGetStatusString(fsdp_cublas_st_));                       \
-  } while (0)
-
-#define FSDP_CALL_NCCL(expr)                                                    \
-  do {                                                                          \
-    ncclResult_t fsdp_nccl_res_ = (expr);                                       \
-    if (fsdp_nccl_res_ != ncclSuccess)                                          \
-      FSDP_ERROR(FSDP_ERR_NCCL, "%s failed: %s", #expr,                         \
-                 ncclGetErrorString(fsdp_nccl_res_));                           \
-  } while (0)
-#endif /* FSDP_HAVE_CUDA */
-
-/* 1 if this build has the CUDA back-end. */
+/* 1 if this build has the CUDA back-end (FsdpDeviceKindAvailable). */
 int FsdpCudaBuilt(void);
 
 /* ---- detection and selection --------------------------------------------- */
@@ -104,18 +75,8 @@ int FsdpCudaEventSynchronize(void *event);
 
 /* ---- device memory -------------------------------------------------------- */
 
-/* Device memory statistics of this process, in bytes.  reserved is what
- * was obtained from the driver (cudaMalloc), allocated what is handed out
- * (the two differ inside pools); peak is the highest allocated.
- * alloc_retries counts allocations that failed once and succeeded after
- * the device was synchronized (freed memory returned); alloc_failures
- * those that failed for good.  [Note: device memory planned once]: both
- * stay 0 when every buffer is planned before step 1. */
-typedef struct {
-  size_t allocated, peak, reserved;
-  size_t tag_allocated[FSDP_MEM_NTAGS], tag_peak[FSDP_MEM_NTAGS];
-  uint64_t num_allocs, alloc_retries, alloc_failures;
-} FsdpCudaMemStats;
+/* Device memory statistics (device.h: FsdpDeviceMemStats). */
+typedef FsdpDeviceMemStats FsdpCudaMemStats;
 
 /* Not collective.  bytes of device memory under tag, 256-byte aligned,
  * zeroed (complete on return, so any stream may use the block at once);

@@ -8,11 +8,14 @@
  * these are plain memory operations; with CUDA they are launches on the
  * compute stream (asynchronous; copies to the host and the overflow check
  * wait for it).  The compute kernels come from FsdpDeviceKernels().
+ * Each back-end is one file (device_cpu.c, device_cuda.c: [Note: one file
+ * per back-end] in device_backend.h); which exist is configure's choice,
+ * asked at run time with FsdpDeviceKindAvailable.
  *
  * [Note: CUDA streams in the runtime] With CUDA the runtime launches
  * everything from the compute thread: kernels and casts on the compute
  * stream, NCCL collectives on the collectives' communication stream, which
- * first waits on the device for the compute stream (coll.c, [Note: NCCL
+ * first waits on the device for the compute stream (coll_nccl.c, [Note: NCCL
  * collectives and streams]).  A reduced gradient that must be landed into
  * the fp32 shard (low-precision reduction, per-micro-step accumulation) is
  * landed on the compute stream after it waits, on the device, for the
@@ -24,6 +27,7 @@
 #define FSDP_DEVICE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "base/dtype.h"
 #include "kernels/kernels.h"
@@ -31,6 +35,10 @@
 #include "comm/topo.h"
 
 typedef enum { FSDP_DEVICE_CPU, FSDP_DEVICE_CUDA } FsdpDeviceKind;
+
+/* 1 if this build has the back-end of kind (the CPU always; CUDA with
+ * configure --with-cuda), whether or not a device is usable here. */
+int FsdpDeviceKindAvailable(FsdpDeviceKind kind);
 
 /* Collective on the topology's world.  CPU: nothing to do.  CUDA: picks
  * the GPU from the rank's position in its node (a usage error on every
@@ -46,6 +54,24 @@ const FsdpKernelOps *FsdpDeviceKernels(void);
 void *FsdpDeviceComputeStream(void);
 /* One line describing the device ("cpu (OpenBLAS core SkylakeX)", GPU name). */
 int FsdpDeviceDescribe(char *buf, size_t size);
+
+/* Device memory statistics of this process, in bytes.  reserved is what
+ * was obtained from the driver (cudaMalloc), allocated what is handed out
+ * (the two differ inside pools); peak is the highest allocated.
+ * alloc_retries counts allocations that failed once and succeeded after
+ * the device was synchronized (freed memory returned); alloc_failures
+ * those that failed for good.  [Note: device memory planned once]
+ * (cuda_util.h): both stay 0 when every buffer is planned before step 1. */
+typedef struct {
+  size_t allocated, peak, reserved;
+  size_t tag_allocated[FSDP_MEM_NTAGS], tag_peak[FSDP_MEM_NTAGS];
+  uint64_t num_allocs, alloc_retries, alloc_failures;
+} FsdpDeviceMemStats;
+
+/* Not collective.  1 and *s filled when the device keeps memory statistics
+ * of its own (CUDA); 0 and *s zeroed on the CPU, whose buffers are host
+ * memory (FsdpMemGetStats). */
+int FsdpDeviceGetMemStats(FsdpDeviceMemStats *s);
 
 /* Zeroed allocation on the device (FsdpMalloc on the CPU); free takes the
  * address of the pointer and accepts NULL. */

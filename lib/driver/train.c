@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "device/cuda_util.h"
 #include "device/device.h"
 #include "base/error.h"
 #include "kernels/kernels.h"
@@ -22,6 +21,7 @@ struct FsdpTrainer_ {
   FsdpColl coll;
   FsdpRuntime rt;
   GptModel model;
+  FsdpModelDesc desc; /* what checkpoints and the run file record and compare */
   FsdpData data;
   FsdpOptim optim;
   const FsdpKernelOps *k;
@@ -122,6 +122,7 @@ int FsdpTrainerCreate(MPI_Comm comm, const FsdpTrainOptions *o, FsdpTrainer *out
     FSDP_CALL(FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &tr->coll));
   }
   FSDP_CALL(GptModelCreate(&o->model, o->wrap, tr->B, tr->T, tr->k, (uint64_t)o->seed, &tr->model));
+  FSDP_CALL(GptConfigDescribe(&o->model, o->model_name, &tr->desc));
   /* data first: a bad file is a usage error before any big allocation */
   FSDP_CALL(FsdpDataCreate(comm, o->data, o->model.vocab_size, tr->T, tr->W * tr->B,
                            (uint64_t)o->seed, &tr->data));
@@ -146,7 +147,7 @@ int FsdpTrainerCreate(MPI_Comm comm, const FsdpTrainOptions *o, FsdpTrainer *out
   FSDP_CALL(FsdpCkptResolveResume(comm, &o->ckpt, path, sizeof path, &found));
   if (found) {
     FsdpCkptMeta meta;
-    FSDP_CALL(FsdpCkptLoad(tr->rt, tr->optim, path, &o->model, &meta));
+    FSDP_CALL(FsdpCkptLoad(tr->rt, tr->optim, path, &tr->desc, &meta));
     if (meta.step >= o->steps)
       FSDP_ERROR(FSDP_ERR_USAGE,
                  "checkpoint %s is at step %lld, not before -steps %lld: nothing to do (raise "
@@ -165,7 +166,7 @@ int FsdpTrainerCreate(MPI_Comm comm, const FsdpTrainOptions *o, FsdpTrainer *out
   if (o->metrics) {
     char topo[512];
     FSDP_CALL(FsdpTopoSummary(tr->topo, topo, sizeof topo));
-    FsdpMetricsInfo mi = {o->options_string, topo, o->model_name, o->model,
+    FsdpMetricsInfo mi = {o->options_string, topo, &tr->desc,
                           GptConfigParamCount(&o->model),
                           (int64_t)tr->W * tr->B * tr->T * o->fsdp.grad_accum};
     /* a resumed run appends to its run file; a fresh one never overwrites */
@@ -324,9 +325,8 @@ int FsdpTrainerRun(FsdpTrainer tr, FILE *out)
       m.data_position = tr->data_base + (s - tr->first_step) * tr->o.fsdp.grad_accum;
       m.seed = tr->o.seed;
       m.global_batch = (int64_t)tr->W * tr->B * tr->o.fsdp.grad_accum;
-      m.model = tr->o.model;
+      m.model = tr->desc;
       m.optim = tr->o.optim;
-      snprintf(m.model_name, sizeof m.model_name, "%s", tr->o.model_name);
       char p[4096];
       double secs = 0.0;
       FSDP_CALL(FsdpCkptWriteStep(tr->rt, tr->optim, ck, &m, p, sizeof p, &secs));
@@ -462,10 +462,9 @@ int FsdpTrainerSummary(FsdpTrainer tr, FILE *out)
           tr->o.fsdp.grad_accum, tr->o.fsdp.accum_comm,
           tr->o.fsdp.prefetch == FSDP_PREFETCH_NONE ? "none"
           : tr->o.fsdp.prefetch == FSDP_PREFETCH_BACKWARD ? "backward" : "both");
-  if (FsdpDeviceGetKind() == FSDP_DEVICE_CUDA) {
+  FsdpDeviceMemStats cs;
+  if (FsdpDeviceGetMemStats(&cs)) {
     /* memory planned before step 1 never needs a retry: show it */
-    FsdpCudaMemStats cs;
-    FsdpCudaMemGetStats(&cs);
     fprintf(out, "\"device_memory\": {\"allocated_bytes\": %zu, \"peak_bytes\": %zu, "
                  "\"reserved_bytes\": %zu, \"num_allocs\": %llu, \"alloc_retries\": %llu, "
                  "\"alloc_failures\": %llu}, ",

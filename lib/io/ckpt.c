@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "io/fileutil.h"
 #include "io/h5util.h"
 
 #ifndef PACKAGE_VERSION
@@ -247,6 +248,74 @@ static int OutOfIntRange(int64_t v, const char *path, const char *group, const c
   return 1;
 }
 
+/* /model attributes that are not the model description's (ckpt.h). */
+static int IsModelGroupAttr(const char *name)
+{
+  return strcmp(name, "name") == 0 || strcmp(name, "family") == 0 ||
+         strcmp(name, "num_parameters") == 0;
+}
+
+typedef struct {
+  FsdpModelDesc *desc;
+  const char *path;
+  char *msg;
+  size_t size;
+  int bad;
+} DescReader;
+
+/* H5Aiterate2 callback: one attribute of /model into the description. */
+static herr_t ReadDescAttr(hid_t g, const char *name, const H5A_info_t *info, void *ctx)
+{
+  (void)info;
+  DescReader *r = ctx;
+  if (IsModelGroupAttr(name)) return 0;
+  FsdpModelDesc *d = r->desc;
+  if (strlen(name) >= FSDP_MODEL_NAME_MAX || d->nattrs >= FSDP_MODEL_MAX_ATTRS) {
+    Msgf(r->msg, r->size,
+         "checkpoint %s: /model/%s is one attribute too many or too long for a model "
+         "description (at most %d, names of at most %d characters)",
+         r->path, name, FSDP_MODEL_MAX_ATTRS, FSDP_MODEL_NAME_MAX - 1);
+    r->bad = 1;
+    return 1;
+  }
+  int64_t i = 0;
+  double x = 0.0;
+  char str[FSDP_MODEL_STRING_MAX];
+  int err;
+  /* probing reads: each fails unless the attribute is one value of its class */
+  if (FsdpHdf5AttrReadInt64(g, name, &i) >= 0) err = FsdpModelDescAddInt(d, name, i);
+  else if (FsdpHdf5AttrReadDouble(g, name, &x) >= 0) err = FsdpModelDescAddReal(d, name, x);
+  else if (FsdpHdf5AttrReadString(g, name, str, sizeof str) >= 0) err = FsdpModelDescAddString(d, name, str);
+  else err = FSDP_ERR_USAGE;
+  if (err) {
+    Msgf(r->msg, r->size, "checkpoint %s: /model/%s is not one integer, number or string", r->path,
+         name);
+    r->bad = 1;
+    return 1;
+  }
+  return 0;
+}
+
+/* The model description of /model (group g): 0, or 1 with msg.  Files of
+ * format version 1 written before there were families hold GPT-2 models. */
+static int ReadModelDesc(hid_t g, const char *path, FsdpModelDesc *desc, char *msg, size_t size)
+{
+  char family[FSDP_MODEL_NAME_MAX] = "gpt2", preset[FSDP_MODEL_NAME_MAX] = "";
+  if (H5Aexists(g, "family") > 0 && FsdpHdf5AttrReadString(g, "family", family, sizeof family) < 0) {
+    Msgf(msg, size, "checkpoint %s: /model/family is not a string", path);
+    return 1;
+  }
+  FsdpHdf5AttrReadString(g, "name", preset, sizeof preset);
+  FsdpModelDescInit(desc, family, preset);
+  DescReader r = {desc, path, msg, size, 0};
+  hsize_t at = 0;
+  if (H5Aiterate2(g, H5_INDEX_NAME, H5_ITER_INC, &at, ReadDescAttr, &r) < 0 && !r.bad) {
+    Msgf(msg, size, "checkpoint %s: cannot list the attributes of /model", path);
+    r.bad = 1;
+  }
+  return r.bad;
+}
+
 /* Read the metadata of an open file into *m; 0 on success, else 1 with
  * msg set (a file that is HDF5 but not a checkpoint this build reads). */
 static int ReadAttributes(hid_t file, const char *path, FsdpCkptMeta *m, char *msg, size_t size)
@@ -289,21 +358,7 @@ static int ReadAttributes(hid_t file, const char *path, FsdpCkptMeta *m, char *m
     Msgf(msg, size, "checkpoint %s has no /model group", path);
     return 1;
   }
-  struct { const char *name; int *dst; } cfg[] = {
-      {"n_layer", &m->model.n_layer}, {"n_embd", &m->model.n_embd},
-      {"n_head", &m->model.n_head}, {"vocab_size", &m->model.vocab_size},
-      {"seq_len", &m->model.seq_len}};
-  int bad = 0;
-  for (size_t i = 0; i < sizeof cfg / sizeof cfg[0] && !bad; i++) {
-    if (FsdpHdf5AttrReadInt64(g, cfg[i].name, &v) < 0) {
-      Msgf(msg, size, "checkpoint %s lacks the attribute /model/%s", path, cfg[i].name);
-      bad = 1;
-    } else {
-      bad = OutOfIntRange(v, path, "/model", cfg[i].name, msg, size);
-    }
-    *cfg[i].dst = (int)v;
-  }
-  FsdpHdf5AttrReadString(g, "name", m->model_name, sizeof m->model_name);
+  int bad = ReadModelDesc(g, path, &m->model, msg, size);
   H5Gclose(g);
   if (bad) return 1;
   if (H5Lexists(file, "/optim", H5P_DEFAULT) > 0) {
@@ -353,7 +408,7 @@ static hid_t OpenSerial(const char *path, char *msg, size_t size)
   return f;
 }
 
-static void ShapeString(int ndim, const int64_t *shape, char *buf, size_t size)
+void FsdpCkptShapeString(int ndim, const int64_t *shape, char *buf, size_t size)
 {
   size_t n = (size_t)snprintf(buf, size, "[");
   for (int d = 0; d < ndim && n < size; d++)
@@ -361,11 +416,16 @@ static void ShapeString(int ndim, const int64_t *shape, char *buf, size_t size)
   if (n < size) snprintf(buf + n, size - n, "]");
 }
 
-/* Is `name` a parameter of the runtime? */
+/* Is `name` a parameter the runtime registered? */
 static int RuntimeHasParam(FsdpRuntime rt, const char *name)
 {
-  for (int u = 0; u < FsdpRuntimeNumUnits(rt); u++)
-    if (FlatParamFind(FsdpRuntimeUnitFlatParam(rt, u), name) >= 0) return 1;
+  for (int u = 0; u < FsdpRuntimeNumUnits(rt); u++) {
+    const FsdpParamSpec *specs;
+    int n = 0;
+    if (FsdpRuntimeUnitSpecs(rt, u, &specs, &n) != FSDP_SUCCESS) continue;
+    for (int p = 0; p < n; p++)
+      if (strcmp(specs[p].name, name) == 0) return 1;
+  }
   return 0;
 }
 
@@ -386,98 +446,142 @@ static herr_t FindExtra(hid_t g, const char *name, const H5L_info_t *info, void 
   return 0;
 }
 
-/* Check every parameter of the runtime is in group `gname` with its shape,
- * and nothing else is.  0 or 1 with msg. */
-static int ValidateTensors(hid_t file, FsdpRuntime rt, const char *gname, const char *path,
-                           char *msg, size_t size)
+_Static_assert(FSDP_CKPT_MAX_RANK >= H5S_MAX_RANK, "a report holds any dataset's shape");
+
+/* Is parameter spec in group g a float dataset of its shape?  Sets
+ * r->finding (and its details) when not. */
+static void CheckDataset(hid_t g, const FsdpParamSpec *spec, int fp32, FsdpCkptReport *r)
 {
-  hid_t g = H5Lexists(file, gname, H5P_DEFAULT) > 0 ? H5Gopen2(file, gname, H5P_DEFAULT) : -1;
-  if (g < 0) {
-    Msgf(msg, size, "checkpoint %s has no group %s%s", path, gname,
-             strncmp(gname, "/optim", 6) == 0 ? " (no optimizer state)" : "");
-    return 1;
+  snprintf(r->name, sizeof r->name, "%s", spec->name);
+  if (H5Lexists(g, spec->name, H5P_DEFAULT) <= 0) {
+    r->finding = FSDP_CKPT_MISSING;
+    return;
   }
-  int bad = 0, expected = 0;
-  for (int u = 0; u < FsdpRuntimeNumUnits(rt) && !bad; u++) {
-    FlatParam fp = FsdpRuntimeUnitFlatParam(rt, u);
-    for (int p = 0; p < FlatParamNumParams(fp) && !bad; p++) {
-      const FsdpParamSpec *spec = FlatParamSpec(fp, p);
-      expected++;
-      if (H5Lexists(g, spec->name, H5P_DEFAULT) <= 0) {
-        Msgf(msg, size, "checkpoint %s has no parameter %s/%s", path, gname, spec->name);
-        bad = 1;
-        break;
-      }
-      hid_t d = H5Dopen2(g, spec->name, H5P_DEFAULT);
-      hid_t s = d >= 0 ? H5Dget_space(d) : -1;
-      hid_t t = d >= 0 ? H5Dget_type(d) : -1;
-      int ndim = s >= 0 ? H5Sget_simple_extent_ndims(s) : -1;
-      hsize_t dims[H5S_MAX_RANK];
-      int64_t shape[H5S_MAX_RANK];
-      if (ndim >= 0 && H5Sget_simple_extent_dims(s, dims, NULL) < 0) ndim = -1;
-      if (d < 0 || s < 0 || t < 0 || ndim < 0) {
-        Msgf(msg, size, "checkpoint %s: %s/%s is not a readable dataset", path, gname,
-                 spec->name);
-        bad = 1;
-      } else if (H5Tget_class(t) != H5T_FLOAT) {
-        Msgf(msg, size, "checkpoint %s: %s/%s is not a floating-point dataset", path, gname,
-                 spec->name);
-        bad = 1;
-      } else {
-        int same = ndim == spec->ndim;
-        for (int k = 0; k < ndim; k++) {
-          shape[k] = (int64_t)dims[k];
-          if (same && shape[k] != spec->shape[k]) same = 0;
-        }
-        if (!same) {
-          char have[128], want[128];
-          ShapeString(ndim, shape, have, sizeof have);
-          ShapeString(spec->ndim, spec->shape, want, sizeof want);
-          Msgf(msg, size, "checkpoint %s: %s/%s has shape %s but the model expects %s", path,
-                   gname, spec->name, have, want);
-          bad = 1;
-        }
-      }
-      if (t >= 0) H5Tclose(t);
-      if (s >= 0) H5Sclose(s);
-      if (d >= 0) H5Dclose(d);
+  hid_t d = H5Dopen2(g, spec->name, H5P_DEFAULT);
+  hid_t s = d >= 0 ? H5Dget_space(d) : -1;
+  hid_t t = d >= 0 ? H5Dget_type(d) : -1;
+  int ndim = s >= 0 ? H5Sget_simple_extent_ndims(s) : -1;
+  hsize_t dims[H5S_MAX_RANK];
+  if (ndim >= 0 && H5Sget_simple_extent_dims(s, dims, NULL) < 0) ndim = -1;
+  if (d < 0 || s < 0 || t < 0 || ndim < 0) {
+    r->finding = FSDP_CKPT_UNREADABLE;
+  } else if (H5Tget_class(t) != H5T_FLOAT || (fp32 && H5Tget_size(t) != 4)) {
+    r->finding = H5Tget_class(t) != H5T_FLOAT ? FSDP_CKPT_NOT_FLOAT : FSDP_CKPT_NOT_FP32;
+    r->elem_size = H5Tget_size(t);
+  } else {
+    int same = ndim == spec->ndim;
+    for (int k = 0; k < ndim; k++) {
+      r->shape[k] = (int64_t)dims[k];
+      if (same && r->shape[k] != spec->shape[k]) same = 0;
+    }
+    if (!same) {
+      r->finding = FSDP_CKPT_SHAPE;
+      r->ndim = ndim;
+      r->want_ndim = spec->ndim;
+      memcpy(r->want_shape, spec->shape, sizeof r->want_shape);
     }
   }
-  if (!bad) {
-    H5G_info_t info;
-    if (H5Gget_info(g, &info) < 0) {
-      Msgf(msg, size, "checkpoint %s: cannot list %s", path, gname);
-      bad = 1;
-    } else if ((int64_t)info.nlinks != expected) {
-      ExtraSearch s = {rt, ""};
-      H5Literate(g, H5_INDEX_NAME, H5_ITER_INC, NULL, FindExtra, &s);
-      if (s.name[0])
-        Msgf(msg, size, "checkpoint %s has parameter %s/%s, which the model does not have",
-                 path, gname, s.name);
-      else
-        Msgf(msg, size, "checkpoint %s: %s holds %llu entries but the model has %d parameters",
-                 path, gname, (unsigned long long)info.nlinks, expected);
-      bad = 1;
-    }
-  }
-  H5Gclose(g);
-  return bad;
+  if (t >= 0) H5Tclose(t);
+  if (s >= 0) H5Sclose(s);
+  if (d >= 0) H5Dclose(d);
 }
 
-static void CompareConfig(const GptConfig *have, const GptConfig *want, const char *path,
-                          char *msg, size_t size, int *bad)
+/* Does group gname hold exactly the runtime's parameters, with their
+ * shapes?  Sets r->finding when not. */
+static void CheckGroup(hid_t file, FsdpRuntime rt, const char *gname, int fp32, FsdpCkptReport *r)
 {
-  struct { const char *name; int h, w; } f[] = {
-      {"n_layer", have->n_layer, want->n_layer}, {"n_embd", have->n_embd, want->n_embd},
-      {"n_head", have->n_head, want->n_head}, {"vocab_size", have->vocab_size, want->vocab_size},
-      {"seq_len", have->seq_len, want->seq_len}};
-  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
-    if (f[i].h != f[i].w) {
-      Msgf(msg, size, "checkpoint %s has %s %d but the model has %d", path, f[i].name, f[i].h,
-               f[i].w);
-      *bad = 1;
-      return;
-    }
+  snprintf(r->group, sizeof r->group, "%s", gname);
+  if (H5Lexists(file, gname, H5P_DEFAULT) <= 0) {
+    r->finding = FSDP_CKPT_NO_GROUP;
+    return;
+  }
+  hid_t g = H5Gopen2(file, gname, H5P_DEFAULT);
+  if (g < 0) {
+    r->finding = FSDP_CKPT_BAD_GROUP;
+    return;
+  }
+  int64_t expected = 0;
+  for (int u = 0; u < FsdpRuntimeNumUnits(rt) && !r->finding; u++) {
+    const FsdpParamSpec *specs;
+    int n = 0;
+    if (FsdpRuntimeUnitSpecs(rt, u, &specs, &n) != FSDP_SUCCESS) n = 0;
+    for (int p = 0; p < n && !r->finding; p++, expected++) CheckDataset(g, &specs[p], fp32, r);
+  }
+  H5G_info_t info;
+  if (!r->finding && H5Gget_info(g, &info) < 0) {
+    r->finding = FSDP_CKPT_BAD_GROUP;
+  } else if (!r->finding && (int64_t)info.nlinks != expected) {
+    /* every parameter is there: so something else is */
+    ExtraSearch x = {rt, ""};
+    H5Literate(g, H5_INDEX_NAME, H5_ITER_INC, NULL, FindExtra, &x);
+    r->finding = x.name[0] ? FSDP_CKPT_EXTRA : FSDP_CKPT_COUNT;
+    snprintf(r->name, sizeof r->name, "%s", x.name);
+    r->entries = (int64_t)info.nlinks;
+    r->expected = expected;
+  }
+  H5Gclose(g);
+}
+
+int FsdpCkptCheck(const char *path, FsdpRuntime rt, const FsdpModelDesc *expect, unsigned checks,
+                  FsdpCkptMeta *meta, FsdpCkptReport *report)
+{
+  FsdpHdf5Init();
+  memset(report, 0, sizeof *report);
+  FsdpCkptMeta local;
+  FsdpCkptMeta *m = meta ? meta : &local;
+  memset(m, 0, sizeof *m);
+  hid_t f = OpenSerial(path, report->text, sizeof report->text);
+  int bad = f < 0 || ReadAttributes(f, path, m, report->text, sizeof report->text);
+  if (!bad && expect) {
+    char what[4200];
+    Msgf(what, sizeof what, "checkpoint %s", path);
+    bad = FsdpModelDescCompare(&m->model, expect, what, report->text, sizeof report->text);
+  }
+  if (bad) report->finding = FSDP_CKPT_BAD_FILE;
+  static const char *const groups[3] = {"/model", "/optim/exp_avg", "/optim/exp_avg_sq"};
+  for (int k = 0; k < 3 && rt && !report->finding; k++)
+    if (checks & (k == 0 ? FSDP_CKPT_CHECK_MODEL : FSDP_CKPT_CHECK_OPTIM))
+      CheckGroup(f, rt, groups[k], (checks & FSDP_CKPT_CHECK_FP32) != 0, report);
+  if (f >= 0) H5Fclose(f);
+  return FSDP_SUCCESS;
+}
+
+void FsdpCkptReportString(const FsdpCkptReport *r, const char *path, char *buf, size_t size)
+{
+  char have[160], want[160];
+  const char *g = r->group, *n = r->name;
+  switch (r->finding) {
+  case FSDP_CKPT_GOOD: Msgf(buf, size, "checkpoint %s is good", path); break;
+  case FSDP_CKPT_BAD_FILE: Msgf(buf, size, "%s", r->text); break;
+  case FSDP_CKPT_NO_GROUP:
+    Msgf(buf, size, "checkpoint %s has no group %s%s", path, g,
+         strncmp(g, "/optim", 6) == 0 ? " (no optimizer state)" : "");
+    break;
+  case FSDP_CKPT_BAD_GROUP: Msgf(buf, size, "checkpoint %s: %s is not a readable group", path, g); break;
+  case FSDP_CKPT_MISSING: Msgf(buf, size, "checkpoint %s has no parameter %s/%s", path, g, n); break;
+  case FSDP_CKPT_UNREADABLE:
+    Msgf(buf, size, "checkpoint %s: %s/%s is not a readable dataset", path, g, n);
+    break;
+  case FSDP_CKPT_NOT_FLOAT:
+    Msgf(buf, size, "checkpoint %s: %s/%s is not a floating-point dataset", path, g, n);
+    break;
+  case FSDP_CKPT_NOT_FP32:
+    Msgf(buf, size, "checkpoint %s: %s/%s holds floats of %zu bytes, not 4", path, g, n, r->elem_size);
+    break;
+  case FSDP_CKPT_SHAPE:
+    FsdpCkptShapeString(r->ndim, r->shape, have, sizeof have);
+    FsdpCkptShapeString(r->want_ndim, r->want_shape, want, sizeof want);
+    Msgf(buf, size, "checkpoint %s: %s/%s has shape %s but the model expects %s", path, g, n, have,
+         want);
+    break;
+  case FSDP_CKPT_EXTRA:
+    Msgf(buf, size, "checkpoint %s has parameter %s/%s, which the model does not have", path, g, n);
+    break;
+  default:
+    Msgf(buf, size, "checkpoint %s: %s holds %lld entries but the model has %lld parameters", path,
+         g, (long long)r->entries, (long long)r->expected);
+    break;
+  }
 }
 
 /* What rank 0 tells everyone after looking at a file. */
@@ -488,34 +592,33 @@ typedef struct {
 } Verdict;
 
 /* Rank 0 only.  rt NULL: header only. */
-static void Validate(FsdpRuntime rt, int with_optim, const char *path, const GptConfig *expect,
-                     Verdict *v)
+static int Validate(FsdpRuntime rt, int with_optim, const char *path, const FsdpModelDesc *expect,
+                    Verdict *v)
 {
   memset(v, 0, sizeof *v);
-  hid_t f = OpenSerial(path, v->msg, sizeof v->msg);
-  if (f < 0) {
-    v->bad = 1;
-    return;
-  }
-  v->bad = ReadAttributes(f, path, &v->meta, v->msg, sizeof v->msg);
-  if (!v->bad && expect) CompareConfig(&v->meta.model, expect, path, v->msg, sizeof v->msg, &v->bad);
-  if (!v->bad && rt) v->bad = ValidateTensors(f, rt, "/model", path, v->msg, sizeof v->msg);
-  if (!v->bad && rt && with_optim) {
-    v->bad = ValidateTensors(f, rt, "/optim/exp_avg", path, v->msg, sizeof v->msg);
-    if (!v->bad) v->bad = ValidateTensors(f, rt, "/optim/exp_avg_sq", path, v->msg, sizeof v->msg);
-  }
-  H5Fclose(f);
+  FsdpCkptReport *r = calloc(1, sizeof *r);
+  FSDP_CHECK_ALLOC(r, sizeof *r);
+  unsigned checks = FSDP_CKPT_CHECK_MODEL | (with_optim ? FSDP_CKPT_CHECK_OPTIM : 0);
+  int err = FsdpCkptCheck(path, rt, expect, checks, &v->meta, r);
+  v->bad = r->finding != FSDP_CKPT_GOOD;
+  if (v->bad) FsdpCkptReportString(r, path, v->msg, sizeof v->msg);
+  free(r);
+  return err;
 }
 
 /* Collective on comm: rank 0 validates, everyone gets the verdict. */
 static int AgreeOnFile(MPI_Comm comm, FsdpRuntime rt, int with_optim, const char *path,
-                       const GptConfig *expect, FsdpCkptMeta *meta)
+                       const FsdpModelDesc *expect, FsdpCkptMeta *meta)
 {
   int rank;
   FSDP_CALL_MPI(MPI_Comm_rank(comm, &rank));
   Verdict *v = calloc(1, sizeof *v);
   FSDP_CHECK_ALLOC(v, sizeof *v);
-  if (rank == 0) Validate(rt, with_optim, path, expect, v);
+  /* a rank-0 failure to look (memory) is told as a verdict: no hang */
+  if (rank == 0 && Validate(rt, with_optim, path, expect, v) != FSDP_SUCCESS && !v->bad) {
+    v->bad = 1;
+    Msgf(v->msg, sizeof v->msg, "checkpoint %s could not be validated (out of memory)", path);
+  }
   int err = MPI_Bcast(v, (int)sizeof *v, MPI_BYTE, 0, comm);
   if (err != MPI_SUCCESS) {
     free(v);
@@ -654,16 +757,6 @@ static int InjectedFault(const SaveGuard *g, const char *site, int64_t n)
   return strcmp(site, what) == 0;
 }
 
-/* The directory part of path ("." when it has none). */
-static void DirName(const char *path, char *dir, size_t size)
-{
-  snprintf(dir, size, "%s", path);
-  char *slash = strrchr(dir, '/');
-  if (slash == dir) dir[1] = '\0';
-  else if (slash) *slash = '\0';
-  else snprintf(dir, size, ".");
-}
-
 /* Bytes a checkpoint file takes: *meta_bytes of HDF5 metadata (0.45 KiB
  * per dataset measured on -model tiny; 1 KiB per dataset and 16 KiB leave
  * room) plus the tensors.  The close truncates the file to what it holds. */
@@ -743,24 +836,14 @@ static int MakeTempName(SaveGuard *g, const char *path, int64_t headroom, char *
   struct { int made; char name[4096]; } r;
   memset(&r, 0, sizeof r);
   if (g->rank == 0) {
-    int n = snprintf(r.name, sizeof r.name, "%s.tmp-XXXXXX", path);
-    if (n < 0 || (size_t)n >= sizeof r.name || (size_t)n >= size) {
-      SaveFail(g, ENAMETOOLONG, "the checkpoint path %s is too long", path);
+    int e = FsdpTempFileCreate(path, "tmp", r.name, sizeof r.name < size ? sizeof r.name : size);
+    if (e == ENAMETOOLONG) {
+      SaveFail(g, e, "the checkpoint path %s is too long", path);
+    } else if (e) {
+      SaveFail(g, e, "creating %s failed", r.name);
     } else {
-      int fd = mkstemp(r.name);
-      if (fd < 0) {
-        SaveFail(g, errno, "creating %s failed", r.name);
-      } else {
-        /* mkstemp makes the file 0600: give it the permissions any new
-         * file would get (the umask's), since it becomes the checkpoint */
-        mode_t mask = umask(0);
-        umask(mask);
-        if (fchmod(fd, 0666 & ~mask) != 0)
-          FsdpWarn(0, "cannot set the permissions of %s: %s", r.name, strerror(errno));
-        close(fd);
-        r.made = 1;
-        MakeHeadroom(g, r.name, headroom);
-      }
+      r.made = 1;
+      MakeHeadroom(g, r.name, headroom);
     }
   }
   FSDP_CALL_MPI(MPI_Bcast(&r, (int)sizeof r, MPI_BYTE, 0, g->comm));
@@ -778,30 +861,19 @@ static void Reserve(SaveGuard *g, const char *tmp, int64_t bytes)
   if (err_no) SaveFail(g, err_no, "reserving %lld bytes for %s failed", (long long)bytes, tmp);
 }
 
-static int FsyncPath(const char *path, int dir)
-{
-  int fd = open(path, dir ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
-  if (fd < 0) return -1;
-  int r = fsync(fd);
-  if (close(fd) != 0) r = -1;
-  return r;
-}
-
 /* Rank 0: fsync tmp, rename it to path, fsync the directory
  * ([Note: atomic checkpoints]); the caller agrees on the outcome. */
 static void Publish(SaveGuard *g, const char *tmp, const char *path)
 {
-  if (FsyncPath(tmp, 0) != 0) {
-    SaveFail(g, errno, "fsync of %s failed", tmp);
-  } else if (rename(tmp, path) != 0) {
-    SaveFail(g, errno, "renaming %s to %s failed", tmp, path);
-  } else {
-    char dir[4096];
-    DirName(path, dir, sizeof dir);
-    if (FsyncPath(dir, 1) != 0)
-      SaveFail(g, errno, "fsync of directory %s failed (%s is complete but may not survive a crash)",
-               dir, path);
-  }
+  FsdpPublishStep step;
+  int e = FsdpPublish(tmp, path, 1, &step);
+  char dir[4096];
+  FsdpDirName(path, dir, sizeof dir);
+  if (e && step == FSDP_PUBLISH_SYNC_FILE) SaveFail(g, e, "fsync of %s failed", tmp);
+  else if (e && step == FSDP_PUBLISH_NAME) SaveFail(g, e, "renaming %s to %s failed", tmp, path);
+  else if (e)
+    SaveFail(g, e, "fsync of directory %s failed (%s is complete but may not survive a crash)", dir,
+             path);
 }
 
 static int CountParams(FsdpRuntime rt)
@@ -821,17 +893,17 @@ static int WriteAttributes(SaveGuard *g, hid_t file, hid_t model, hid_t optim, F
   FsdpIsoTime(created, sizeof created);
   /* every rank passes the same values: rank 0 decides the time */
   FSDP_CALL_MPI(MPI_Bcast(created, sizeof created, MPI_CHAR, 0, WorldComm(rt)));
-  const GptConfig *c = &m->model;
   const FsdpOptimOptions *o = &m->optim;
   enum { I64, F64, STR };
-  struct {
+  typedef struct {
     hid_t obj;
     const char *name;
     int type;
     int64_t i;
     double d;
     const char *s;
-  } a[] = {
+  } AttrValue;
+  const AttrValue head[] = {
       {file, "format_version", I64, FSDP_CKPT_VERSION, 0, NULL},
       {file, "program", STR, 0, 0, "fsdp " PACKAGE_VERSION},
       {file, "created", STR, 0, 0, created},
@@ -842,12 +914,11 @@ static int WriteAttributes(SaveGuard *g, hid_t file, hid_t model, hid_t optim, F
       {file, "world_size", I64, FsdpTopoWorld(topo)->size, 0, NULL},
       {file, "sharding_factor", I64, FsdpTopoShard(topo)->size, 0, NULL},
       {file, "ranks_per_node", I64, FsdpTopoRanksPerNode(topo), 0, NULL},
-      {model, "name", STR, 0, 0, m->model_name},
-      {model, "n_layer", I64, c->n_layer, 0, NULL},
-      {model, "n_embd", I64, c->n_embd, 0, NULL},
-      {model, "n_head", I64, c->n_head, 0, NULL},
-      {model, "vocab_size", I64, c->vocab_size, 0, NULL},
-      {model, "seq_len", I64, c->seq_len, 0, NULL},
+      {model, "name", STR, 0, 0, m->model.preset},
+      {model, "family", STR, 0, 0, m->model.family},
+  };
+  /* then the model's description, as it describes itself */
+  const AttrValue tail[] = {
       {model, "num_parameters", I64, CountParams(rt), 0, NULL},
       {optim, "type", STR, 0, 0, "adamw"},
       {optim, "step_count", I64, optim_step, 0, NULL},
@@ -862,9 +933,19 @@ static int WriteAttributes(SaveGuard *g, hid_t file, hid_t model, hid_t optim, F
       {optim, "total_steps", I64, o->total_steps, 0, NULL},
       {optim, "decay_embeddings", I64, o->decay_embeddings, 0, NULL},
   };
+  enum { NHEAD = sizeof head / sizeof head[0], NTAIL = sizeof tail / sizeof tail[0] };
+  AttrValue a[NHEAD + FSDP_MODEL_MAX_ATTRS + NTAIL];
+  size_t n = 0;
+  for (size_t k = 0; k < NHEAD; k++) a[n++] = head[k];
+  for (int k = 0; k < m->model.nattrs; k++) {
+    const FsdpModelAttr *x = &m->model.attr[k];
+    int type = x->type == FSDP_MODEL_ATTR_INT ? I64 : x->type == FSDP_MODEL_ATTR_REAL ? F64 : STR;
+    a[n++] = (AttrValue){model, x->name, type, x->i, x->r, x->s};
+  }
+  for (size_t k = 0; k < NTAIL; k++) a[n++] = tail[k];
   int err = FSDP_SUCCESS;
   char what[MSG_SIZE];
-  for (size_t k = 0; k < sizeof a / sizeof a[0]; k++) {
+  for (size_t k = 0; k < n; k++) {
     if (a[k].obj < 0) continue; /* no /optim */
     Msgf(what, sizeof what, "writing attribute %s of %s", a[k].name, tmp);
     SAVE_HDF5(g, what,
@@ -978,7 +1059,7 @@ static void DescribeFailure(const SaveGuard *g, const char *path, int64_t need,
                             const char *cleanup, char *msg, size_t size)
 {
   char dir[4096], space[512] = "", newest[4096];
-  DirName(path, dir, sizeof dir);
+  FsdpDirName(path, dir, sizeof dir);
   struct statvfs sv;
   int64_t avail = statvfs(dir, &sv) == 0 ? (int64_t)sv.f_bavail * (int64_t)sv.f_frsize : -1;
   int err_no = g->why.err_no;
@@ -1007,6 +1088,10 @@ static int SaveGuarded(FsdpRuntime rt, FsdpOptim opt, const char *path, const Fs
 {
   FsdpHdf5Init();
   *failed = 0;
+  for (int k = 0; k < meta->model.nattrs; k++)
+    if (IsModelGroupAttr(meta->model.attr[k].name))
+      FSDP_ERROR(FSDP_ERR_INTERNAL, "model attribute %s would overwrite the /model attribute of "
+                 "that name (ckpt.h)", meta->model.attr[k].name);
   g_saves++;
   SaveGuard guard, *g = &guard;
   memset(g, 0, sizeof *g);
@@ -1155,7 +1240,7 @@ done:
   return err;
 }
 
-int FsdpCkptLoad(FsdpRuntime rt, FsdpOptim opt, const char *path, const GptConfig *expect,
+int FsdpCkptLoad(FsdpRuntime rt, FsdpOptim opt, const char *path, const FsdpModelDesc *expect,
                  FsdpCkptMeta *meta)
 {
   FsdpHdf5Init();

@@ -6,8 +6,15 @@
  *                          global_batch, world_size, sharding_factor,
  *                          ranks_per_node (the topology it was written at:
  *                          informational, a checkpoint loads at any)
- *   /model                 attributes: name, n_layer, n_embd, n_head,
- *                          vocab_size, seq_len, num_parameters
+ *   /model                 attributes: name (the preset), family
+ *                          ("gpt2"), the model description's attributes
+ *                          (model.h; GPT: n_layer, n_embd, n_head,
+ *                          vocab_size, seq_len, integers), num_parameters
+ *                          (tensors).  Every /model attribute but name,
+ *                          family and num_parameters belongs to the
+ *                          description: an integer, a float or a string.
+ *                          A file without family (written before there
+ *                          were families) is a gpt2 model.
  *   /model/<name>          one fp32 dataset per original parameter, in its
  *                          full logical shape (e.g. /model/wte [V, C])
  *   /optim                 attributes: type ("adamw"), step_count (AdamW t,
@@ -46,8 +53,10 @@
  * [Note: checkpoint validation] Load first validates on rank 0 alone with
  * serial HDF5 (file exists, opens as HDF5 -- HDF5 refuses a file shorter
  * than its recorded end, so a truncated copy fails here --, format
- * version, model config equal to the expected one, every parameter
- * present with the model's shape and nothing else), then broadcasts the
+ * version, model description equal to the expected one, every parameter
+ * present with the model's shape and nothing else: FsdpCkptCheck, whose
+ * structured report the trainer and fsdp-ckpt word each their own way),
+ * then broadcasts the
  * verdict: every rank raises the same FSDP_ERR_USAGE with a message naming
  * the file and the first problem, and no rank touches its shards or hangs.
  * Only then do all ranks open the file with MPI-IO and read.  A load never
@@ -61,7 +70,7 @@
 #include <stdint.h>
 
 #include "runtime/fsdp.h"
-#include "model/gpt.h"
+#include "model/model.h"
 #include "base/opts.h"
 #include "runtime/optim.h"
 
@@ -74,8 +83,8 @@ typedef struct {
   int64_t data_position; /* (in) micro-batches consumed: FsdpDataGetBatch's micro_step */
   int64_t seed;          /* (in) -seed (initialization, built-in task) */
   int64_t global_batch;  /* (in) sequences per optimizer step (informational) */
-  GptConfig model;       /* (in) */
-  char model_name[32];   /* (in) preset name (informational) */
+  FsdpModelDesc model;   /* (in) family, preset (informational; stored as
+                            /model "name") and the attributes compared on load */
   FsdpOptimOptions optim; /* (in) hyperparameters (informational: a resumed
                              run uses its own options) */
   int64_t optim_step;    /* AdamW step count: Save takes it from opt, Load
@@ -102,8 +111,61 @@ int FsdpCkptSave(FsdpRuntime rt, FsdpOptim opt, const char *path, const FsdpCkpt
  * usage error) and zero the shard padding; sets opt's step count.  *meta
  * (may be NULL) gets the file's metadata.  Any problem with the file is
  * FSDP_ERR_USAGE on every rank, before any shard is modified. */
-int FsdpCkptLoad(FsdpRuntime rt, FsdpOptim opt, const char *path, const GptConfig *expect,
+int FsdpCkptLoad(FsdpRuntime rt, FsdpOptim opt, const char *path, const FsdpModelDesc *expect,
                  FsdpCkptMeta *meta);
+
+/* The first problem FsdpCkptCheck found in a checkpoint file. */
+typedef enum {
+  FSDP_CKPT_GOOD = 0,
+  FSDP_CKPT_BAD_FILE,   /* the file or its attributes: text holds the message */
+  FSDP_CKPT_NO_GROUP,   /* group is missing (an /optim one: no optimizer state) */
+  FSDP_CKPT_BAD_GROUP,  /* group is not a readable group */
+  FSDP_CKPT_MISSING,    /* parameter name has no dataset in group */
+  FSDP_CKPT_UNREADABLE, /* group/name is not a readable dataset */
+  FSDP_CKPT_NOT_FLOAT,  /* group/name is not floating-point (elem_size bytes) */
+  FSDP_CKPT_NOT_FP32,   /* floating-point of elem_size != 4 bytes (asked for fp32) */
+  FSDP_CKPT_SHAPE,      /* group/name has shape[ndim], the model want_shape[want_ndim] */
+  FSDP_CKPT_EXTRA,      /* group holds name, which is no parameter of the model */
+  FSDP_CKPT_COUNT       /* group holds entries links for expected parameters */
+} FsdpCkptFinding;
+
+#define FSDP_CKPT_MAX_RANK 32 /* dimensions of a dataset a report can hold (HDF5's) */
+
+typedef struct {
+  FsdpCkptFinding finding;
+  char text[1024];            /* BAD_FILE: the whole message, naming the file */
+  char group[32];             /* "/model", "/optim/exp_avg", "/optim/exp_avg_sq" */
+  char name[FSDP_MAX_NAME + 1]; /* the parameter or the extra entry */
+  int ndim, want_ndim;
+  int64_t shape[FSDP_CKPT_MAX_RANK], want_shape[FSDP_MAX_NDIM];
+  size_t elem_size;
+  int64_t entries, expected;
+} FsdpCkptReport;
+
+/* Which groups FsdpCkptCheck compares with the runtime's parameters. */
+enum {
+  FSDP_CKPT_CHECK_MODEL = 1, /* /model */
+  FSDP_CKPT_CHECK_OPTIM = 2, /* /optim/exp_avg and /optim/exp_avg_sq */
+  FSDP_CKPT_CHECK_FP32 = 4   /* datasets must be 32-bit floats (else any float) */
+};
+
+/* Not collective: serial HDF5, path opened read-only ([Note: checkpoint
+ * validation]).  Opens path and reads its metadata into *meta (may be
+ * NULL); compares the model description with expect (when not NULL);
+ * then, when rt is not NULL, checks that each group named in `checks`
+ * holds exactly the parameters rt registered (FsdpRuntimeUnitSpecs: also
+ * before set-up), with their shapes.  *report gets the first problem
+ * (finding FSDP_CKPT_GOOD: none).  Returns an error code only when it
+ * could not look (out of memory). */
+int FsdpCkptCheck(const char *path, FsdpRuntime rt, const FsdpModelDesc *expect, unsigned checks,
+                  FsdpCkptMeta *meta, FsdpCkptReport *report);
+
+/* Not collective.  The report as the trainer words it (FsdpCkptLoad's
+ * message): "checkpoint <path> has no parameter /model/wte", ... */
+void FsdpCkptReportString(const FsdpCkptReport *r, const char *path, char *buf, size_t size);
+
+/* "[64, 32]" into buf. */
+void FsdpCkptShapeString(int ndim, const int64_t *shape, char *buf, size_t size);
 
 /* Collective on comm.  Rank 0 reads the root, /model and /optim
  * attributes of path and broadcasts them (no tensors are read).  A

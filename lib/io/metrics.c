@@ -186,6 +186,12 @@ static hid_t EventType(void)
   return t;
 }
 
+/* The run file's own root attributes (metrics.h): a model attribute must
+ * not take one of these names. */
+static const char *const kRootNames[] = {
+    "format_version", "program", "start_time", "options", "topology", "world_size", "hostnames",
+    "model_name", "model_family", "param_count", "tokens_per_step"};
+
 static int WriteRootAttributes(FsdpMetrics m, const FsdpMetricsInfo *info, const char *hosts,
                                int host_len)
 {
@@ -198,16 +204,19 @@ static int WriteRootAttributes(FsdpMetrics m, const FsdpMetricsInfo *info, const
   FSDP_CALL_HDF5(FsdpHdf5AttrWriteString(f, "options", info && info->options ? info->options : ""));
   FSDP_CALL_HDF5(FsdpHdf5AttrWriteString(f, "topology", info && info->topology ? info->topology : ""));
   FSDP_CALL_HDF5(FsdpHdf5AttrWriteInt64(f, "world_size", m->W));
-  FSDP_CALL_HDF5(FsdpHdf5AttrWriteString(f, "model_name",
-                                         info && info->model_name ? info->model_name : ""));
-  GptConfig c;
-  memset(&c, 0, sizeof c);
-  if (info) c = info->model;
-  FSDP_CALL_HDF5(FsdpHdf5AttrWriteInt64(f, "n_layer", c.n_layer));
-  FSDP_CALL_HDF5(FsdpHdf5AttrWriteInt64(f, "n_embd", c.n_embd));
-  FSDP_CALL_HDF5(FsdpHdf5AttrWriteInt64(f, "n_head", c.n_head));
-  FSDP_CALL_HDF5(FsdpHdf5AttrWriteInt64(f, "vocab_size", c.vocab_size));
-  FSDP_CALL_HDF5(FsdpHdf5AttrWriteInt64(f, "seq_len", c.seq_len));
+  const FsdpModelDesc *d = info ? info->model : NULL;
+  FSDP_CALL_HDF5(FsdpHdf5AttrWriteString(f, "model_name", d ? d->preset : ""));
+  FSDP_CALL_HDF5(FsdpHdf5AttrWriteString(f, "model_family", d ? d->family : ""));
+  for (int k = 0; d && k < d->nattrs; k++) {
+    const FsdpModelAttr *a = &d->attr[k];
+    for (size_t r = 0; r < sizeof kRootNames / sizeof kRootNames[0]; r++)
+      if (strcmp(a->name, kRootNames[r]) == 0)
+        FSDP_ERROR(FSDP_ERR_INTERNAL, "model attribute %s would overwrite the run file's root "
+                   "attribute of that name (metrics.h)", a->name);
+    if (a->type == FSDP_MODEL_ATTR_INT) FSDP_CALL_HDF5(FsdpHdf5AttrWriteInt64(f, a->name, a->i));
+    else if (a->type == FSDP_MODEL_ATTR_REAL) FSDP_CALL_HDF5(FsdpHdf5AttrWriteDouble(f, a->name, a->r));
+    else FSDP_CALL_HDF5(FsdpHdf5AttrWriteString(f, a->name, a->s));
+  }
   FSDP_CALL_HDF5(FsdpHdf5AttrWriteInt64(f, "param_count", info ? info->param_count : 0));
   FSDP_CALL_HDF5(FsdpHdf5AttrWriteInt64(f, "tokens_per_step", info ? info->tokens_per_step : 0));
   /* hostnames: [W] fixed-length strings */

@@ -4,8 +4,10 @@
  *   /            attributes: format_version, program, start_time (ISO
  *                8601), options (the options as given, FsdpOptsToString),
  *                topology (FsdpTopoSummary), world_size, hostnames (one
- *                string per rank), model_name, n_layer, n_embd, n_head,
- *                vocab_size, seq_len, param_count, tokens_per_step
+ *                string per rank), model_name (the preset), model_family
+ *                ("gpt2"), the model description's attributes under their
+ *                names (model.h; GPT: n_layer, n_embd, n_head, vocab_size,
+ *                seq_len), param_count, tokens_per_step
  *   /metrics/<column>  1-D extendible chunked datasets, one row per logged
  *                step: step, world_size (int64); loss, lr, grad_norm,
  *                step_time_s, tokens_per_s (float64); comm_intra_bytes,
@@ -46,7 +48,7 @@
 #include <mpi.h>
 #include <stdint.h>
 
-#include "model/gpt.h"
+#include "model/model.h"
 #include "base/opts.h"
 
 #define FSDP_METRICS_VERSION 1
@@ -54,8 +56,7 @@
 typedef struct {
   const char *options;    /* may be NULL */
   const char *topology;   /* may be NULL */
-  const char *model_name; /* may be NULL */
-  GptConfig model;
+  const FsdpModelDesc *model; /* may be NULL (no model attributes) */
   int64_t param_count, tokens_per_step;
 } FsdpMetricsInfo;
 

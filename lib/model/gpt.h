@@ -56,10 +56,6 @@ int GptModelDestroy(GptModel *m);
  * GptModelDestroy; the driver registers it with FsdpRuntimeAddModel. */
 const FsdpModelTable *GptModelTable(GptModel m);
 
-/* The description of a config: family "gpt2", attributes n_layer, n_embd,
- * n_head, vocab_size, seq_len (ints, in that order); preset left empty. */
-void GptConfigDescribe(const GptConfig *cfg, FsdpModelDesc *desc);
-
 /* Allocate activations for backward (tag FSDP_MEM_ACTS, through the
  * kernel table's alloc); call once. */
 int GptModelSetUp(GptModel m);
@@ -87,5 +83,20 @@ int GptParamDecays(const char *name, int decay_embeddings);
 const GptConfig *GptModelConfig(GptModel m);
 int GptModelNumUnits(GptModel m);
 int GptModelBatch(GptModel m, int *B, int *T);
+
+/* ---- the model's description (model.h) ---------------------------------- */
+
+#define GPT_FAMILY "gpt2"
+
+/* Not collective.  desc: family GPT_FAMILY, the preset name, and the int
+ * attributes n_layer, n_embd, n_head, vocab_size, seq_len (in that order:
+ * checkpoints and run files store them under these names). */
+int GptConfigDescribe(const GptConfig *cfg, const char *preset, FsdpModelDesc *desc);
+/* Not collective.  The config a description holds (one read from a file
+ * named in `what`, e.g. "checkpoint ckpt_00000100.h5"): a usage error
+ * naming what and the attribute when the family is not GPT_FAMILY, an
+ * attribute is missing, not an integer that fits an int, or one GPT does
+ * not have.  (The values are not validated: GptConfigValidate.) */
+int GptConfigFromDesc(const FsdpModelDesc *desc, const char *what, GptConfig *cfg);
 
 #endif

@@ -15,6 +15,7 @@
 #ifndef FSDP_MODEL_H
 #define FSDP_MODEL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kernels/kernels.h"
@@ -41,6 +42,28 @@ typedef struct {
   int nattrs;                       /* attributes that set the shapes, in order */
   FsdpModelAttr attr[FSDP_MODEL_MAX_ATTRS];
 } FsdpModelDesc;
+
+/* Not collective.  An empty description of a family ("gpt2") and preset. */
+void FsdpModelDescInit(FsdpModelDesc *d, const char *family, const char *preset);
+/* Append a typed attribute.  A name that is empty, too long or already
+ * there, or a full table, is FSDP_ERR_INTERNAL (the model's bug). */
+int FsdpModelDescAddInt(FsdpModelDesc *d, const char *name, int64_t v);
+int FsdpModelDescAddReal(FsdpModelDesc *d, const char *name, double v);
+int FsdpModelDescAddString(FsdpModelDesc *d, const char *name, const char *s);
+/* The attribute called name, or NULL. */
+const FsdpModelAttr *FsdpModelDescFind(const FsdpModelDesc *d, const char *name);
+/* 0 when have and want describe the same model (family, and every
+ * attribute by name, type and value; the order and the preset do not
+ * matter); else 1 with msg naming the first difference, worded for
+ * have = what the file `what` holds and want = the model that runs:
+ * "<what> has n_layer 4 but the model has 2", "<what> lacks the model
+ * attribute ...", "<what> holds a llama model but the model is gpt2". */
+int FsdpModelDescCompare(const FsdpModelDesc *have, const FsdpModelDesc *want, const char *what,
+                         char *msg, size_t size);
+/* An attribute's value as text: 12, 2.0, "gelu". */
+void FsdpModelAttrValueString(const FsdpModelAttr *a, char *buf, size_t size);
+/* "n_layer 2, n_embd 32, ..." in the description's order. */
+void FsdpModelDescFormat(const FsdpModelDesc *d, char *buf, size_t size);
 
 /* ---- table: units, parameter specs, stages ------------------------------ */
 

@@ -24,6 +24,7 @@ static const GptConfig kCfg = {1, 8, 2, 11, 4};
 static FsdpTopo g_topo;
 static FsdpColl g_coll;
 static GptModel g_model;
+static FsdpModelDesc g_desc; /* what the model gives checkpoints */
 static FsdpRuntime g_rt;
 static FsdpOptim g_opt;
 static uint8_t *g_base; /* the valid checkpoint's bytes */
@@ -71,8 +72,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
   FsdpCkptMeta m;
   memset(&m, 0, sizeof m);
   m.step = 3;
-  m.model = kCfg;
-  snprintf(m.model_name, sizeof m.model_name, "custom");
+  SETUP(GptConfigDescribe(&kCfg, "custom", &g_desc));
+  m.model = g_desc;
   m.optim = oo;
   char base[300];
   snprintf(base, sizeof base, "%s.base", fuzz_path);
@@ -241,7 +242,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
   FsdpCkptMeta meta;
   FUZZ_USAGE_OR_SUCCESS(FsdpCkptReadMeta(MPI_COMM_WORLD, fuzz_path, &meta));
-  int err = FsdpCkptLoad(g_rt, flags & 1 ? NULL : g_opt, fuzz_path, &kCfg, &meta);
+  int err = FsdpCkptLoad(g_rt, flags & 1 ? NULL : g_opt, fuzz_path, &g_desc, &meta);
   FUZZ_USAGE_OR_SUCCESS(err);
   if (err) {
     FUZZ_REQUIRE(strstr(FsdpErrorLastMessage(), fuzz_path) != NULL,
