@@ -131,15 +131,9 @@ static const char kHelp[] =
 /* elements per read while scanning or converting (16 MiB of fp32) */
 #define CHUNK_ELEMS ((int64_t)1 << 22)
 
-/* snprintf for messages (paths make them long; truncation is fine). */
-static void Msgf(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void Msgf(char *buf, size_t size, const char *fmt, ...)
-{
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, size, fmt, ap);
-  va_end(ap);
-}
+/* the one copy is FsdpMsgf (base/error.h); this name stays until the
+ * static names are renamed, so the validation rewrite merges cleanly */
+#define Msgf FsdpMsgf
 
 /* ------------------------------------------------------------------ */
 /* the model's parameter list ([Note: the model's parameter list])     */
@@ -619,12 +613,6 @@ static int64_t LlmcNumel(const LlmcHeader *h)
 
 static int PaddedVocab(int V) { return (int)(((int64_t)V + 127) / 128 * 128); }
 
-static int HostIsLittleEndian(void)
-{
-  const uint16_t one = 1;
-  return *(const uint8_t *)&one == 1;
-}
-
 /* The model parameter for llm.c tensor t at layer l, checked against the
  * element count llm.c gives it (wte: V of its Vp rows); marks it used. */
 static int LlmcParam(Engine *e, const LlmcHeader *h, int t, int l, ParamRef **out)
@@ -783,7 +771,7 @@ done:
 
 static int ExportLlmc(const char *path, const char *out)
 {
-  if (!HostIsLittleEndian())
+  if (!FsdpHostIsLittleEndian())
     FSDP_ERROR(FSDP_ERR_USAGE, "llm.c files are little-endian and this host is not: unsupported");
   FSDP_CALL(RefuseExisting(out));
   FsdpCkptMeta m;
@@ -948,7 +936,7 @@ static int DefaultOptimOptions(FsdpOptimOptions *o)
 
 static int ImportLlmc(const char *in, const char *out, int64_t global_batch)
 {
-  if (!HostIsLittleEndian())
+  if (!FsdpHostIsLittleEndian())
     FSDP_ERROR(FSDP_ERR_USAGE, "llm.c files are little-endian and this host is not: unsupported");
   FSDP_CALL(RefuseExisting(out));
   FILE *fp = fopen(in, "rb");
