@@ -152,15 +152,6 @@ static int PlanGroups(const PlanOptions *po, FsdpGroup *shard, FsdpGroup *replic
   return FSDP_SUCCESS;
 }
 
-/* The divisors of n as "1 2 4 ...", for messages. */
-static void Divisors(int n, char *buf, size_t size)
-{
-  size_t len = 0;
-  buf[0] = '\0';
-  for (int d = 1; d <= n && len + 16 < size; d++)
-    if (n % d == 0) len += (size_t)snprintf(buf + len, size - len, "%s%d", len ? " " : "", d);
-}
-
 static int PlanOptionsFromDb(FsdpOpts db, PlanOptions *po)
 {
   memset(po, 0, sizeof *po);
@@ -186,22 +177,12 @@ static int PlanOptionsFromDb(FsdpOpts db, PlanOptions *po)
   return FSDP_SUCCESS;
 }
 
-/* Check and complete the topology as FsdpTopoCreate would (same rules). */
+/* Check and complete the topology as FsdpTopoCreate would (its checks). */
 static int PlanTopology(PlanOptions *po)
 {
-  char div[512];
   int W = po->W;
-  Divisors(W, div, sizeof div);
   int F = po->t.topo.sharding_factor, G = po->t.topo.ranks_per_node;
-  if (F > W || (F > 0 && W % F))
-    FSDP_ERROR(FSDP_ERR_USAGE,
-               "-sharding_factor %d does not divide the world size %d (choose a divisor of %d: %s)",
-               F, W, W, div);
-  if (G > W || (G > 0 && W % G))
-    FSDP_ERROR(FSDP_ERR_USAGE,
-               "-ranks_per_node %d does not divide the world size %d (choose a divisor of %d: %s; "
-               "0 = one node)",
-               G, W, W, div);
+  FSDP_CALL(FsdpTopoCheckOptions(W, &po->t.topo));
   if (po->rank >= W)
     FSDP_ERROR(FSDP_ERR_USAGE, "-plan_rank %d is not a rank of the world size %d", po->rank, W);
   po->F = F ? F : W;
