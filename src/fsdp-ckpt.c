@@ -134,16 +134,6 @@ static const char kHelp[] =
 /* elements per read while scanning or converting (16 MiB of fp32) */
 #define CHUNK_ELEMS ((int64_t)1 << 22)
 
-/* snprintf for messages (paths make them long; truncation is fine). */
-static void Msgf(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void Msgf(char *buf, size_t size, const char *fmt, ...)
-{
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, size, fmt, ap);
-  va_end(ap);
-}
-
 /* ------------------------------------------------------------------ */
 /* the model's parameter list ([Note: the model's parameter list])     */
 
@@ -255,21 +245,21 @@ static void ReportString(const FsdpCkptReport *r, const char *path, char *msg, s
   char have[160], want[160];
   const char *g = r->group, *n = r->name;
   switch (r->finding) {
-  case FSDP_CKPT_NO_GROUP: Msgf(msg, size, "checkpoint %s has no group %s", path, g); break;
-  case FSDP_CKPT_MISSING: Msgf(msg, size, "checkpoint %s has no dataset %s/%s", path, g, n); break;
+  case FSDP_CKPT_NO_GROUP: FsdpMsgf(msg, size, "checkpoint %s has no group %s", path, g); break;
+  case FSDP_CKPT_MISSING: FsdpMsgf(msg, size, "checkpoint %s has no dataset %s/%s", path, g, n); break;
   case FSDP_CKPT_NOT_FLOAT:
   case FSDP_CKPT_NOT_FP32:
-    Msgf(msg, size, "checkpoint %s: %s/%s has %s elements of %zu bytes, expected fp32", path, g, n,
+    FsdpMsgf(msg, size, "checkpoint %s: %s/%s has %s elements of %zu bytes, expected fp32", path, g, n,
          r->finding == FSDP_CKPT_NOT_FP32 ? "floating-point" : "non-float", r->elem_size);
     break;
   case FSDP_CKPT_SHAPE:
     FsdpCkptShapeString(r->ndim, r->shape, have, sizeof have);
     FsdpCkptShapeString(r->want_ndim, r->want_shape, want, sizeof want);
-    Msgf(msg, size, "checkpoint %s: %s/%s has shape %s, the model config expects %s", path, g, n,
+    FsdpMsgf(msg, size, "checkpoint %s: %s/%s has shape %s, the model config expects %s", path, g, n,
          have, want);
     break;
   case FSDP_CKPT_EXTRA:
-    Msgf(msg, size, "checkpoint %s has %s/%s, which is not a parameter of its model config", path,
+    FsdpMsgf(msg, size, "checkpoint %s has %s/%s, which is not a parameter of its model config", path,
          g, n);
     break;
   default: FsdpCkptReportString(r, path, msg, size); break;
@@ -325,7 +315,7 @@ static int ScanDataset(hid_t f, const char *path, const char *gname, const FsdpP
     if (rc < 0) {
       char why[600];
       FsdpHdf5ErrorSummary(why, sizeof why);
-      Msgf(msg, size, "checkpoint %s: %s cannot be read (truncated or corrupt): %s", path, dname,
+      FsdpMsgf(msg, size, "checkpoint %s: %s cannot be read (truncated or corrupt): %s", path, dname,
            why);
       bad = 1;
     }
@@ -338,13 +328,13 @@ static int ScanDataset(hid_t f, const char *path, const char *gname, const FsdpP
       }
       char where[160];
       FsdpCkptShapeString(spec->ndim, idx, where, sizeof where);
-      Msgf(msg, size, "checkpoint %s: %s holds %s at element %lld (index %s)", path, dname,
+      FsdpMsgf(msg, size, "checkpoint %s: %s holds %s at element %lld (index %s)", path, dname,
            isnan(buf[i]) ? "NaN" : (buf[i] > 0 ? "+Inf" : "-Inf"), (long long)flat, where);
       bad = 1;
     }
     if (ms >= 0) H5Sclose(ms);
   }
-  if (bad == 2) Msgf(msg, size, "checkpoint %s: %s is not a readable dataset", path, dname);
+  if (bad == 2) FsdpMsgf(msg, size, "checkpoint %s: %s is not a readable dataset", path, dname);
   if (fs >= 0) H5Sclose(fs);
   if (d >= 0) H5Dclose(d);
   return bad != 0;
@@ -580,12 +570,6 @@ static int64_t LlmcNumel(const LlmcHeader *h)
 
 static int PaddedVocab(int V) { return (int)(((int64_t)V + 127) / 128 * 128); }
 
-static int HostIsLittleEndian(void)
-{
-  const uint16_t one = 1;
-  return *(const uint8_t *)&one == 1;
-}
-
 /* The model parameter for llm.c tensor t at layer l, checked against the
  * element count llm.c gives it (wte: V of its Vp rows); marks it used. */
 static int LlmcParam(Engine *e, const LlmcHeader *h, int t, int l, ParamRef **out)
@@ -715,7 +699,7 @@ done:
 
 static int ExportLlmc(const char *path, const char *out)
 {
-  if (!HostIsLittleEndian())
+  if (!FsdpHostIsLittleEndian())
     FSDP_ERROR(FSDP_ERR_USAGE, "llm.c files are little-endian and this host is not: unsupported");
   FSDP_CALL(RefuseExisting(out));
   FsdpCkptMeta m;
@@ -879,7 +863,7 @@ static int DefaultOptimOptions(FsdpOptimOptions *o)
 
 static int ImportLlmc(const char *in, const char *out, int64_t global_batch)
 {
-  if (!HostIsLittleEndian())
+  if (!FsdpHostIsLittleEndian())
     FSDP_ERROR(FSDP_ERR_USAGE, "llm.c files are little-endian and this host is not: unsupported");
   FSDP_CALL(RefuseExisting(out));
   FILE *fp = fopen(in, "rb");

@@ -59,6 +59,31 @@ if tu != pu:
     first = next((i for i in range(min(len(tu), len(pu))) if tu[i] != pu[i]), min(len(tu), len(pu)))
     bad.append(("units (%d vs %d), first differing #%d" % (len(tu), len(pu), first),
                 tu[first] if first < len(tu) else None, pu[first] if first < len(pu) else None))
+# the members both programs write (driver/summary.c): the same key set in
+# each shared part, and for the configuration the same values
+shared = {"": ["world_size", "sharding_factor", "replica_size", "ranks_per_node", "nodes", "model",
+               "batch_size", "wrap", "reshard_after_forward", "limit_all_gathers", "grad_accum",
+               "accum_comm", "prefetch", "units", "memory", "comm_per_step", "comm_time_per_step",
+               "precision"],
+          "model": ["name", "n_layer", "n_embd", "n_head", "vocab_size", "seq_len", "param_count"],
+          "memory": [k[7:] for k in keys if k.startswith("memory.")],
+          "comm_per_step": [k[14:] for k in keys if k.startswith("comm_per_step.")],
+          "comm_time_per_step": ["max_gathers_in_flight"],
+          "precision": ["param_dtype", "reduce_dtype"]}
+for part, want in shared.items():
+    a, b = (get(d, part) if part else d for d in (t, p))
+    both = set(a or {}) & set(b or {})
+    if not both >= set(want):
+        bad.append(("keys of %s missing in one" % (part or "the summary"), sorted(set(want) - set(a or {})),
+                    sorted(set(want) - set(b or {}))))
+for part in ("model", "units"):
+    ka = [sorted(x) for x in (t[part] if part == "units" else [t[part]])]
+    kb = [sorted(x) for x in (p[part] if part == "units" else [p[part]])]
+    if ka != kb:
+        bad.append(("key sets of %s" % part, ka[:1], kb[:1]))
+config = ["model", "batch_size", "wrap", "reshard_after_forward", "limit_all_gathers", "grad_accum",
+          "accum_comm", "prefetch", "precision.param_dtype", "precision.reduce_dtype", "units"]
+bad += [(k, get(t, k), get(p, k)) for k in config if get(t, k) != get(p, k)]
 if bad:
     print("FAIL: %s: fsdp-plan differs from fsdp-train's measured counters:" % name)
     for k, a, b in bad:

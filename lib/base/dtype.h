@@ -16,6 +16,13 @@ extern const char *const FsdpDtypeNames[FSDP_NDTYPES + 1];
 
 static inline size_t FsdpDtypeSize(FsdpDtype dt) { return dt == FSDP_DTYPE_FP32 ? 4 : 2; }
 
+/* 1 on a little-endian host (the byte order of llm.c files). */
+static inline int FsdpHostIsLittleEndian(void)
+{
+  const uint16_t one = 1;
+  return *(const unsigned char *)&one == 1;
+}
+
 static inline uint16_t FsdpFloatToBf16(float f)
 {
   uint32_t u;

@@ -111,6 +111,14 @@ void FsdpWarn(int only_rank0, const char *fmt, ...)
   fflush(stderr);
 }
 
+void FsdpMsgf(char *buf, size_t size, const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, size, fmt, ap);
+  va_end(ap);
+}
+
 int FsdpErrorAddAbortHook(FsdpAbortHook hook, void *ctx)
 {
   if (!hook) FSDP_ERROR(FSDP_ERR_INTERNAL, "FsdpErrorAddAbortHook: NULL hook");

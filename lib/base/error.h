@@ -84,6 +84,12 @@ void FsdpErrorAbortJob(int code) __attribute__((noreturn));
 void FsdpWarn(int only_rank0, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* Format a message into buf[size], cut short if it does not fit (paths
+ * make messages long; a cut message still names what failed): for code
+ * that hands a message back to be raised, agreed on or printed later. */
+void FsdpMsgf(char *buf, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 #define FSDP_ERROR(code, ...) \
   return FsdpErrorRaise(__FILE__, __LINE__, __func__, (code), __VA_ARGS__)
 

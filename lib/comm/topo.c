@@ -71,8 +71,9 @@ static void topo_divisors(int n, char *buf, size_t size)
 /* Usage checks of F and G, from values every rank holds (see
  * FsdpTopoCreate: they are made equal first), so every rank returns the
  * same error and none is left waiting in a split. */
-static int topo_check_options(int W, int F, int G, int placement)
+int FsdpTopoCheckOptions(int W, const FsdpTopoOptions *o)
 {
+  int F = o->sharding_factor, G = o->ranks_per_node, placement = (int)o->placement;
   char div[512];
   topo_divisors(W, div, sizeof div);
   if (F < 0)
@@ -181,8 +182,7 @@ static int topo_build(MPI_Comm world, const FsdpTopoOptions *o,
                "(-sharding_factor %d..%d, -ranks_per_node %d..%d, "
                "-rank_placement %d..%d); every rank needs the same",
                -all[1], all[0], -all[3], all[2], -all[5], all[4]);
-  FSDP_CALL(topo_check_options(W, o->sharding_factor, o->ranks_per_node,
-                               (int)o->placement));
+  FSDP_CALL(FsdpTopoCheckOptions(W, o));
   int F = o->sharding_factor == 0 ? W : o->sharding_factor;
   t->F = F;
   t->R = W / F;

@@ -43,6 +43,11 @@ typedef struct FsdpTopo_ *FsdpTopo;
  * -rank_placement block|cyclic, -topology_view (group "Topology"). */
 int FsdpTopoOptionsFromDb(FsdpOpts db, FsdpTopoOptions *o);
 
+/* Not collective.  The usage checks FsdpTopoCreate makes of o for a world
+ * of W ranks (F and G divide W, a known placement), with messages that
+ * list the divisors of W; fsdp-plan checks a planned world with it. */
+int FsdpTopoCheckOptions(int W, const FsdpTopoOptions *o);
+
 /* Collective on world.  Builds node, sharding and replica communicators
  * (and a duplicate of world for FsdpTopoWorld).  F not dividing W, F > W,
  * G not dividing W, or detected nodes of unequal size are usage errors on

@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "kernels/kernels.h"
 #include "base/mem.h"
+#include "driver/summary.h"
 
 static const char *const kSummaryNames[] = {"text", "json", NULL};
 static const char *const kDeviceNames[] = {"cpu", "cuda", NULL};
@@ -186,7 +187,7 @@ int FsdpTrainerDestroy(FsdpTrainer *ptr)
 {
   if (!ptr || !*ptr) return FSDP_SUCCESS;
   FsdpTrainer tr = *ptr;
-  FSDP_CALL(FsdpMetricsClose(&tr->metrics));
+  FSDP_CALL(FsdpMetricsDestroy(&tr->metrics));
   FSDP_CALL(FsdpOptimDestroy(&tr->optim));
   FSDP_CALL(FsdpRuntimeDestroy(&tr->rt));
   FSDP_CALL(FsdpTraceDestroy(&tr->trace));
@@ -404,77 +405,74 @@ int FsdpTrainerSummary(FsdpTrainer tr, FILE *out)
             mem.gather_buffer_bytes / 1048576.0);
     return FSDP_SUCCESS;
   }
-  fprintf(out, "{\"world_size\": %d, \"sharding_factor\": %d, \"replica_size\": %d, "
-               "\"ranks_per_node\": %d, \"nodes\": %d, ",
-          tr->W, FsdpTopoShard(tr->topo)->size, FsdpTopoReplica(tr->topo)->size,
-          FsdpTopoRanksPerNode(tr->topo), FsdpTopoNumNodes(tr->topo));
-  fprintf(out, "\"model\": {\"name\": \"%s\", \"n_layer\": %d, \"n_embd\": %d, \"n_head\": %d, "
-               "\"vocab_size\": %d, \"seq_len\": %d, \"param_count\": %lld}, ",
-          tr->o.model_name, c->n_layer, c->n_embd, c->n_head, c->vocab_size, c->seq_len,
-          (long long)GptConfigParamCount(c));
-  fprintf(out, "\"batch_size\": %d, \"wrap\": %d, \"reshard_after_forward\": %d, "
-               "\"limit_all_gathers\": %d, ",
-          tr->B, tr->o.wrap, tr->o.fsdp.reshard_after_forward, tr->o.fsdp.limit_all_gathers);
-  fprintf(out, "\"units\": [");
-  for (int u = 0; u < FsdpRuntimeNumUnits(tr->rt); u++) {
-    FlatParam fp = FsdpRuntimeUnitFlatParam(tr->rt, u);
-    fprintf(out, "%s{\"name\": \"%s\", \"numel\": %lld, \"padded_numel\": %lld}", u ? ", " : "",
-            FsdpRuntimeUnitName(tr->rt, u), (long long)FlatParamNumel(fp),
-            (long long)FlatParamPaddedNumel(fp));
+  /* [Note: one writer for the shared keys] (summary.h): the members
+   * fsdp-plan also writes come from there, this run's own follow them */
+  FsdpJson j = NULL;
+  FSDP_CALL(FsdpJsonCreate(&j));
+  FsdpJsonBeginObject(j, NULL);
+  FsdpSummaryTopology topo = {tr->W, FsdpTopoShard(tr->topo)->size,
+                              FsdpTopoReplica(tr->topo)->size, FsdpTopoRanksPerNode(tr->topo),
+                              FsdpTopoNumNodes(tr->topo)};
+  FsdpSummaryRunMembers(j, &tr->o, &topo);
+  FsdpJsonBeginArray(j, "units");
+  for (int u = 0; u < FsdpRuntimeNumUnits(tr->rt); u++)
+    FsdpSummaryUnit(j, FsdpRuntimeUnitName(tr->rt, u), FsdpRuntimeUnitFlatParam(tr->rt, u));
+  FsdpJsonEndArray(j);
+  FsdpJsonInt(j, "first_step", tr->first_step);
+  FsdpJsonInt(j, "steps", n);
+  FsdpJsonBeginArray(j, "losses");
+  for (int64_t i = 0; i < n; i++) FsdpJsonReal(j, NULL, losses[i]);
+  FsdpJsonEndArray(j);
+  FsdpJsonReal(j, "final_loss", n ? losses[n - 1] : 0.0);
+  FsdpJsonReal(j, "step_time_ms_median", med);
+  FsdpJsonReal(j, "tokens_per_s", tokens_per_s);
+  FsdpSummaryMemory sm = {mem.param_shard_bytes,   mem.grad_shard_bytes,
+                          FsdpOptimStateBytes(tr->optim), mem.gather_buffer_bytes,
+                          mem.grad_buffer_bytes,   mem.compute_buffer_bytes};
+  FsdpSummaryBeginMemory(j, &sm);
+  FsdpJsonUint(j, "peak_unsharded_param_bytes", peak_p);
+  FsdpJsonUint(j, "peak_unsharded_grad_bytes", peak_g);
+  FsdpJsonUint(j, "peak_rss_bytes", (uint64_t)rss);
+  FsdpJsonEndObject(j);
+  FsdpCommCounters per_step = *ct;
+  for (int k = 0; k < FSDP_COLL_NKINDS; k++) {
+    per_step.bytes[k] /= steps;
+    per_step.calls[k] /= steps;
   }
-  fprintf(out, "], \"first_step\": %lld, \"steps\": %lld, \"losses\": [", (long long)tr->first_step,
-          (long long)n);
-  for (int64_t i = 0; i < n; i++) fprintf(out, "%s%.9g", i ? ", " : "", losses[i]);
-  fprintf(out, "], \"final_loss\": %.9g, \"step_time_ms_median\": %.4f, \"tokens_per_s\": %.1f, ",
-          n ? losses[n - 1] : 0.0, med, tokens_per_s);
-  fprintf(out, "\"memory\": {\"param_shard_bytes\": %llu, \"grad_shard_bytes\": %llu, "
-               "\"optim_state_bytes\": %llu, \"gather_buffer_bytes\": %llu, "
-               "\"grad_buffer_bytes\": %llu, \"compute_buffer_bytes\": %llu, "
-               "\"peak_unsharded_param_bytes\": %llu, "
-               "\"peak_unsharded_grad_bytes\": %llu, \"peak_rss_bytes\": %.0f}, ",
-          (unsigned long long)mem.param_shard_bytes, (unsigned long long)mem.grad_shard_bytes,
-          (unsigned long long)FsdpOptimStateBytes(tr->optim),
-          (unsigned long long)mem.gather_buffer_bytes, (unsigned long long)mem.grad_buffer_bytes,
-          (unsigned long long)mem.compute_buffer_bytes, (unsigned long long)peak_p, (unsigned long long)peak_g, rss);
-  fprintf(out, "\"comm_per_step\": {\"all_gather_bytes\": %llu, \"reduce_scatter_bytes\": %llu, "
-               "\"all_reduce_bytes\": %llu, \"all_gather_calls\": %llu, "
-               "\"reduce_scatter_calls\": %llu, \"all_reduce_calls\": %llu, "
-               "\"intra_node_bytes\": %llu, \"inter_node_bytes\": %llu, \"scalar_calls\": %llu}, ",
-          (unsigned long long)(ct->bytes[FSDP_COLL_ALL_GATHER] / steps),
-          (unsigned long long)(ct->bytes[FSDP_COLL_REDUCE_SCATTER] / steps),
-          (unsigned long long)(ct->bytes[FSDP_COLL_ALL_REDUCE] / steps),
-          (unsigned long long)(ct->calls[FSDP_COLL_ALL_GATHER] / steps),
-          (unsigned long long)(ct->calls[FSDP_COLL_REDUCE_SCATTER] / steps),
-          (unsigned long long)(ct->calls[FSDP_COLL_ALL_REDUCE] / steps),
-          (unsigned long long)(ct->intra_bytes / steps),
-          (unsigned long long)(ct->inter_bytes / steps),
-          (unsigned long long)(ct->scalar_calls / steps));
-  fprintf(out, "\"comm_time_per_step\": {\"exposed_ms\": %.4f, \"busy_ms\": %.4f, "
-               "\"overlap_fraction\": %.4f, \"max_gathers_in_flight\": %d}, ",
-          tr->exposed_s * 1e3 / steps, tr->busy_s * 1e3 / steps,
-          tr->busy_s > 0 ? fmax(0.0, 1.0 - tr->exposed_s / tr->busy_s) : 0.0,
-          FsdpTraceMaxInFlight(tr->trace));
-  fprintf(out, "\"precision\": {\"param_dtype\": \"%s\", \"reduce_dtype\": \"%s\", "
-               "\"loss_scale\": %g, \"skipped_steps\": %lld}, ",
-          FsdpDtypeNames[tr->o.fsdp.param_dtype], FsdpDtypeNames[tr->o.fsdp.reduce_dtype], tr->scale,
-          (long long)tr->skipped);
-  fprintf(out, "\"grad_accum\": %d, \"accum_comm\": %d, \"prefetch\": \"%s\", ",
-          tr->o.fsdp.grad_accum, tr->o.fsdp.accum_comm,
-          tr->o.fsdp.prefetch == FSDP_PREFETCH_NONE ? "none"
-          : tr->o.fsdp.prefetch == FSDP_PREFETCH_BACKWARD ? "backward" : "both");
+  per_step.intra_bytes /= steps;
+  per_step.inter_bytes /= steps;
+  per_step.scalar_calls /= steps;
+  FsdpSummaryBeginComm(j, &per_step);
+  FsdpJsonUint(j, "scalar_calls", per_step.scalar_calls);
+  FsdpJsonEndObject(j);
+  FsdpSummaryBeginCommTime(j, FsdpTraceMaxInFlight(tr->trace));
+  FsdpJsonReal(j, "exposed_ms", tr->exposed_s * 1e3 / steps);
+  FsdpJsonReal(j, "busy_ms", tr->busy_s * 1e3 / steps);
+  FsdpJsonReal(j, "overlap_fraction",
+               tr->busy_s > 0 ? fmax(0.0, 1.0 - tr->exposed_s / tr->busy_s) : 0.0);
+  FsdpJsonEndObject(j);
+  FsdpSummaryBeginPrecision(j, &tr->o.fsdp);
+  FsdpJsonReal(j, "loss_scale", tr->scale);
+  FsdpJsonInt(j, "skipped_steps", tr->skipped);
+  FsdpJsonEndObject(j);
   FsdpDeviceMemStats cs;
   if (FsdpDeviceGetMemStats(&cs)) {
     /* memory planned before step 1 never needs a retry: show it */
-    fprintf(out, "\"device_memory\": {\"allocated_bytes\": %zu, \"peak_bytes\": %zu, "
-                 "\"reserved_bytes\": %zu, \"num_allocs\": %llu, \"alloc_retries\": %llu, "
-                 "\"alloc_failures\": %llu}, ",
-            cs.allocated, cs.peak, cs.reserved, (unsigned long long)cs.num_allocs,
-            (unsigned long long)cs.alloc_retries, (unsigned long long)cs.alloc_failures);
+    FsdpJsonBeginObject(j, "device_memory");
+    FsdpJsonUint(j, "allocated_bytes", cs.allocated);
+    FsdpJsonUint(j, "peak_bytes", cs.peak);
+    FsdpJsonUint(j, "reserved_bytes", cs.reserved);
+    FsdpJsonUint(j, "num_allocs", cs.num_allocs);
+    FsdpJsonUint(j, "alloc_retries", cs.alloc_retries);
+    FsdpJsonUint(j, "alloc_failures", cs.alloc_failures);
+    FsdpJsonEndObject(j);
   }
   char dev[256];
   FsdpDeviceDescribe(dev, sizeof dev);
-  fprintf(out, "\"device\": \"%s\", \"blas_core\": \"%s\"}\n", dev, FsdpKernelsCpuBlasCore());
-  fflush(out);
+  FsdpJsonString(j, "device", dev);
+  FsdpJsonString(j, "blas_core", FsdpKernelsCpuBlasCore());
+  FsdpJsonEndObject(j);
+  FSDP_CALL(FsdpSummaryPrint(&j, out));
   return FSDP_SUCCESS;
 }
 

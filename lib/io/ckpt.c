@@ -33,16 +33,6 @@
 
 static int64_t g_test_abort = 0;
 
-/* snprintf for messages that may be cut short (paths are long). */
-static void Msgf(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void Msgf(char *buf, size_t size, const char *fmt, ...)
-{
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, size, fmt, ap);
-  va_end(ap);
-}
-
 void FsdpCkptSetTestAbort(int64_t after_datasets) { g_test_abort = after_datasets; }
 
 /* The three tensor families of a checkpoint, in the order they are written. */
@@ -243,7 +233,7 @@ static int OutOfIntRange(int64_t v, const char *path, const char *group, const c
                          char *msg, size_t size)
 {
   if (v >= INT_MIN && v <= INT_MAX) return 0;
-  Msgf(msg, size, "checkpoint %s has %s/%s = %lld, out of range for an int", path, group, name,
+  FsdpMsgf(msg, size, "checkpoint %s has %s/%s = %lld, out of range for an int", path, group, name,
        (long long)v);
   return 1;
 }
@@ -271,7 +261,7 @@ static herr_t ReadDescAttr(hid_t g, const char *name, const H5A_info_t *info, vo
   if (IsModelGroupAttr(name)) return 0;
   FsdpModelDesc *d = r->desc;
   if (strlen(name) >= FSDP_MODEL_NAME_MAX || d->nattrs >= FSDP_MODEL_MAX_ATTRS) {
-    Msgf(r->msg, r->size,
+    FsdpMsgf(r->msg, r->size,
          "checkpoint %s: /model/%s is one attribute too many or too long for a model "
          "description (at most %d, names of at most %d characters)",
          r->path, name, FSDP_MODEL_MAX_ATTRS, FSDP_MODEL_NAME_MAX - 1);
@@ -288,7 +278,7 @@ static herr_t ReadDescAttr(hid_t g, const char *name, const H5A_info_t *info, vo
   else if (FsdpHdf5AttrReadString(g, name, str, sizeof str) >= 0) err = FsdpModelDescAddString(d, name, str);
   else err = FSDP_ERR_USAGE;
   if (err) {
-    Msgf(r->msg, r->size, "checkpoint %s: /model/%s is not one integer, number or string", r->path,
+    FsdpMsgf(r->msg, r->size, "checkpoint %s: /model/%s is not one integer, number or string", r->path,
          name);
     r->bad = 1;
     return 1;
@@ -302,7 +292,7 @@ static int ReadModelDesc(hid_t g, const char *path, FsdpModelDesc *desc, char *m
 {
   char family[FSDP_MODEL_NAME_MAX] = "gpt2", preset[FSDP_MODEL_NAME_MAX] = "";
   if (H5Aexists(g, "family") > 0 && FsdpHdf5AttrReadString(g, "family", family, sizeof family) < 0) {
-    Msgf(msg, size, "checkpoint %s: /model/family is not a string", path);
+    FsdpMsgf(msg, size, "checkpoint %s: /model/family is not a string", path);
     return 1;
   }
   FsdpHdf5AttrReadString(g, "name", preset, sizeof preset);
@@ -310,7 +300,7 @@ static int ReadModelDesc(hid_t g, const char *path, FsdpModelDesc *desc, char *m
   DescReader r = {desc, path, msg, size, 0};
   hsize_t at = 0;
   if (H5Aiterate2(g, H5_INDEX_NAME, H5_ITER_INC, &at, ReadDescAttr, &r) < 0 && !r.bad) {
-    Msgf(msg, size, "checkpoint %s: cannot list the attributes of /model", path);
+    FsdpMsgf(msg, size, "checkpoint %s: cannot list the attributes of /model", path);
     r.bad = 1;
   }
   return r.bad;
@@ -323,12 +313,12 @@ static int ReadAttributes(hid_t file, const char *path, FsdpCkptMeta *m, char *m
   memset(m, 0, sizeof *m);
   int64_t v = 0;
   if (FsdpHdf5AttrReadInt64(file, "format_version", &v) < 0) {
-    Msgf(msg, size, "checkpoint %s is not an fsdp checkpoint (no format_version attribute)",
+    FsdpMsgf(msg, size, "checkpoint %s is not an fsdp checkpoint (no format_version attribute)",
              path);
     return 1;
   }
   if (v < 1 || v > FSDP_CKPT_VERSION) {
-    Msgf(msg, size, "checkpoint %s has format version %lld; this build reads version %d",
+    FsdpMsgf(msg, size, "checkpoint %s has format version %lld; this build reads version %d",
              path, (long long)v, FSDP_CKPT_VERSION);
     return 1;
   }
@@ -338,7 +328,7 @@ static int ReadAttributes(hid_t file, const char *path, FsdpCkptMeta *m, char *m
       {"global_batch", &m->global_batch}};
   for (size_t i = 0; i < sizeof i64 / sizeof i64[0]; i++)
     if (FsdpHdf5AttrReadInt64(file, i64[i].name, i64[i].dst) < 0) {
-      Msgf(msg, size, "checkpoint %s lacks the attribute /%s", path, i64[i].name);
+      FsdpMsgf(msg, size, "checkpoint %s lacks the attribute /%s", path, i64[i].name);
       return 1;
     }
   struct { const char *name; int *dst; } ints[] = {
@@ -346,7 +336,7 @@ static int ReadAttributes(hid_t file, const char *path, FsdpCkptMeta *m, char *m
       {"ranks_per_node", &m->ranks_per_node}};
   for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
     if (FsdpHdf5AttrReadInt64(file, ints[i].name, &v) < 0) {
-      Msgf(msg, size, "checkpoint %s lacks the attribute /%s", path, ints[i].name);
+      FsdpMsgf(msg, size, "checkpoint %s lacks the attribute /%s", path, ints[i].name);
       return 1;
     }
     if (OutOfIntRange(v, path, "", ints[i].name, msg, size)) return 1;
@@ -355,7 +345,7 @@ static int ReadAttributes(hid_t file, const char *path, FsdpCkptMeta *m, char *m
   FsdpHdf5AttrReadString(file, "created", m->created, sizeof m->created);
   hid_t g = H5Gopen2(file, "/model", H5P_DEFAULT);
   if (g < 0) {
-    Msgf(msg, size, "checkpoint %s has no /model group", path);
+    FsdpMsgf(msg, size, "checkpoint %s has no /model group", path);
     return 1;
   }
   int bad = ReadModelDesc(g, path, &m->model, msg, size);
@@ -388,22 +378,22 @@ static hid_t OpenSerial(const char *path, char *msg, size_t size)
 {
   struct stat st;
   if (stat(path, &st) != 0) {
-    Msgf(msg, size, "checkpoint %s cannot be read: %s", path, strerror(errno));
+    FsdpMsgf(msg, size, "checkpoint %s cannot be read: %s", path, strerror(errno));
     return -1;
   }
   if (!S_ISREG(st.st_mode)) {
-    Msgf(msg, size, "checkpoint %s is not a regular file", path);
+    FsdpMsgf(msg, size, "checkpoint %s is not a regular file", path);
     return -1;
   }
   if (H5Fis_hdf5(path) <= 0) {
-    Msgf(msg, size, "checkpoint %s is not an HDF5 file (corrupt, or not a checkpoint)", path);
+    FsdpMsgf(msg, size, "checkpoint %s is not an HDF5 file (corrupt, or not a checkpoint)", path);
     return -1;
   }
   hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
   if (f < 0) {
     char why[600];
     FsdpHdf5ErrorSummary(why, sizeof why);
-    Msgf(msg, size, "checkpoint %s cannot be opened (truncated or corrupt): %s", path, why);
+    FsdpMsgf(msg, size, "checkpoint %s cannot be opened (truncated or corrupt): %s", path, why);
   }
   return f;
 }
@@ -534,7 +524,7 @@ int FsdpCkptCheck(const char *path, FsdpRuntime rt, const FsdpModelDesc *expect,
   int bad = f < 0 || ReadAttributes(f, path, m, report->text, sizeof report->text);
   if (!bad && expect) {
     char what[4200];
-    Msgf(what, sizeof what, "checkpoint %s", path);
+    FsdpMsgf(what, sizeof what, "checkpoint %s", path);
     bad = FsdpModelDescCompare(&m->model, expect, what, report->text, sizeof report->text);
   }
   if (bad) report->finding = FSDP_CKPT_BAD_FILE;
@@ -551,34 +541,34 @@ void FsdpCkptReportString(const FsdpCkptReport *r, const char *path, char *buf, 
   char have[160], want[160];
   const char *g = r->group, *n = r->name;
   switch (r->finding) {
-  case FSDP_CKPT_GOOD: Msgf(buf, size, "checkpoint %s is good", path); break;
-  case FSDP_CKPT_BAD_FILE: Msgf(buf, size, "%s", r->text); break;
+  case FSDP_CKPT_GOOD: FsdpMsgf(buf, size, "checkpoint %s is good", path); break;
+  case FSDP_CKPT_BAD_FILE: FsdpMsgf(buf, size, "%s", r->text); break;
   case FSDP_CKPT_NO_GROUP:
-    Msgf(buf, size, "checkpoint %s has no group %s%s", path, g,
+    FsdpMsgf(buf, size, "checkpoint %s has no group %s%s", path, g,
          strncmp(g, "/optim", 6) == 0 ? " (no optimizer state)" : "");
     break;
-  case FSDP_CKPT_BAD_GROUP: Msgf(buf, size, "checkpoint %s: %s is not a readable group", path, g); break;
-  case FSDP_CKPT_MISSING: Msgf(buf, size, "checkpoint %s has no parameter %s/%s", path, g, n); break;
+  case FSDP_CKPT_BAD_GROUP: FsdpMsgf(buf, size, "checkpoint %s: %s is not a readable group", path, g); break;
+  case FSDP_CKPT_MISSING: FsdpMsgf(buf, size, "checkpoint %s has no parameter %s/%s", path, g, n); break;
   case FSDP_CKPT_UNREADABLE:
-    Msgf(buf, size, "checkpoint %s: %s/%s is not a readable dataset", path, g, n);
+    FsdpMsgf(buf, size, "checkpoint %s: %s/%s is not a readable dataset", path, g, n);
     break;
   case FSDP_CKPT_NOT_FLOAT:
-    Msgf(buf, size, "checkpoint %s: %s/%s is not a floating-point dataset", path, g, n);
+    FsdpMsgf(buf, size, "checkpoint %s: %s/%s is not a floating-point dataset", path, g, n);
     break;
   case FSDP_CKPT_NOT_FP32:
-    Msgf(buf, size, "checkpoint %s: %s/%s holds floats of %zu bytes, not 4", path, g, n, r->elem_size);
+    FsdpMsgf(buf, size, "checkpoint %s: %s/%s holds floats of %zu bytes, not 4", path, g, n, r->elem_size);
     break;
   case FSDP_CKPT_SHAPE:
     FsdpCkptShapeString(r->ndim, r->shape, have, sizeof have);
     FsdpCkptShapeString(r->want_ndim, r->want_shape, want, sizeof want);
-    Msgf(buf, size, "checkpoint %s: %s/%s has shape %s but the model expects %s", path, g, n, have,
+    FsdpMsgf(buf, size, "checkpoint %s: %s/%s has shape %s but the model expects %s", path, g, n, have,
          want);
     break;
   case FSDP_CKPT_EXTRA:
-    Msgf(buf, size, "checkpoint %s has parameter %s/%s, which the model does not have", path, g, n);
+    FsdpMsgf(buf, size, "checkpoint %s has parameter %s/%s, which the model does not have", path, g, n);
     break;
   default:
-    Msgf(buf, size, "checkpoint %s: %s holds %lld entries but the model has %lld parameters", path,
+    FsdpMsgf(buf, size, "checkpoint %s: %s holds %lld entries but the model has %lld parameters", path,
          g, (long long)r->entries, (long long)r->expected);
     break;
   }
@@ -617,7 +607,7 @@ static int AgreeOnFile(MPI_Comm comm, FsdpRuntime rt, int with_optim, const char
   /* a rank-0 failure to look (memory) is told as a verdict: no hang */
   if (rank == 0 && Validate(rt, with_optim, path, expect, v) != FSDP_SUCCESS && !v->bad) {
     v->bad = 1;
-    Msgf(v->msg, sizeof v->msg, "checkpoint %s could not be validated (out of memory)", path);
+    FsdpMsgf(v->msg, sizeof v->msg, "checkpoint %s could not be validated (out of memory)", path);
   }
   int err = MPI_Bcast(v, (int)sizeof *v, MPI_BYTE, 0, comm);
   if (err != MPI_SUCCESS) {
@@ -947,7 +937,7 @@ static int WriteAttributes(SaveGuard *g, hid_t file, hid_t model, hid_t optim, F
   char what[MSG_SIZE];
   for (size_t k = 0; k < n; k++) {
     if (a[k].obj < 0) continue; /* no /optim */
-    Msgf(what, sizeof what, "writing attribute %s of %s", a[k].name, tmp);
+    FsdpMsgf(what, sizeof what, "writing attribute %s of %s", a[k].name, tmp);
     SAVE_HDF5(g, what,
               a[k].type == I64   ? FsdpHdf5AttrWriteInt64(a[k].obj, a[k].name, a[k].i)
               : a[k].type == F64 ? FsdpHdf5AttrWriteDouble(a[k].obj, a[k].name, a[k].d)
@@ -970,7 +960,7 @@ static int WriteTensors(SaveGuard *g, hid_t file, FsdpRuntime rt, FsdpOptim opt,
   char what[MSG_SIZE];
   FsdpTopo topo = FsdpRuntimeTopo(rt);
   const FsdpGroup *rep = FsdpTopoReplica(topo);
-  Msgf(what, sizeof what, "setting up the datasets of %s", tmp);
+  FsdpMsgf(what, sizeof what, "setting up the datasets of %s", tmp);
   SAVE_HDF5(g, what, dcpl = H5Pcreate(H5P_DATASET_CREATE));
   /* every element gets written: no fill pass; parallel HDF5 allocates
    * contiguous datasets at creation anyway */
@@ -994,7 +984,7 @@ static int WriteTensors(SaveGuard *g, hid_t file, FsdpRuntime rt, FsdpOptim opt,
       PieceRange(pc, npc, p, lo, hi, &start, &count, &off);
       for (int k = 0; k < nkinds; k++) {
         float *shard = KindShard(rt, opt, k, u);
-        Msgf(what, sizeof what, "writing %s/%s to %s", kKindGroup[k], spec->name, tmp);
+        FsdpMsgf(what, sizeof what, "writing %s/%s to %s", kKindGroup[k], spec->name, tmp);
         /* the agreement covers the previous dataset's close too */
         SAVE_HDF5(g, what, fspace = CreateSpace(spec));
         SAVE_AGREE(g);
@@ -1024,7 +1014,7 @@ static int WriteTensors(SaveGuard *g, hid_t file, FsdpRuntime rt, FsdpOptim opt,
       }
     }
   }
-  Msgf(what, sizeof what, "closing the groups of %s", tmp);
+  FsdpMsgf(what, sizeof what, "closing the groups of %s", tmp);
   SAVE_AGREE(g);
   for (int k = 0; k < NKINDS; k++) SAVE_HDF5(g, what, FsdpHdf5Close(&groups[k]));
   SAVE_HDF5(g, what, FsdpHdf5Close(&dcpl));
@@ -1065,17 +1055,17 @@ static void DescribeFailure(const SaveGuard *g, const char *path, int64_t need,
   int err_no = g->why.err_no;
   if (err_no == 0 && avail >= 0 && avail < need) err_no = ENOSPC;
   if (avail >= 0)
-    Msgf(space, sizeof space, "; it needs about %lld bytes (%.1f MiB), %s has %lld bytes (%.1f MiB) free",
+    FsdpMsgf(space, sizeof space, "; it needs about %lld bytes (%.1f MiB), %s has %lld bytes (%.1f MiB) free",
          (long long)need, need / 1048576.0, dir, (long long)avail, avail / 1048576.0);
   int found = 0;
   if (NewestValid(dir, newest, sizeof newest, &found) != FSDP_SUCCESS) found = 0;
   char tail[4200];
   if (found)
-    Msgf(tail, sizeof tail, "the newest complete checkpoint, %s, is intact (-resume auto takes it)",
+    FsdpMsgf(tail, sizeof tail, "the newest complete checkpoint, %s, is intact (-resume auto takes it)",
          newest);
   else
-    Msgf(tail, sizeof tail, "%s holds no earlier complete checkpoint", dir);
-  Msgf(msg, size, "checkpoint %s was not saved: %s: on rank %d, %s%s. %s; %s", path,
+    FsdpMsgf(tail, sizeof tail, "%s holds no earlier complete checkpoint", dir);
+  FsdpMsgf(msg, size, "checkpoint %s was not saved: %s: on rank %d, %s%s. %s; %s", path,
        err_no ? strerror(err_no) : "cause not reported", g->first, g->why.what, space, cleanup,
        tail);
 }
@@ -1108,7 +1098,7 @@ static int SaveGuarded(FsdpRuntime rt, FsdpOptim opt, const char *path, const Fs
     SaveFail(g, 0, "setting up parallel HDF5 for %s failed", path);
   FSDP_GOTO(MakeTempName(g, path, meta_bytes, tmp, sizeof tmp));
   SAVE_AGREE(g);
-  Msgf(what, sizeof what, "creating %s", tmp);
+  FsdpMsgf(what, sizeof what, "creating %s", tmp);
   SAVE_HDF5(g, what, file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
   SAVE_AGREE(g);
   /* a file open on some ranks only cannot be closed (H5Fclose is
@@ -1139,7 +1129,7 @@ static int SaveGuarded(FsdpRuntime rt, FsdpOptim opt, const char *path, const Fs
   SAVE_AGREE(g);
   FSDP_GOTO(WriteTensors(g, file, rt, opt, dxpl, tmp));
   if (g->agreed) goto done;
-  Msgf(what, sizeof what, "closing the groups of %s", tmp);
+  FsdpMsgf(what, sizeof what, "closing the groups of %s", tmp);
   SAVE_HDF5(g, what, FsdpHdf5Close(&model));
   SAVE_HDF5(g, what, FsdpHdf5Close(&optim));
   SAVE_AGREE(g);
@@ -1147,7 +1137,7 @@ static int SaveGuarded(FsdpRuntime rt, FsdpOptim opt, const char *path, const Fs
    * metadata it flushes finds room ([Note: failed saves]) */
   if (g->rank == 0) FreeHeadroom(tmp);
   FSDP_CALL_MPI(MPI_Barrier(g->comm));
-  Msgf(what, sizeof what, "closing %s (flushing its metadata)", tmp);
+  FsdpMsgf(what, sizeof what, "closing %s (flushing its metadata)", tmp);
   errno = 0;
   herr_t cr = H5Fclose(file);
   file = -1;
@@ -1182,10 +1172,10 @@ done:
   if (g->rank == 0) {
     char cleanup[4400] = "No temporary file was left";
     if (tmp[0] && unlink(tmp) != 0 && errno != ENOENT)
-      Msgf(cleanup, sizeof cleanup, "removing the temporary file %s failed: %s", tmp,
+      FsdpMsgf(cleanup, sizeof cleanup, "removing the temporary file %s failed: %s", tmp,
            strerror(errno));
     else if (tmp[0])
-      Msgf(cleanup, sizeof cleanup, "The temporary file was removed");
+      FsdpMsgf(cleanup, sizeof cleanup, "The temporary file was removed");
     DescribeFailure(g, path, need, cleanup, r.msg, sizeof r.msg);
   }
   FSDP_CALL_MPI(MPI_Bcast(&r, (int)sizeof r, MPI_BYTE, 0, g->comm));
@@ -1359,7 +1349,7 @@ static int QuickCheck(const char *path, char *msg, size_t size)
   int64_t v = 0;
   int bad = 0;
   if (FsdpHdf5AttrReadInt64(f, "format_version", &v) < 0 || v < 1 || v > FSDP_CKPT_VERSION) {
-    Msgf(msg, size, "checkpoint %s has no format version this build reads", path);
+    FsdpMsgf(msg, size, "checkpoint %s has no format version this build reads", path);
     bad = 1;
   }
   H5Fclose(f);
@@ -1551,7 +1541,7 @@ int FsdpCkptWriteStep(FsdpRuntime rt, FsdpOptim opt, const FsdpCkptOptions *o,
   memset(&r, 0, sizeof r);
   if (rank == 0 && MakeDirs(o->dir) != 0) {
     r.failed = 1;
-    Msgf(r.msg, sizeof r.msg, "checkpoint %s was not saved: cannot create the directory %s: %s", p,
+    FsdpMsgf(r.msg, sizeof r.msg, "checkpoint %s was not saved: cannot create the directory %s: %s", p,
          o->dir, strerror(errno));
   }
   FSDP_CALL_MPI(MPI_Bcast(&r, (int)sizeof r, MPI_BYTE, 0, comm));

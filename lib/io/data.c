@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/dtype.h"
 #include "base/error.h"
 #include "base/mem.h"
 
@@ -28,12 +29,6 @@ struct FsdpData_ {
 };
 
 /* ---- little-endian helpers ---------------------------------------------- */
-
-static int host_is_little_endian(void)
-{
-  const uint16_t one = 1;
-  return *(const unsigned char *)&one == 1;
-}
 
 static int32_t load_le_i32(const unsigned char *p)
 {
@@ -216,7 +211,7 @@ static int data_read_file(struct FsdpData_ *d, const char *path, char *msg,
                       ferror(f) ? strerror(errno) : "unexpected end of file");
     goto done;
   }
-  if (!host_is_little_endian())
+  if (!FsdpHostIsLittleEndian())
     for (int32_t i = 0; i < count; i++)
       d->tokens[i] = (uint16_t)(d->tokens[i] >> 8 | d->tokens[i] << 8);
   d->n = count;

@@ -68,15 +68,6 @@ struct FsdpMetrics_ {
   int started; /* a row or event was logged: the layout is fixed */
 };
 
-static void Msgf(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void Msgf(char *buf, size_t size, const char *fmt, ...)
-{
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, size, fmt, ap);
-  va_end(ap);
-}
-
 int FsdpMetricsOptionsFromDb(FsdpOpts db, const char **path)
 {
   FSDP_CALL(FsdpOptsGetString(db, "Output", "metrics",
@@ -276,14 +267,14 @@ static int OpenLayout(FsdpMetrics m, char *msg, size_t size)
       H5Lexists(m->file, "/metrics", H5P_DEFAULT) <= 0 ||
       H5Lexists(m->file, "/memory", H5P_DEFAULT) <= 0 ||
       H5Lexists(m->file, "/events", H5P_DEFAULT) <= 0) {
-    Msgf(msg, size, "%s is not an fsdp run file of a version this build appends to (format_version "
+    FsdpMsgf(msg, size, "%s is not an fsdp run file of a version this build appends to (format_version "
          "1, /metrics, /memory, /events)", m->path);
     return FSDP_ERR_USAGE;
   }
   FSDP_CALL_HDF5(m->gmetrics = H5Gopen2(m->file, "/metrics", H5P_DEFAULT));
   FSDP_CALL_HDF5(m->gmemory = H5Gopen2(m->file, "/memory", H5P_DEFAULT));
   if (H5Lexists(m->gmetrics, "step", H5P_DEFAULT) <= 0) {
-    Msgf(msg, size, "run file %s has no /metrics/step", m->path);
+    FsdpMsgf(msg, size, "run file %s has no /metrics/step", m->path);
     return FSDP_ERR_USAGE;
   }
   hid_t d = -1, s = -1;
@@ -296,7 +287,7 @@ static int OpenLayout(FsdpMetrics m, char *msg, size_t size)
   m->rows = (int64_t)n;
   for (int k = 0; k < NMEM; k++) {
     if (H5Lexists(m->gmemory, kMemNames[k], H5P_DEFAULT) <= 0) {
-      Msgf(msg, size, "run file %s has no /memory/%s", m->path, kMemNames[k]);
+      FsdpMsgf(msg, size, "run file %s has no /memory/%s", m->path, kMemNames[k]);
       return FSDP_ERR_USAGE;
     }
     FSDP_CALL_HDF5(m->mem[k] = H5Dopen2(m->gmemory, kMemNames[k], H5P_DEFAULT));
@@ -305,7 +296,7 @@ static int OpenLayout(FsdpMetrics m, char *msg, size_t size)
     herr_t r = nd == 2 ? H5Sget_simple_extent_dims(s, dims, NULL) : -1;
     H5Sclose(s);
     if (r < 0) {
-      Msgf(msg, size, "run file %s: /memory/%s is not 2-D", m->path, kMemNames[k]);
+      FsdpMsgf(msg, size, "run file %s: /memory/%s is not 2-D", m->path, kMemNames[k]);
       return FSDP_ERR_USAGE;
     }
     m->mem_width = (int64_t)dims[1] > m->W ? (int64_t)dims[1] : m->W;
@@ -351,7 +342,7 @@ static int OpenRoot(FsdpMetrics m, const FsdpMetricsInfo *info, int append, cons
 {
   int exists = access(m->path, F_OK) == 0;
   if (exists && !append) {
-    Msgf(msg, size, "run file %s already exists: refusing to overwrite it (remove it, choose "
+    FsdpMsgf(msg, size, "run file %s already exists: refusing to overwrite it (remove it, choose "
          "another -metrics, or resume the run, which appends to it)", m->path);
     return FSDP_ERR_USAGE;
   }
@@ -365,7 +356,7 @@ static int OpenRoot(FsdpMetrics m, const FsdpMetricsInfo *info, int append, cons
   if (exists) {
     if (H5Fis_hdf5(m->path) <= 0) {
       H5Pclose(fapl);
-      Msgf(msg, size, "run file %s exists and is not an HDF5 file: refusing to append to it",
+      FsdpMsgf(msg, size, "run file %s exists and is not an HDF5 file: refusing to append to it",
            m->path);
       return FSDP_ERR_USAGE;
     }
@@ -374,7 +365,7 @@ static int OpenRoot(FsdpMetrics m, const FsdpMetricsInfo *info, int append, cons
     if (m->file < 0) {
       char why[600];
       FsdpHdf5ErrorSummary(why, sizeof why);
-      Msgf(msg, size, "cannot open run file %s to append to it: %s", m->path, why);
+      FsdpMsgf(msg, size, "cannot open run file %s to append to it: %s", m->path, why);
       return FSDP_ERR_USAGE;
     }
     return OpenLayout(m, msg, size);
@@ -384,7 +375,7 @@ static int OpenRoot(FsdpMetrics m, const FsdpMetricsInfo *info, int append, cons
   if (m->file < 0) {
     char why[600];
     FsdpHdf5ErrorSummary(why, sizeof why);
-    Msgf(msg, size, "cannot create run file %s: %s", m->path, why);
+    FsdpMsgf(msg, size, "cannot create run file %s: %s", m->path, why);
     return FSDP_ERR_USAGE;
   }
   FSDP_CALL(WriteRootAttributes(m, info, hosts, host_len));
@@ -457,7 +448,7 @@ int FsdpMetricsCreate(MPI_Comm comm, const char *path, const FsdpMetricsInfo *in
   memset(&r, 0, sizeof r);
   if (m->rank == 0) {
     r.code = OpenRoot(m, info, append, hosts, host_len, r.msg, sizeof r.msg);
-    if (r.code && r.code != FSDP_ERR_USAGE) Msgf(r.msg, sizeof r.msg, "run file %s: %s", path,
+    if (r.code && r.code != FSDP_ERR_USAGE) FsdpMsgf(r.msg, sizeof r.msg, "run file %s: %s", path,
                                                  FsdpErrorLastMessage());
     r.rows = m->rows;
     r.nevents = m->nevents;
@@ -666,7 +657,7 @@ int FsdpMetricsEvent(FsdpMetrics m, int64_t step, const char *kind, const char *
   return FSDP_SUCCESS;
 }
 
-int FsdpMetricsClose(FsdpMetrics *pm)
+int FsdpMetricsDestroy(FsdpMetrics *pm)
 {
   if (!pm || !*pm) return FSDP_SUCCESS;
   FsdpMetrics m = *pm;

@@ -112,8 +112,10 @@ int FsdpMetricsEvent(FsdpMetrics m, int64_t step, const char *kind, const char *
 int64_t FsdpMetricsNumRows(FsdpMetrics m);
 
 /* Collective on comm.  Closes the file (clearing the SWMR mark) and frees
- * m; accepts NULL; sets *m = NULL. */
-int FsdpMetricsClose(FsdpMetrics *m);
+ * m; accepts NULL; sets *m = NULL.  Named Destroy like the end of every
+ * fsdp object (Create/Destroy), although the object is an open file: the
+ * pair is the handle's life; the file itself stays. */
+int FsdpMetricsDestroy(FsdpMetrics *m);
 
 /* Not collective.  This rank's memory now: mem.h tags (shard = params +
  * grads + optim, unsharded = gather + reduce) and RSS from /proc. */

@@ -11,7 +11,7 @@
 #include "base/mem.h"
 
 const char *const FsdpUnitStateNames[FSDP_UNIT_NSTATES] = {"SHARDED", "GATHERING", "UNSHARDED"};
-static const char *const kPrefetchNames[] = {"none", "backward", "both", NULL};
+const char *const FsdpPrefetchNames[FSDP_NPREFETCH + 1] = {"none", "backward", "both", NULL};
 
 #define MAX_STAGES 4096
 #define GRAD_SLOTS 2
@@ -116,7 +116,7 @@ int FsdpRuntimeOptionsFromDb(FsdpOpts db, FsdpRuntimeOptions *o)
                             "issue the next unit's all-gather early: none, backward (in backward, "
                             "before the current unit's reduce-scatter), both (also in forward, "
                             "from the previous step's order)",
-                            kPrefetchNames, 1, &idx));
+                            FsdpPrefetchNames, 1, &idx));
   o->prefetch = (FsdpPrefetch)idx;
   FSDP_CALL(FsdpOptsGetEnum(db, "FSDP", "param_dtype",
                             "type of gathered parameters (on the wire and in the gather buffers); "

@@ -84,7 +84,10 @@ typedef enum {
 } FsdpUnitState;
 extern const char *const FsdpUnitStateNames[FSDP_UNIT_NSTATES];
 
-typedef enum { FSDP_PREFETCH_NONE, FSDP_PREFETCH_BACKWARD, FSDP_PREFETCH_BOTH } FsdpPrefetch;
+typedef enum { FSDP_PREFETCH_NONE, FSDP_PREFETCH_BACKWARD, FSDP_PREFETCH_BOTH, FSDP_NPREFETCH } FsdpPrefetch;
+/* Names as accepted by -prefetch and written in summaries, indexed by
+ * FsdpPrefetch, NULL-terminated. */
+extern const char *const FsdpPrefetchNames[FSDP_NPREFETCH + 1];
 
 typedef struct {
   int reshard_after_forward; /* -reshard_after_forward 0/1 (default 1) */
