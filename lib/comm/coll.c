@@ -61,7 +61,7 @@ void FsdpCollSplitScale(float scale, float *pre, float *post)
  * the calling thread, before anything is counted or enqueued.  Every rank
  * of g passes the same count, dt and group, so a usage error here is
  * raised on all of them (no hang). */
-static int coll_check(FsdpColl c, FsdpCollKind kind, const FsdpGroup *g,
+static int CollCheck(FsdpColl c, FsdpCollKind kind, const FsdpGroup *g,
                       const void *a, const void *b, size_t count, FsdpDtype dt)
 {
   if (!c) FSDP_ERROR(FSDP_ERR_INTERNAL, "%s: NULL FsdpColl", FsdpCollKindNames[kind]);
@@ -102,7 +102,7 @@ void FsdpCollVolume(FsdpCollKind kind, const FsdpGroup *g, size_t total_elems,
   if (inter) *inter = f * pe * vol / n;
 }
 
-static void coll_count(FsdpColl c, FsdpCollKind kind, const FsdpGroup *g,
+static void CollCount(FsdpColl c, FsdpCollKind kind, const FsdpGroup *g,
                        size_t total_elems, FsdpDtype dt)
 {
   uint64_t b = 0, bi = 0, be = 0;
@@ -116,7 +116,7 @@ static void coll_count(FsdpColl c, FsdpCollKind kind, const FsdpGroup *g,
 /* ---- lifecycle ----------------------------------------------------------- */
 
 /* The back-end of each FsdpCollBackend; NULL when this build has none. */
-static const CollBackendOps *coll_ops_of(FsdpCollBackend backend)
+static const CollBackendOps *CollOpsOf(FsdpCollBackend backend)
 {
   switch (backend) {
   case FSDP_COLL_BACKEND_MPI: return FsdpCollMpiOps();
@@ -131,7 +131,7 @@ int FsdpCollCreate(FsdpCollBackend backend, FsdpColl *out)
   *out = NULL;
   if (backend != FSDP_COLL_BACKEND_MPI && backend != FSDP_COLL_BACKEND_NCCL)
     FSDP_ERROR(FSDP_ERR_INTERNAL, "unknown collective backend %d", (int)backend);
-  const CollBackendOps *ops = coll_ops_of(backend);
+  const CollBackendOps *ops = CollOpsOf(backend);
   if (!ops) /* only NCCL can be left out of a build */
     FSDP_ERROR(FSDP_ERR_USAGE, "the NCCL collective backend needs fsdp built with CUDA "
                                "(configure --with-cuda); this build has no CUDA support: "
@@ -164,8 +164,8 @@ int FsdpCollDestroy(FsdpColl *pc)
 int FsdpCollAllGather(FsdpColl c, const FsdpGroup *g, const void *send, void *recv,
                       size_t count, FsdpDtype dt)
 {
-  FSDP_CALL(coll_check(c, FSDP_COLL_ALL_GATHER, g, send, recv, count, dt));
-  coll_count(c, FSDP_COLL_ALL_GATHER, g, (size_t)g->size * count, dt);
+  FSDP_CALL(CollCheck(c, FSDP_COLL_ALL_GATHER, g, send, recv, count, dt));
+  CollCount(c, FSDP_COLL_ALL_GATHER, g, (size_t)g->size * count, dt);
   FSDP_CALL(c->ops->all_gather(c->state, g, send, recv, count, dt));
   return FSDP_SUCCESS;
 }
@@ -173,8 +173,8 @@ int FsdpCollAllGather(FsdpColl c, const FsdpGroup *g, const void *send, void *re
 int FsdpCollReduceScatter(FsdpColl c, const FsdpGroup *g, void *send, void *recv,
                           size_t count, FsdpDtype dt, float scale)
 {
-  FSDP_CALL(coll_check(c, FSDP_COLL_REDUCE_SCATTER, g, send, recv, count, dt));
-  coll_count(c, FSDP_COLL_REDUCE_SCATTER, g, (size_t)g->size * count, dt);
+  FSDP_CALL(CollCheck(c, FSDP_COLL_REDUCE_SCATTER, g, send, recv, count, dt));
+  CollCount(c, FSDP_COLL_REDUCE_SCATTER, g, (size_t)g->size * count, dt);
   FSDP_CALL(c->ops->reduce_scatter(c->state, g, send, recv, count, dt, scale));
   return FSDP_SUCCESS;
 }
@@ -182,8 +182,8 @@ int FsdpCollReduceScatter(FsdpColl c, const FsdpGroup *g, void *send, void *recv
 int FsdpCollAllReduce(FsdpColl c, const FsdpGroup *g, void *buf, size_t count,
                       FsdpDtype dt, float scale)
 {
-  FSDP_CALL(coll_check(c, FSDP_COLL_ALL_REDUCE, g, buf, buf, count, dt));
-  coll_count(c, FSDP_COLL_ALL_REDUCE, g, count, dt);
+  FSDP_CALL(CollCheck(c, FSDP_COLL_ALL_REDUCE, g, buf, buf, count, dt));
+  CollCount(c, FSDP_COLL_ALL_REDUCE, g, count, dt);
   FSDP_CALL(c->ops->all_reduce(c->state, g, buf, count, dt, scale));
   return FSDP_SUCCESS;
 }
@@ -206,7 +206,7 @@ typedef struct {
 
 _Static_assert(sizeof(CollTask) <= FSDP_STREAM_ARG_BYTES, "CollTask fits a stream slot");
 
-static int coll_task_run(void *arg)
+static int CollTaskRun(void *arg)
 {
   CollTask *t = (CollTask *)arg;
   switch (t->kind) {
@@ -225,30 +225,30 @@ static int coll_task_run(void *arg)
   return FSDP_SUCCESS;
 }
 
-static int coll_issue(FsdpColl c, FsdpCollKind kind, const FsdpGroup *g, const void *send,
+static int CollIssue(FsdpColl c, FsdpCollKind kind, const FsdpGroup *g, const void *send,
                       void *recv, size_t count, FsdpDtype dt, float scale, FsdpStream s,
                       FsdpEvent *ev)
 {
   if (ev) *ev = FSDP_EVENT_NULL;
-  FSDP_CALL(coll_check(c, kind, g, send, recv, count, dt));
+  FSDP_CALL(CollCheck(c, kind, g, send, recv, count, dt));
   if (!s)
     FSDP_ERROR(FSDP_ERR_INTERNAL, "%s on the %s comm (%d ranks): NULL stream",
                FsdpCollKindNames[kind], FsdpCollGroupName(g), g->size);
   if (c->ops->issue_async) {
     FSDP_CALL(c->ops->issue_async(c->state, kind, g, send, recv, count, dt, scale, s, ev));
-    coll_count(c, kind, g, kind == FSDP_COLL_ALL_REDUCE ? count : (size_t)g->size * count, dt);
+    CollCount(c, kind, g, kind == FSDP_COLL_ALL_REDUCE ? count : (size_t)g->size * count, dt);
     return FSDP_SUCCESS;
   }
   CollTask t = {c, *g, kind, (void *)send, recv, count, dt, scale};
-  FSDP_CALL(FsdpStreamEnqueue(s, FsdpCollKindNames[kind], coll_task_run, &t, sizeof t, ev));
-  coll_count(c, kind, g, kind == FSDP_COLL_ALL_REDUCE ? count : (size_t)g->size * count, dt);
+  FSDP_CALL(FsdpStreamEnqueue(s, FsdpCollKindNames[kind], CollTaskRun, &t, sizeof t, ev));
+  CollCount(c, kind, g, kind == FSDP_COLL_ALL_REDUCE ? count : (size_t)g->size * count, dt);
   return FSDP_SUCCESS;
 }
 
 int FsdpCollAllGatherAsync(FsdpColl c, const FsdpGroup *g, const void *send, void *recv,
                            size_t count, FsdpDtype dt, FsdpStream s, FsdpEvent *ev)
 {
-  FSDP_CALL(coll_issue(c, FSDP_COLL_ALL_GATHER, g, send, recv, count, dt, 1.0f, s, ev));
+  FSDP_CALL(CollIssue(c, FSDP_COLL_ALL_GATHER, g, send, recv, count, dt, 1.0f, s, ev));
   return FSDP_SUCCESS;
 }
 
@@ -256,14 +256,14 @@ int FsdpCollReduceScatterAsync(FsdpColl c, const FsdpGroup *g, void *send, void 
                                size_t count, FsdpDtype dt, float scale, FsdpStream s,
                                FsdpEvent *ev)
 {
-  FSDP_CALL(coll_issue(c, FSDP_COLL_REDUCE_SCATTER, g, send, recv, count, dt, scale, s, ev));
+  FSDP_CALL(CollIssue(c, FSDP_COLL_REDUCE_SCATTER, g, send, recv, count, dt, scale, s, ev));
   return FSDP_SUCCESS;
 }
 
 int FsdpCollAllReduceAsync(FsdpColl c, const FsdpGroup *g, void *buf, size_t count,
                            FsdpDtype dt, float scale, FsdpStream s, FsdpEvent *ev)
 {
-  FSDP_CALL(coll_issue(c, FSDP_COLL_ALL_REDUCE, g, buf, buf, count, dt, scale, s, ev));
+  FSDP_CALL(CollIssue(c, FSDP_COLL_ALL_REDUCE, g, buf, buf, count, dt, scale, s, ev));
   return FSDP_SUCCESS;
 }
 
@@ -326,7 +326,7 @@ int FsdpCollNcclCommDestroy(void **nccl_comm)
 
 /* ---- scalars and counters ------------------------------------------------ */
 
-static int coll_scalar(FsdpColl c, const FsdpGroup *g, double *vals, int n, MPI_Op op,
+static int CollScalar(FsdpColl c, const FsdpGroup *g, double *vals, int n, MPI_Op op,
                        const char *what)
 {
   if (!c) FSDP_ERROR(FSDP_ERR_INTERNAL, "%s: NULL FsdpColl", what);
@@ -350,13 +350,13 @@ static int coll_scalar(FsdpColl c, const FsdpGroup *g, double *vals, int n, MPI_
 
 int FsdpCollScalarSum(FsdpColl c, const FsdpGroup *g, double *vals, int n)
 {
-  FSDP_CALL(coll_scalar(c, g, vals, n, MPI_SUM, "scalar sum"));
+  FSDP_CALL(CollScalar(c, g, vals, n, MPI_SUM, "scalar sum"));
   return FSDP_SUCCESS;
 }
 
 int FsdpCollScalarMax(FsdpColl c, const FsdpGroup *g, double *vals, int n)
 {
-  FSDP_CALL(coll_scalar(c, g, vals, n, MPI_MAX, "scalar max"));
+  FSDP_CALL(CollScalar(c, g, vals, n, MPI_MAX, "scalar max"));
   return FSDP_SUCCESS;
 }
 

@@ -35,7 +35,7 @@ typedef struct {
 
 /* Multiply count elements of dt in place by scale, in fp32 (one rounding
  * per element for bf16/fp16, see [Note: low-precision sums over MPI]). */
-static void coll_scale_inplace(void *buf, size_t count, FsdpDtype dt, float scale)
+static void CollScaleInplace(void *buf, size_t count, FsdpDtype dt, float scale)
 {
   if (scale == 1.0f || count == 0) return;
   if (dt == FSDP_DTYPE_FP32) {
@@ -86,7 +86,7 @@ static void coll_scale_inplace(void *buf, size_t count, FsdpDtype dt, float scal
 
 /* The 2-byte or 4-byte elements of one MPI element of a datatype built on
  * them, and its extent in bytes: a user op receives *len such elements. */
-static void mpi_op_layout(MPI_Datatype type, size_t elem_size, size_t *per, size_t *stride)
+static void MpiOpLayout(MPI_Datatype type, size_t elem_size, size_t *per, size_t *stride)
 {
   MPI_Count bytes = 0; /* a chunk of fp32 may pass 2^31 bytes */
   MPI_Aint lb = 0, extent = 0;
@@ -102,7 +102,7 @@ static void mpi_op_layout(MPI_Datatype type, size_t elem_size, size_t *per, size
   static void fname(void *in, void *inout, int *len, MPI_Datatype *type)           \
   {                                                                                \
     size_t per = 0, stride = 0;                                                    \
-    mpi_op_layout(*type, sizeof(T), &per, &stride);                                \
+    MpiOpLayout(*type, sizeof(T), &per, &stride);                                \
     size_t blocks = (size_t)*len;                                                  \
     if (stride == per * sizeof(T)) { /* contiguous: one loop */                    \
       per *= blocks;                                                               \
@@ -115,18 +115,18 @@ static void mpi_op_layout(MPI_Datatype type, size_t elem_size, size_t *per, size
     }                                                                              \
   }
 
-static inline float coll_id(float x) { return x; }
-COLL_DEFINE_SUM_OP(mpi_sum_fp32, float, coll_id, coll_id)
+static inline float CollId(float x) { return x; }
+COLL_DEFINE_SUM_OP(mpi_sum_fp32, float, CollId, CollId)
 COLL_DEFINE_SUM_OP(mpi_sum_bf16, uint16_t, FsdpBf16ToFloat, FsdpFloatToBf16)
 COLL_DEFINE_SUM_OP(mpi_sum_fp16, uint16_t, FsdpFp16ToFloat, FsdpFloatToFp16)
 
-static MPI_Datatype mpi_type(const CollMpi *m, FsdpDtype dt)
+static MPI_Datatype MpiType(const CollMpi *m, FsdpDtype dt)
 {
   return dt == FSDP_DTYPE_FP32 ? MPI_FLOAT : m->half_type;
 }
 
 /* chunked: a derived datatype is involved, so fp32 uses our own op too. */
-static MPI_Op mpi_sum(const CollMpi *m, FsdpDtype dt, int chunked)
+static MPI_Op MpiSum(const CollMpi *m, FsdpDtype dt, int chunked)
 {
   if (dt == FSDP_DTYPE_FP32) return chunked ? m->sum_fp32 : MPI_SUM;
   return dt == FSDP_DTYPE_BF16 ? m->sum_bf16 : m->sum_fp16;
@@ -134,11 +134,11 @@ static MPI_Op mpi_sum(const CollMpi *m, FsdpDtype dt, int chunked)
 
 /* The chunk datatype of [Note: chunked collectives]: len elements of dt,
  * extent count elements. */
-static int mpi_chunk_type(const CollMpi *m, FsdpDtype dt, size_t len, size_t count, MPI_Datatype *out)
+static int MpiChunkType(const CollMpi *m, FsdpDtype dt, size_t len, size_t count, MPI_Datatype *out)
 {
   MPI_Datatype run = MPI_DATATYPE_NULL;
   size_t k = FsdpDtypeSize(dt);
-  FSDP_CALL_MPI(MPI_Type_contiguous((int)len, mpi_type(m, dt), &run));
+  FSDP_CALL_MPI(MPI_Type_contiguous((int)len, MpiType(m, dt), &run));
   int err = MPI_Type_create_resized(run, 0, (MPI_Aint)(count * k), out);
   MPI_Type_free(&run);
   FSDP_CALL_MPI(err);
@@ -146,11 +146,11 @@ static int mpi_chunk_type(const CollMpi *m, FsdpDtype dt, size_t len, size_t cou
   return FSDP_SUCCESS;
 }
 
-static int mpi_all_gather(void *state, const FsdpGroup *g, const void *send, void *recv,
+static int MpiAllGather(void *state, const FsdpGroup *g, const void *send, void *recv,
                           size_t count, FsdpDtype dt)
 {
   const CollMpi *m = state;
-  MPI_Datatype t = mpi_type(m, dt);
+  MPI_Datatype t = MpiType(m, dt);
   size_t k = FsdpDtypeSize(dt);
   /* The FlatParameter's own shard already sits in the unsharded buffer. */
   int in_place = send == (const char *)recv + (size_t)g->rank * count * k;
@@ -163,7 +163,7 @@ static int mpi_all_gather(void *state, const FsdpGroup *g, const void *send, voi
   for (size_t off = 0; off < count; off += m->max_count) {
     size_t len = count - off < m->max_count ? count - off : m->max_count;
     MPI_Datatype chunk = MPI_DATATYPE_NULL;
-    FSDP_CALL(mpi_chunk_type(m, dt, len, count, &chunk));
+    FSDP_CALL(MpiChunkType(m, dt, len, count, &chunk));
     int err = MPI_Allgather(in_place ? MPI_IN_PLACE : (const char *)send + off * k, (int)len, t,
                             (char *)recv + off * k, 1, chunk, g->comm);
     MPI_Type_free(&chunk);
@@ -172,48 +172,48 @@ static int mpi_all_gather(void *state, const FsdpGroup *g, const void *send, voi
   return FSDP_SUCCESS;
 }
 
-static int mpi_reduce_scatter(void *state, const FsdpGroup *g, void *send, void *recv,
+static int MpiReduceScatter(void *state, const FsdpGroup *g, void *send, void *recv,
                               size_t count, FsdpDtype dt, float scale)
 {
   const CollMpi *m = state;
   float pre = 1.0f, post = 1.0f;
   FsdpCollSplitScale(scale, &pre, &post);
   size_t k = FsdpDtypeSize(dt);
-  coll_scale_inplace(send, (size_t)g->size * count, dt, pre);
+  CollScaleInplace(send, (size_t)g->size * count, dt, pre);
   if (count <= m->max_count) {
     COLL_CALL_MPI(FSDP_COLL_REDUCE_SCATTER, g, "MPI_Reduce_scatter_block",
-                  MPI_Reduce_scatter_block(send, recv, (int)count, mpi_type(m, dt),
-                                           mpi_sum(m, dt, 0), g->comm));
+                  MPI_Reduce_scatter_block(send, recv, (int)count, MpiType(m, dt),
+                                           MpiSum(m, dt, 0), g->comm));
   } else {
     for (size_t off = 0; off < count; off += m->max_count) {
       size_t len = count - off < m->max_count ? count - off : m->max_count;
       MPI_Datatype chunk = MPI_DATATYPE_NULL;
-      FSDP_CALL(mpi_chunk_type(m, dt, len, count, &chunk));
+      FSDP_CALL(MpiChunkType(m, dt, len, count, &chunk));
       int err = MPI_Reduce_scatter_block((char *)send + off * k, (char *)recv + off * k, 1,
-                                         chunk, mpi_sum(m, dt, 1), g->comm);
+                                         chunk, MpiSum(m, dt, 1), g->comm);
       MPI_Type_free(&chunk);
       COLL_CALL_MPI(FSDP_COLL_REDUCE_SCATTER, g, "MPI_Reduce_scatter_block (chunked)", err);
     }
   }
-  coll_scale_inplace(recv, count, dt, post);
+  CollScaleInplace(recv, count, dt, post);
   return FSDP_SUCCESS;
 }
 
-static int mpi_all_reduce(void *state, const FsdpGroup *g, void *buf, size_t count,
+static int MpiAllReduce(void *state, const FsdpGroup *g, void *buf, size_t count,
                           FsdpDtype dt, float scale)
 {
   const CollMpi *m = state;
   float pre = 1.0f, post = 1.0f;
   FsdpCollSplitScale(scale, &pre, &post);
   size_t k = FsdpDtypeSize(dt);
-  coll_scale_inplace(buf, count, dt, pre);
+  CollScaleInplace(buf, count, dt, pre);
   for (size_t off = 0; off < count; off += m->max_count) {
     size_t len = count - off < m->max_count ? count - off : m->max_count;
     COLL_CALL_MPI(FSDP_COLL_ALL_REDUCE, g, "MPI_Allreduce",
-                  MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * k, (int)len, mpi_type(m, dt),
-                                mpi_sum(m, dt, 0), g->comm));
+                  MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * k, (int)len, MpiType(m, dt),
+                                MpiSum(m, dt, 0), g->comm));
   }
-  coll_scale_inplace(buf, count, dt, post);
+  CollScaleInplace(buf, count, dt, post);
   return FSDP_SUCCESS;
 }
 
@@ -224,7 +224,7 @@ static int mpi_all_reduce(void *state, const FsdpGroup *g, void *buf, size_t cou
 #define COLL_MPI_MAX_COUNT ((size_t)1 << 29)
 
 /* FSDP_COLL_MAX_COUNT: see [Note: chunked collectives]. */
-static int coll_max_count_from_env(size_t *out)
+static int CollMaxCountFromEnv(size_t *out)
 {
   *out = COLL_MPI_MAX_COUNT;
   const char *env = getenv("FSDP_COLL_MAX_COUNT");
@@ -241,9 +241,9 @@ static int coll_max_count_from_env(size_t *out)
   return FSDP_SUCCESS;
 }
 
-/* Frees what mpi_create made; every object is freed even after a
+/* Frees what MpiCreate made; every object is freed even after a
  * failure, the first failure is returned. */
-static int mpi_destroy(void *state)
+static int MpiDestroy(void *state)
 {
   CollMpi *m = state;
   if (!m) return FSDP_SUCCESS;
@@ -258,27 +258,27 @@ static int mpi_destroy(void *state)
   return FSDP_SUCCESS;
 }
 
-static int mpi_setup(CollMpi *m)
+static int MpiSetup(CollMpi *m)
 {
   FSDP_CALL_MPI(MPI_Type_contiguous(2, MPI_BYTE, &m->half_type));
   FSDP_CALL_MPI(MPI_Type_commit(&m->half_type));
   FSDP_CALL_MPI(MPI_Op_create(mpi_sum_bf16, 1, &m->sum_bf16));
   FSDP_CALL_MPI(MPI_Op_create(mpi_sum_fp16, 1, &m->sum_fp16));
   FSDP_CALL_MPI(MPI_Op_create(mpi_sum_fp32, 1, &m->sum_fp32));
-  FSDP_CALL(coll_max_count_from_env(&m->max_count));
+  FSDP_CALL(CollMaxCountFromEnv(&m->max_count));
   return FSDP_SUCCESS;
 }
 
-static int mpi_create(void **state)
+static int MpiCreate(void **state)
 {
   *state = NULL;
   CollMpi *m = calloc(1, sizeof *m);
   FSDP_CHECK_ALLOC(m, sizeof *m);
   m->half_type = MPI_DATATYPE_NULL;
   m->sum_bf16 = m->sum_fp16 = m->sum_fp32 = MPI_OP_NULL;
-  int err = mpi_setup(m);
+  int err = MpiSetup(m);
   if (err) {
-    mpi_destroy(m);
+    MpiDestroy(m);
     return FsdpErrorTrace(__FILE__, __LINE__, __func__, err);
   }
   *state = m;
@@ -287,11 +287,11 @@ static int mpi_create(void **state)
 
 static const CollBackendOps coll_ops_mpi = {
     .name = "MPI",
-    .create = mpi_create,
-    .destroy = mpi_destroy,
-    .all_gather = mpi_all_gather,
-    .reduce_scatter = mpi_reduce_scatter,
-    .all_reduce = mpi_all_reduce,
+    .create = MpiCreate,
+    .destroy = MpiDestroy,
+    .all_gather = MpiAllGather,
+    .reduce_scatter = MpiReduceScatter,
+    .all_reduce = MpiAllReduce,
 };
 
 const CollBackendOps *FsdpCollMpiOps(void) { return &coll_ops_mpi; }

@@ -79,7 +79,7 @@ typedef struct {
 
 /* Standalone NCCL communicator for an MPI group (coll.h:
  * FsdpCollNcclCommCreate). */
-static int nccl_comm_create(const FsdpGroup *g, void **nccl_comm)
+static int NcclCommCreate(const FsdpGroup *g, void **nccl_comm)
 {
   if (!nccl_comm) FSDP_ERROR(FSDP_ERR_INTERNAL, "FsdpCollNcclCommCreate: NULL output");
   *nccl_comm = NULL;
@@ -117,7 +117,7 @@ static int nccl_comm_create(const FsdpGroup *g, void **nccl_comm)
   return FSDP_SUCCESS;
 }
 
-static int nccl_comm_destroy(void **nccl_comm)
+static int NcclCommDestroy(void **nccl_comm)
 {
   if (!nccl_comm || !*nccl_comm) return FSDP_SUCCESS;
   ncclComm_t comm = (ncclComm_t)*nccl_comm;
@@ -128,7 +128,7 @@ static int nccl_comm_destroy(void **nccl_comm)
 
 /* The NCCL twin of g's MPI communicator, created on first use (collective
  * on g: see [Note: NCCL collectives and streams]). */
-static int nccl_comm_of(CollNccl *c, const FsdpGroup *g, ncclComm_t *out)
+static int NcclCommOf(CollNccl *c, const FsdpGroup *g, ncclComm_t *out)
 {
   for (int i = 0; i < c->ncomms; i++)
     if (c->comms[i].comm == g->comm) {
@@ -139,7 +139,7 @@ static int nccl_comm_of(CollNccl *c, const FsdpGroup *g, ncclComm_t *out)
     FSDP_ERROR(FSDP_ERR_INTERNAL, "NCCL backend: more than %d communicators (the %s comm)",
                COLL_NCCL_MAX_COMMS, FsdpCollGroupName(g));
   void *nc = NULL;
-  FSDP_CALL(nccl_comm_create(g, &nc));
+  FSDP_CALL(NcclCommCreate(g, &nc));
   c->comms[c->ncomms].comm = g->comm;
   c->comms[c->ncomms].nccl = (ncclComm_t)nc;
   c->ncomms++;
@@ -147,7 +147,7 @@ static int nccl_comm_of(CollNccl *c, const FsdpGroup *g, ncclComm_t *out)
   return FSDP_SUCCESS;
 }
 
-static ncclDataType_t nccl_type(FsdpDtype dt)
+static ncclDataType_t NcclType(FsdpDtype dt)
 {
   return dt == FSDP_DTYPE_FP32 ? ncclFloat32 : dt == FSDP_DTYPE_BF16 ? ncclBfloat16 : ncclFloat16;
 }
@@ -168,15 +168,15 @@ static ncclDataType_t nccl_type(FsdpDtype dt)
 
 /* Launch one collective on the comm stream, after the compute stream's
  * work so far; returns at once.  *comm_out: the NCCL communicator used. */
-static int nccl_launch(CollNccl *c, FsdpCollKind kind, const FsdpGroup *g, const void *send,
+static int NcclLaunch(CollNccl *c, FsdpCollKind kind, const FsdpGroup *g, const void *send,
                        void *recv, size_t count, FsdpDtype dt, float scale, ncclComm_t *comm_out)
 {
   ncclComm_t comm = NULL;
-  FSDP_CALL(nccl_comm_of(c, g, &comm));
+  FSDP_CALL(NcclCommOf(c, g, &comm));
   *comm_out = comm;
   FSDP_CALL_CUDA(cudaEventRecord(c->compute_ready, c->compute_stream));
   FSDP_CALL_CUDA(cudaStreamWaitEvent(c->comm_stream, c->compute_ready, 0));
-  ncclDataType_t t = nccl_type(dt);
+  ncclDataType_t t = NcclType(dt);
   if (kind == FSDP_COLL_ALL_GATHER) {
     /* In place when send is this rank's slot of recv: NCCL detects it. */
     COLL_CALL_NCCL(kind, g, comm, ncclAllGather(send, recv, count, t, comm, c->comm_stream));
@@ -209,7 +209,7 @@ static int nccl_launch(CollNccl *c, FsdpCollKind kind, const FsdpGroup *g, const
 
 /* Wait (host) for a CUDA event, polling the communicator's async error so
  * that a failed peer or a broken link ends the wait with an error. */
-static int nccl_wait(FsdpCollKind kind, const char *gname, int gsize, ncclComm_t comm,
+static int NcclWait(FsdpCollKind kind, const char *gname, int gsize, ncclComm_t comm,
                      cudaEvent_t ev)
 {
   const struct timespec nap = {0, 20000}; /* 20 us */
@@ -231,37 +231,37 @@ static int nccl_wait(FsdpCollKind kind, const char *gname, int gsize, ncclComm_t
   }
 }
 
-static int nccl_blocking(CollNccl *c, FsdpCollKind kind, const FsdpGroup *g, const void *send,
+static int NcclBlocking(CollNccl *c, FsdpCollKind kind, const FsdpGroup *g, const void *send,
                          void *recv, size_t count, FsdpDtype dt, float scale)
 {
   ncclComm_t comm = NULL;
-  FSDP_CALL(nccl_launch(c, kind, g, send, recv, count, dt, scale, &comm));
+  FSDP_CALL(NcclLaunch(c, kind, g, send, recv, count, dt, scale, &comm));
   FSDP_CALL_CUDA(cudaEventRecord(c->blocking_done, c->comm_stream));
-  FSDP_CALL(nccl_wait(kind, FsdpCollGroupName(g), g->size, comm, c->blocking_done));
+  FSDP_CALL(NcclWait(kind, FsdpCollGroupName(g), g->size, comm, c->blocking_done));
   return FSDP_SUCCESS;
 }
 
-static int nccl_all_gather(void *state, const FsdpGroup *g, const void *send, void *recv,
+static int NcclAllGather(void *state, const FsdpGroup *g, const void *send, void *recv,
                            size_t count, FsdpDtype dt)
 {
   CollNccl *c = state;
-  FSDP_CALL(nccl_blocking(c, FSDP_COLL_ALL_GATHER, g, send, recv, count, dt, 1.0f));
+  FSDP_CALL(NcclBlocking(c, FSDP_COLL_ALL_GATHER, g, send, recv, count, dt, 1.0f));
   return FSDP_SUCCESS;
 }
 
-static int nccl_reduce_scatter(void *state, const FsdpGroup *g, void *send, void *recv,
+static int NcclReduceScatter(void *state, const FsdpGroup *g, void *send, void *recv,
                                size_t count, FsdpDtype dt, float scale)
 {
   CollNccl *c = state;
-  FSDP_CALL(nccl_blocking(c, FSDP_COLL_REDUCE_SCATTER, g, send, recv, count, dt, scale));
+  FSDP_CALL(NcclBlocking(c, FSDP_COLL_REDUCE_SCATTER, g, send, recv, count, dt, scale));
   return FSDP_SUCCESS;
 }
 
-static int nccl_all_reduce(void *state, const FsdpGroup *g, void *buf, size_t count,
+static int NcclAllReduce(void *state, const FsdpGroup *g, void *buf, size_t count,
                            FsdpDtype dt, float scale)
 {
   CollNccl *c = state;
-  FSDP_CALL(nccl_blocking(c, FSDP_COLL_ALL_REDUCE, g, buf, buf, count, dt, scale));
+  FSDP_CALL(NcclBlocking(c, FSDP_COLL_ALL_REDUCE, g, buf, buf, count, dt, scale));
   return FSDP_SUCCESS;
 }
 
@@ -274,14 +274,14 @@ typedef struct {
   const char *gname; /* static storage (group names are literals) */
 } NcclWaitTask;
 
-static int nccl_wait_task_run(void *arg)
+static int NcclWaitTaskRun(void *arg)
 {
   NcclWaitTask *t = (NcclWaitTask *)arg;
-  FSDP_CALL(nccl_wait(t->kind, t->gname, t->gsize, t->comm, t->done));
+  FSDP_CALL(NcclWait(t->kind, t->gname, t->gsize, t->comm, t->done));
   return FSDP_SUCCESS;
 }
 
-static int nccl_issue_async(void *state, FsdpCollKind kind, const FsdpGroup *g,
+static int NcclIssueAsync(void *state, FsdpCollKind kind, const FsdpGroup *g,
                             const void *send, void *recv, size_t count, FsdpDtype dt, float scale,
                             FsdpStream s, FsdpEvent *ev)
 {
@@ -293,11 +293,11 @@ static int nccl_issue_async(void *state, FsdpCollKind kind, const FsdpGroup *g,
    * the old FsdpEvent, so it waits on the host instead. */
   CollNcclSlot *slot = &c->slots[c->nslots_used % COLL_NCCL_EVENTS];
   ncclComm_t comm = NULL;
-  FSDP_CALL(nccl_launch(c, kind, g, send, recv, count, dt, scale, &comm));
+  FSDP_CALL(NcclLaunch(c, kind, g, send, recv, count, dt, scale, &comm));
   FSDP_CALL_CUDA(cudaEventRecord(slot->done, c->comm_stream));
   NcclWaitTask t = {comm, slot->done, kind, g->size, FsdpCollGroupName(g)};
   FsdpEvent fev = FSDP_EVENT_NULL;
-  FSDP_CALL(FsdpStreamEnqueue(s, FsdpCollKindNames[kind], nccl_wait_task_run, &t, sizeof t, &fev));
+  FSDP_CALL(FsdpStreamEnqueue(s, FsdpCollKindNames[kind], NcclWaitTaskRun, &t, sizeof t, &fev));
   slot->ev = fev;
   slot->used = 1;
   c->nslots_used++;
@@ -305,7 +305,7 @@ static int nccl_issue_async(void *state, FsdpCollKind kind, const FsdpGroup *g,
   return FSDP_SUCCESS;
 }
 
-static int nccl_setup(CollNccl *c)
+static int NcclSetup(CollNccl *c)
 {
   int gpus = 0;
   FSDP_CALL(FsdpCudaDeviceCount(&gpus));
@@ -326,7 +326,7 @@ static int nccl_setup(CollNccl *c)
 }
 
 /* Best effort, every step attempted; the first failure is returned. */
-static int nccl_teardown(CollNccl *c)
+static int NcclTeardown(CollNccl *c)
 {
   int err = FSDP_SUCCESS;
   /* The FsdpStreams of async collectives were drained by the caller (the
@@ -350,33 +350,33 @@ static int nccl_teardown(CollNccl *c)
 
 /* [Note: aborting NCCL with the job]; runs on whichever thread ends the
  * job, so it reads only communicators already published (ncomms). */
-static void nccl_abort_hook(void *ctx)
+static void NcclAbortHook(void *ctx)
 {
   CollNccl *c = ctx;
   int n = atomic_load(&c->ncomms);
   for (int i = 0; i < n; i++) ncclCommAbort(c->comms[i].nccl);
 }
 
-static int nccl_destroy(void *state)
+static int NcclDestroy(void *state)
 {
   CollNccl *c = state;
   if (!c) return FSDP_SUCCESS;
-  if (c->hook_added) FsdpErrorRemoveAbortHook(nccl_abort_hook, c);
-  int err = nccl_teardown(c);
+  if (c->hook_added) FsdpErrorRemoveAbortHook(NcclAbortHook, c);
+  int err = NcclTeardown(c);
   free(c);
   if (err) return FsdpErrorTrace(__FILE__, __LINE__, __func__, err);
   return FSDP_SUCCESS;
 }
 
-static int nccl_create(void **state)
+static int NcclCreate(void **state)
 {
   *state = NULL;
   CollNccl *c = calloc(1, sizeof *c);
   FSDP_CHECK_ALLOC(c, sizeof *c);
-  int err = nccl_setup(c);
-  if (!err) err = FsdpErrorAddAbortHook(nccl_abort_hook, c);
+  int err = NcclSetup(c);
+  if (!err) err = FsdpErrorAddAbortHook(NcclAbortHook, c);
   if (err) {
-    nccl_destroy(c);
+    NcclDestroy(c);
     return FsdpErrorTrace(__FILE__, __LINE__, __func__, err);
   }
   c->hook_added = 1;
@@ -384,7 +384,7 @@ static int nccl_create(void **state)
   return FSDP_SUCCESS;
 }
 
-static int nccl_set_cuda_streams(void *state, void *comm_stream, void *compute_stream)
+static int NcclSetCudaStreams(void *state, void *comm_stream, void *compute_stream)
 {
   CollNccl *c = state;
   c->comm_stream = comm_stream ? (cudaStream_t)comm_stream : c->own_stream;
@@ -392,21 +392,21 @@ static int nccl_set_cuda_streams(void *state, void *comm_stream, void *compute_s
   return FSDP_SUCCESS;
 }
 
-static void *nccl_cuda_stream(void *state) { return (void *)((CollNccl *)state)->comm_stream; }
+static void *NcclCudaStream(void *state) { return (void *)((CollNccl *)state)->comm_stream; }
 
-static int nccl_attach(void *state, const FsdpGroup *g)
+static int NcclAttach(void *state, const FsdpGroup *g)
 {
   if (!g || g->comm == MPI_COMM_NULL)
     FSDP_ERROR(FSDP_ERR_STATE, "FsdpCollAttach: the %s group has no communicator",
                FsdpCollGroupName(g));
   ncclComm_t comm = NULL;
-  FSDP_CALL(nccl_comm_of(state, g, &comm));
+  FSDP_CALL(NcclCommOf(state, g, &comm));
   return FSDP_SUCCESS;
 }
 
 /* Only the COLL_NCCL_EVENTS most recent async collectives have an event
  * to wait for on the device; older ones are left to the host. */
-static int nccl_wait_device(void *state, FsdpEvent ev, void *cuda_stream, int *handled)
+static int NcclWaitDevice(void *state, FsdpEvent ev, void *cuda_stream, int *handled)
 {
   CollNccl *c = state;
   *handled = 0;
@@ -424,18 +424,18 @@ static int nccl_wait_device(void *state, FsdpEvent ev, void *cuda_stream, int *h
 
 static const CollBackendOps coll_ops_nccl = {
     .name = "NCCL",
-    .create = nccl_create,
-    .destroy = nccl_destroy,
-    .all_gather = nccl_all_gather,
-    .reduce_scatter = nccl_reduce_scatter,
-    .all_reduce = nccl_all_reduce,
-    .issue_async = nccl_issue_async,
-    .set_cuda_streams = nccl_set_cuda_streams,
-    .cuda_stream = nccl_cuda_stream,
-    .attach = nccl_attach,
-    .wait_device = nccl_wait_device,
-    .nccl_comm_create = nccl_comm_create,
-    .nccl_comm_destroy = nccl_comm_destroy,
+    .create = NcclCreate,
+    .destroy = NcclDestroy,
+    .all_gather = NcclAllGather,
+    .reduce_scatter = NcclReduceScatter,
+    .all_reduce = NcclAllReduce,
+    .issue_async = NcclIssueAsync,
+    .set_cuda_streams = NcclSetCudaStreams,
+    .cuda_stream = NcclCudaStream,
+    .attach = NcclAttach,
+    .wait_device = NcclWaitDevice,
+    .NcclCommCreate = NcclCommCreate,
+    .NcclCommDestroy = NcclCommDestroy,
 };
 
 const CollBackendOps *FsdpCollNcclOps(void) { return &coll_ops_nccl; }

@@ -89,7 +89,7 @@ static char g_fault_bad[128]; /* the malformed entry, "" if none */
 static pthread_once_t g_fault_once = PTHREAD_ONCE_INIT;
 static atomic_int g_fault_fired;
 
-static void fault_parse_once(void)
+static void FaultParseOnce(void)
 {
   const char *env = getenv("FSDP_FAULT");
   if (!env || !*env) return;
@@ -132,9 +132,9 @@ static void fault_parse_once(void)
 
 /* Every stream checks FSDP_FAULT at create, so a malformed entry stops
  * the run at setup on every rank. */
-static int fault_check(void)
+static int FaultCheck(void)
 {
-  pthread_once(&g_fault_once, fault_parse_once);
+  pthread_once(&g_fault_once, FaultParseOnce);
   if (g_fault_bad[0])
     FSDP_ERROR(FSDP_ERR_USAGE,
                "FSDP_FAULT entry '%s' (a test-only variable): expected "
@@ -144,7 +144,7 @@ static int fault_check(void)
 }
 
 /* Whether the task in slot is the one FSDP_FAULT asks to fail (once). */
-static int fault_hits(const StreamSlot *slot)
+static int FaultHits(const StreamSlot *slot)
 {
   if (!g_fault.armed || slot->step != g_fault.step || FsdpErrorWorldRank() != g_fault.rank)
     return 0;
@@ -153,7 +153,7 @@ static int fault_hits(const StreamSlot *slot)
   return atomic_exchange(&g_fault_fired, 1) == 0;
 }
 
-static int fault_raise(const StreamSlot *slot)
+static int FaultRaise(const StreamSlot *slot)
 {
   FSDP_ERROR(FSDP_ERR_INTERNAL, "fault injected by FSDP_FAULT=%s (test only): task '%s' did not run",
              g_fault.text, slot->label);
@@ -161,7 +161,7 @@ static int fault_raise(const StreamSlot *slot)
 
 /* [Note: a failed task ends the job] Called on the stream thread, nothing
  * locked; does not return. */
-static _Noreturn void stream_end_job(FsdpStream s, const StreamSlot *slot, int err)
+static _Noreturn void StreamEndJob(FsdpStream s, const StreamSlot *slot, int err)
 {
   char unit[32] = "no unit", step[32] = "no step";
   if (slot->unit >= 0) snprintf(unit, sizeof unit, "unit %d", slot->unit);
@@ -175,7 +175,7 @@ static _Noreturn void stream_end_job(FsdpStream s, const StreamSlot *slot, int e
   FsdpErrorAbortJob(err);
 }
 
-static void *stream_main(void *p)
+static void *StreamMain(void *p)
 {
   FsdpStream s = (FsdpStream)p;
   pthread_mutex_lock(&s->mu);
@@ -196,14 +196,14 @@ static void *stream_main(void *p)
     if (!skip) {
       FsdpErrorClearThreadMessage();
       double t0 = FsdpWallTime();
-      err = fault_hits(slot) ? fault_raise(slot) : slot->fn(slot->arg);
+      err = FaultHits(slot) ? FaultRaise(slot) : slot->fn(slot->arg);
       double t1 = FsdpWallTime();
       if (rec) {
         FsdpStreamTaskTime t = {slot->label, slot->issue_s, t0, t1, seq};
         rec(rec_ctx, &t, slot->arg);
       }
       if (err != FSDP_SUCCESS && on_failure == FSDP_STREAM_FAIL_ABORT_JOB)
-        stream_end_job(s, slot, err);
+        StreamEndJob(s, slot, err);
     }
 
     pthread_mutex_lock(&s->mu);
@@ -225,7 +225,7 @@ int FsdpStreamCreate(const char *name, int capacity, FsdpStream *out)
   if (capacity < 1)
     FSDP_ERROR(FSDP_ERR_USAGE, "stream '%s': capacity must be at least 1 (got %d)",
                name ? name : "?", capacity);
-  FSDP_CALL(fault_check());
+  FSDP_CALL(FaultCheck());
   FsdpStream s = calloc(1, sizeof *s);
   FSDP_CHECK_ALLOC(s, sizeof *s);
   snprintf(s->name, sizeof s->name, "%s", name ? name : "stream");
@@ -241,7 +241,7 @@ int FsdpStreamCreate(const char *name, int capacity, FsdpStream *out)
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->work, NULL);
   pthread_cond_init(&s->done, NULL);
-  int rc = pthread_create(&s->thread, NULL, stream_main, s);
+  int rc = pthread_create(&s->thread, NULL, StreamMain, s);
   if (rc != 0) {
     pthread_cond_destroy(&s->done);
     pthread_cond_destroy(&s->work);
@@ -328,7 +328,7 @@ int FsdpStreamSetFailurePolicy(FsdpStream s, FsdpStreamFailurePolicy policy)
 
 /* Blocks until completed >= seq; returns the stream's error if it covers
  * seq.  Called with nothing locked. */
-static int stream_wait(FsdpStream s, uint64_t seq)
+static int StreamWait(FsdpStream s, uint64_t seq)
 {
   pthread_mutex_lock(&s->mu);
   if (seq > s->issued) {
@@ -353,7 +353,7 @@ static int stream_wait(FsdpStream s, uint64_t seq)
 int FsdpEventWait(FsdpEvent ev)
 {
   if (!ev.stream || ev.seq == 0) return FSDP_SUCCESS;
-  FSDP_CALL(stream_wait(ev.stream, ev.seq));
+  FSDP_CALL(StreamWait(ev.stream, ev.seq));
   return FSDP_SUCCESS;
 }
 
@@ -376,7 +376,7 @@ int FsdpStreamSynchronize(FsdpStream s)
   uint64_t seq = s->issued;
   pthread_mutex_unlock(&s->mu);
   if (seq == 0) return FSDP_SUCCESS;
-  FSDP_CALL(stream_wait(s, seq));
+  FSDP_CALL(StreamWait(s, seq));
   return FSDP_SUCCESS;
 }
 

@@ -60,7 +60,7 @@ int FsdpTopoOptionsFromDb(FsdpOpts db, FsdpTopoOptions *o)
 }
 
 /* "1 2 4" into buf: the divisors of n, for messages. */
-static void topo_divisors(int n, char *buf, size_t size)
+static void TopoDivisors(int n, char *buf, size_t size)
 {
   size_t len = 0;
   buf[0] = '\0';
@@ -75,7 +75,7 @@ int FsdpTopoCheckOptions(int W, const FsdpTopoOptions *o)
 {
   int F = o->sharding_factor, G = o->ranks_per_node, placement = (int)o->placement;
   char div[512];
-  topo_divisors(W, div, sizeof div);
+  TopoDivisors(W, div, sizeof div);
   if (F < 0)
     FSDP_ERROR(FSDP_ERR_USAGE,
                "-sharding_factor %d is negative (choose a divisor of the "
@@ -116,7 +116,7 @@ int FsdpTopoCheckOptions(int W, const FsdpTopoOptions *o)
 /* Relabel nodes so that they are numbered by their smallest world rank:
  * label[r] is any value equal exactly for the ranks of one node; on return
  * node_of[r] is 0..N-1.  Returns N. */
-static int topo_number_nodes(int W, const int *label, int *node_of)
+static int TopoNumberNodes(int W, const int *label, int *node_of)
 {
   int N = 0;
   for (int r = 0; r < W; r++) node_of[r] = -1;
@@ -131,7 +131,7 @@ static int topo_number_nodes(int W, const int *label, int *node_of)
 }
 
 /* Members of group g on my node, other than me, and elsewhere. */
-static void topo_count_peers(struct FsdpTopo_ *t, FsdpGroup *g,
+static void TopoCountPeers(struct FsdpTopo_ *t, FsdpGroup *g,
                              const int *members, int n)
 {
   int intra = 0;
@@ -141,7 +141,7 @@ static void topo_count_peers(struct FsdpTopo_ *t, FsdpGroup *g,
   g->peers_inter = n - 1 - intra;
 }
 
-static int topo_group_finish(FsdpGroup *g, const char *name, int want_size)
+static int TopoGroupFinish(FsdpGroup *g, const char *name, int want_size)
 {
   g->name = name;
   FSDP_CALL_MPI(MPI_Comm_size(g->comm, &g->size));
@@ -150,7 +150,7 @@ static int topo_group_finish(FsdpGroup *g, const char *name, int want_size)
   return FSDP_SUCCESS;
 }
 
-static void topo_free(struct FsdpTopo_ *t)
+static void TopoFree(struct FsdpTopo_ *t)
 {
   FsdpGroup *groups[4] = {&t->world, &t->node, &t->shard, &t->replica};
   for (int k = 0; k < 4; k++)
@@ -160,7 +160,7 @@ static void topo_free(struct FsdpTopo_ *t)
   free(t);
 }
 
-static int topo_build(MPI_Comm world, const FsdpTopoOptions *o,
+static int TopoBuild(MPI_Comm world, const FsdpTopoOptions *o,
                       struct FsdpTopo_ *t)
 {
   int W = 0, me = 0;
@@ -216,7 +216,7 @@ static int topo_build(MPI_Comm world, const FsdpTopoOptions *o,
       FSDP_CALL_MPI(rc);
     }
   }
-  t->N = topo_number_nodes(W, label, t->node_of);
+  t->N = TopoNumberNodes(W, label, t->node_of);
   free(label);
 
   /* Node sizes; detected nodes must be equal (emulated ones are by
@@ -261,20 +261,20 @@ static int topo_build(MPI_Comm world, const FsdpTopoOptions *o,
     FSDP_CALL_MPI(MPI_Comm_split(world, t->node_index, me, &t->node.comm));
   FSDP_CALL_MPI(MPI_Comm_split(world, t->shard_index, t->shard_pos, &t->shard.comm));
   FSDP_CALL_MPI(MPI_Comm_split(world, t->shard_pos, t->shard_index, &t->replica.comm));
-  FSDP_CALL(topo_group_finish(&t->world, "world", W));
-  FSDP_CALL(topo_group_finish(&t->node, "node", t->G));
-  FSDP_CALL(topo_group_finish(&t->shard, "sharding", F));
-  FSDP_CALL(topo_group_finish(&t->replica, "replica", t->R));
+  FSDP_CALL(TopoGroupFinish(&t->world, "world", W));
+  FSDP_CALL(TopoGroupFinish(&t->node, "node", t->G));
+  FSDP_CALL(TopoGroupFinish(&t->shard, "sharding", F));
+  FSDP_CALL(TopoGroupFinish(&t->replica, "replica", t->R));
   FSDP_ASSERT(t->shard.rank == t->shard_pos && t->replica.rank == t->shard_index);
 
   int *members = malloc((size_t)W * sizeof *members);
   FSDP_CHECK_ALLOC(members, (size_t)W * sizeof(int));
   for (int r = 0; r < W; r++) members[r] = r;
-  topo_count_peers(t, &t->world, members, W);
-  topo_count_peers(t, &t->node, t->order + t->node_index * t->G, t->G);
-  topo_count_peers(t, &t->shard, t->order + t->shard_index * F, F);
+  TopoCountPeers(t, &t->world, members, W);
+  TopoCountPeers(t, &t->node, t->order + t->node_index * t->G, t->G);
+  TopoCountPeers(t, &t->shard, t->order + t->shard_index * F, F);
   for (int j = 0; j < t->R; j++) members[j] = t->order[j * F + t->shard_pos];
-  topo_count_peers(t, &t->replica, members, t->R);
+  TopoCountPeers(t, &t->replica, members, t->R);
   free(members);
   return FSDP_SUCCESS;
 }
@@ -286,9 +286,9 @@ int FsdpTopoCreate(MPI_Comm world, const FsdpTopoOptions *o, FsdpTopo *out)
   struct FsdpTopo_ *t = calloc(1, sizeof *t);
   FSDP_CHECK_ALLOC(t, sizeof *t);
   t->world.comm = t->node.comm = t->shard.comm = t->replica.comm = MPI_COMM_NULL;
-  int err = topo_build(world, o, t);
+  int err = TopoBuild(world, o, t);
   if (err != FSDP_SUCCESS) {
-    topo_free(t);
+    TopoFree(t);
     FSDP_CALL(err);
   }
   *out = t;
@@ -299,7 +299,7 @@ int FsdpTopoCreate(MPI_Comm world, const FsdpTopoOptions *o, FsdpTopo *out)
 int FsdpTopoDestroy(FsdpTopo *t)
 {
   if (!t || !*t) return FSDP_SUCCESS;
-  topo_free(*t);
+  TopoFree(*t);
   *t = NULL;
   return FSDP_SUCCESS;
 }
@@ -342,7 +342,7 @@ int FsdpTopoSummary(FsdpTopo t, char *buf, size_t size)
   return FSDP_SUCCESS;
 }
 
-static void topo_print_ranks(FILE *out, const int *ranks, int n, int stride)
+static void TopoPrintRanks(FILE *out, const int *ranks, int n, int stride)
 {
   for (int k = 0; k < n; k++) fprintf(out, " %d", ranks[(size_t)k * stride]);
   fputc('\n', out);
@@ -376,17 +376,17 @@ int FsdpTopoView(FsdpTopo t, FILE *out)
     const int *members = t->order + (size_t)n * t->G;
     fprintf(out, "    node %d (%s):", n,
             hosts + (size_t)members[0] * MPI_MAX_PROCESSOR_NAME);
-    topo_print_ranks(out, members, t->G, 1);
+    TopoPrintRanks(out, members, t->G, 1);
   }
   fprintf(out, "  sharding groups (world ranks, in shard-rank order):\n");
   for (int s = 0; s < t->R; s++) {
     fprintf(out, "    sharding group %d:", s);
-    topo_print_ranks(out, t->order + (size_t)s * t->F, t->F, 1);
+    TopoPrintRanks(out, t->order + (size_t)s * t->F, t->F, 1);
   }
   fprintf(out, "  replica groups (world ranks, in replica-rank order):\n");
   for (int j = 0; j < t->F; j++) {
     fprintf(out, "    replica group %d:", j);
-    topo_print_ranks(out, t->order + j, t->R, t->F);
+    TopoPrintRanks(out, t->order + j, t->R, t->F);
   }
   fflush(out);
   free(hosts);

@@ -208,7 +208,7 @@ static DevBlock *g_blocks;
 static size_t g_nblocks, g_capblocks;
 static FsdpCudaMemStats g_stats;
 
-static void stats_add(FsdpMemTag tag, size_t bytes)
+static void StatsAdd(FsdpMemTag tag, size_t bytes)
 {
   g_stats.allocated += bytes;
   if (g_stats.allocated > g_stats.peak) g_stats.peak = g_stats.allocated;
@@ -218,14 +218,14 @@ static void stats_add(FsdpMemTag tag, size_t bytes)
   g_stats.num_allocs++;
 }
 
-static void stats_sub(FsdpMemTag tag, size_t bytes)
+static void StatsSub(FsdpMemTag tag, size_t bytes)
 {
   g_stats.allocated -= bytes;
   g_stats.tag_allocated[tag] -= bytes;
 }
 
 /* cudaMalloc with one retry after synchronizing the device, counted. */
-static int dev_malloc(FsdpMemTag tag, size_t bytes, void **out)
+static int DevMalloc(FsdpMemTag tag, size_t bytes, void **out)
 {
   void *p = NULL;
   cudaError_t e = cudaMalloc(&p, bytes);
@@ -270,7 +270,7 @@ int FsdpCudaMalloc(FsdpMemTag tag, size_t bytes, void *ptr)
     g_capblocks = cap;
   }
   void *p = NULL;
-  FSDP_CALL(dev_malloc(tag, bytes, &p));
+  FSDP_CALL(DevMalloc(tag, bytes, &p));
   /* Zeroed before return: the caller may fill it from any stream next. */
   cudaError_t e = cudaMemsetAsync(p, 0, bytes, 0);
   if (e == cudaSuccess) e = cudaStreamSynchronize(0);
@@ -281,7 +281,7 @@ int FsdpCudaMalloc(FsdpMemTag tag, size_t bytes, void *ptr)
                cudaGetErrorString(e));
   }
   g_blocks[g_nblocks++] = (DevBlock){p, bytes, tag};
-  stats_add(tag, bytes);
+  StatsAdd(tag, bytes);
   *(void **)ptr = p;
   return FSDP_SUCCESS;
 }
@@ -297,7 +297,7 @@ int FsdpCudaFree(void *ptr)
     FSDP_ERROR(FSDP_ERR_INTERNAL, "FsdpCudaFree: %p was not allocated by FsdpCudaMalloc", p);
   DevBlock b = g_blocks[i];
   g_blocks[i] = g_blocks[--g_nblocks];
-  stats_sub(b.tag, b.bytes);
+  StatsSub(b.tag, b.bytes);
   g_stats.reserved -= b.bytes;
   FSDP_CALL_CUDA(cudaFree(p));
   if (g_nblocks == 0) {
@@ -367,7 +367,7 @@ int FsdpCudaPoolCreate(FsdpMemTag tag, size_t bytes, FsdpCudaPool *out)
   p->tag = tag;
   p->size = (bytes + POOL_ALIGN - 1) / POOL_ALIGN * POOL_ALIGN;
   if (p->size) {
-    int err = dev_malloc(tag, p->size, (void **)&p->base);
+    int err = DevMalloc(tag, p->size, (void **)&p->base);
     if (err) {
       free(p);
       return FsdpErrorTrace(__FILE__, __LINE__, __func__, err);
@@ -394,7 +394,7 @@ int FsdpCudaPoolAlloc(FsdpCudaPool p, FsdpMemTag tag, size_t bytes, void *ptr)
   *(void **)ptr = p->base + p->used;
   p->used += need;
   p->tag_used[tag] += need;
-  stats_add(tag, need);
+  StatsAdd(tag, need);
   return FSDP_SUCCESS;
 }
 
@@ -402,7 +402,7 @@ int FsdpCudaPoolReset(FsdpCudaPool p)
 {
   if (!p) return FSDP_SUCCESS;
   for (int t = 0; t < FSDP_MEM_NTAGS; t++) {
-    stats_sub((FsdpMemTag)t, p->tag_used[t]);
+    StatsSub((FsdpMemTag)t, p->tag_used[t]);
     p->tag_used[t] = 0;
   }
   p->used = 0;

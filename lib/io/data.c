@@ -30,7 +30,7 @@ struct FsdpData_ {
 
 /* ---- little-endian helpers ---------------------------------------------- */
 
-static int32_t load_le_i32(const unsigned char *p)
+static int32_t LoadLeI32(const unsigned char *p)
 {
   uint32_t u = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
                (uint32_t)p[3] << 24;
@@ -39,7 +39,7 @@ static int32_t load_le_i32(const unsigned char *p)
   return v;
 }
 
-static void store_le_i32(unsigned char *p, int32_t v)
+static void StoreLeI32(unsigned char *p, int32_t v)
 {
   uint32_t u;
   memcpy(&u, &v, sizeof u);
@@ -52,11 +52,11 @@ static void store_le_i32(unsigned char *p, int32_t v)
 /* ---- rank-local failures, agreed on before anyone returns --------------- */
 
 /* Record a usage error of this rank in msg without raising it: whether and
- * with which message to raise is decided by data_agree, so that all ranks
+ * with which message to raise is decided by DataAgree, so that all ranks
  * fail together and the error is printed once. */
-static int local_fail(char *msg, size_t size, const char *fmt, ...)
+static int LocalFail(char *msg, size_t size, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-static int local_fail(char *msg, size_t size, const char *fmt, ...)
+static int LocalFail(char *msg, size_t size, const char *fmt, ...)
 {
   va_list ap;
   va_start(ap, fmt);
@@ -73,7 +73,7 @@ static int local_fail(char *msg, size_t size, const char *fmt, ...)
  * FsdpDataCreate ends with this agreement: the lowest failing rank's code and
  * message are broadcast and every rank raises them (rank 0 prints usage
  * errors, so a defect only rank 5 saw still reaches the user). */
-static int data_agree(MPI_Comm comm, int *code, char *msg, size_t size)
+static int DataAgree(MPI_Comm comm, int *code, char *msg, size_t size)
 {
   int rank = 0, nranks = 1, mine, first = 0;
   FSDP_CALL_MPI(MPI_Comm_rank(comm, &rank));
@@ -97,36 +97,36 @@ static int data_agree(MPI_Comm comm, int *code, char *msg, size_t size)
 
 /* Read and check the token file into d (this rank only).  On failure returns
  * the code with the message in msg; nothing is raised. */
-static int data_read_file(struct FsdpData_ *d, const char *path, char *msg,
+static int DataReadFile(struct FsdpData_ *d, const char *path, char *msg,
                           size_t size)
 {
   int code = FSDP_SUCCESS;
   FILE *f = fopen(path, "rb");
   if (!f)
-    return local_fail(msg, size, "cannot open token file '%s': %s", path,
+    return LocalFail(msg, size, "cannot open token file '%s': %s", path,
                       strerror(errno));
 
   struct stat st;
   if (fstat(fileno(f), &st) != 0) {
-    code = local_fail(msg, size, "cannot stat token file '%s': %s", path,
+    code = LocalFail(msg, size, "cannot stat token file '%s': %s", path,
                       strerror(errno));
     goto done;
   }
   if (S_ISDIR(st.st_mode)) {
-    code = local_fail(msg, size, "token file '%s' is a directory", path);
+    code = LocalFail(msg, size, "token file '%s' is a directory", path);
     goto done;
   }
   if (!S_ISREG(st.st_mode)) {
     /* The size check below is what catches truncated copies; it needs a
      * regular file. */
-    code = local_fail(msg, size,
+    code = LocalFail(msg, size,
                       "token file '%s' is not a regular file (its size must "
                       "be known to check it)", path);
     goto done;
   }
   const long long bytes = (long long)st.st_size;
   if (bytes < FSDP_DATA_HEADER_BYTES) {
-    code = local_fail(msg, size,
+    code = LocalFail(msg, size,
                       "token file '%s' is too short for its header: %lld "
                       "bytes, but the header alone is %d bytes (%d int32)",
                       path, bytes, FSDP_DATA_HEADER_BYTES,
@@ -136,13 +136,13 @@ static int data_read_file(struct FsdpData_ *d, const char *path, char *msg,
 
   unsigned char header[FSDP_DATA_HEADER_BYTES];
   if (fread(header, 1, sizeof header, f) != sizeof header) {
-    code = local_fail(msg, size, "cannot read the header of token file '%s': %s",
+    code = LocalFail(msg, size, "cannot read the header of token file '%s': %s",
                       path, ferror(f) ? strerror(errno) : "unexpected end of file");
     goto done;
   }
-  const int32_t magic = load_le_i32(header);
-  const int32_t version = load_le_i32(header + 4);
-  const int32_t count = load_le_i32(header + 8);
+  const int32_t magic = LoadLeI32(header);
+  const int32_t version = LoadLeI32(header + 4);
+  const int32_t count = LoadLeI32(header + 8);
   if (magic != FSDP_DATA_MAGIC) {
     const char *hint = "";
     if (magic == LLMC_MAGIC_TOKENS_LLAMA3)
@@ -152,25 +152,25 @@ static int data_read_file(struct FsdpData_ *d, const char *path, char *msg,
       hint = "; 20240326 is an llm.c model checkpoint, not a token file";
     else if (magic == LLMC_MAGIC_TOKENIZER)
       hint = "; 20240328 is an llm.c tokenizer file, not a token file";
-    code = local_fail(msg, size,
+    code = LocalFail(msg, size,
                       "token file '%s' has magic %d, expected %d (an llm.c "
                       "token file)%s", path, (int)magic, FSDP_DATA_MAGIC, hint);
     goto done;
   }
   if (version != FSDP_DATA_VERSION) {
-    code = local_fail(msg, size, "token file '%s' has version %d, expected %d",
+    code = LocalFail(msg, size, "token file '%s' has version %d, expected %d",
                       path, (int)version, FSDP_DATA_VERSION);
     goto done;
   }
   if (count <= 0) {
-    code = local_fail(msg, size,
+    code = LocalFail(msg, size,
                       "token file '%s': header says %d tokens; the count must "
                       "be positive", path, (int)count);
     goto done;
   }
   const long long holds = (bytes - FSDP_DATA_HEADER_BYTES) / 2;
   if ((long long)count > holds) {
-    code = local_fail(msg, size,
+    code = LocalFail(msg, size,
                       "token file '%s': header says %d tokens but the file "
                       "holds only %lld (%lld bytes; truncated?)", path,
                       (int)count, holds, bytes);
@@ -178,7 +178,7 @@ static int data_read_file(struct FsdpData_ *d, const char *path, char *msg,
   }
   const long long expect_bytes = FSDP_DATA_HEADER_BYTES + 2LL * count;
   if (bytes != expect_bytes) {
-    code = local_fail(msg, size,
+    code = LocalFail(msg, size,
                       "token file '%s' has %lld trailing byte%s after its %d "
                       "tokens (its size must be exactly 1024 + 2*%d = %lld "
                       "bytes, it is %lld)", path, bytes - expect_bytes,
@@ -188,7 +188,7 @@ static int data_read_file(struct FsdpData_ *d, const char *path, char *msg,
   }
   const long long need = (long long)d->global_batch * d->T + 1;
   if ((long long)count < need) {
-    code = local_fail(msg, size,
+    code = LocalFail(msg, size,
                       "token file '%s' holds %d tokens but one global batch "
                       "needs global_batch*T + 1 = %d*%d + 1 = %lld (global "
                       "batch = data-parallel ranks x -batch_size); use a larger "
@@ -206,7 +206,7 @@ static int data_read_file(struct FsdpData_ *d, const char *path, char *msg,
   /* One read of the whole stream: token files used here are small, and every
    * rank needs random access to all of it ([Note: global batch]). */
   if (fread(d->tokens, sizeof(uint16_t), (size_t)count, f) != (size_t)count) {
-    code = local_fail(msg, size, "cannot read the %d tokens of token file "
+    code = LocalFail(msg, size, "cannot read the %d tokens of token file "
                       "'%s': %s", (int)count, path,
                       ferror(f) ? strerror(errno) : "unexpected end of file");
     goto done;
@@ -217,7 +217,7 @@ static int data_read_file(struct FsdpData_ *d, const char *path, char *msg,
   d->n = count;
   for (int32_t i = 0; i < count; i++) {
     if ((int)d->tokens[i] >= d->vocab_size) {
-      code = local_fail(msg, size,
+      code = LocalFail(msg, size,
                         "token file '%s': the token at position %d has value "
                         "%d, not below -vocab_size %d", path, (int)i,
                         (int)d->tokens[i], d->vocab_size);
@@ -242,9 +242,9 @@ int FsdpDataWriteFile(const char *path, const uint16_t *tokens, int64_t n)
     FSDP_ERROR(FSDP_ERR_IO, "cannot create token file '%s': %s", path,
                strerror(errno));
   unsigned char header[FSDP_DATA_HEADER_BYTES] = {0};
-  store_le_i32(header, FSDP_DATA_MAGIC);
-  store_le_i32(header + 4, FSDP_DATA_VERSION);
-  store_le_i32(header + 8, (int32_t)n);
+  StoreLeI32(header, FSDP_DATA_MAGIC);
+  StoreLeI32(header + 4, FSDP_DATA_VERSION);
+  StoreLeI32(header + 8, (int32_t)n);
   int ok = fwrite(header, 1, sizeof header, f) == sizeof header;
   /* Encode through a small buffer so the file is little-endian on any
    * host. */
@@ -326,28 +326,28 @@ static uint64_t hash3(uint64_t seed, uint64_t stream, uint64_t slot)
 }
 
 /* Uniform in [0, k) from the high 32 bits (bias < k / 2^32, negligible). */
-static int draw_below(uint64_t h, int k)
+static int DrawBelow(uint64_t h, int k)
 {
   return (int)(((h >> 32) * (uint64_t)k) >> 32);
 }
 
 /* Probability 0.97 from the low 32 bits. */
-static int draw_follow(uint64_t h)
+static int DrawFollow(uint64_t h)
 {
   return (h & 0xFFFFFFFFULL) < (uint64_t)(0.97 * 4294967296.0);
 }
 
-static int data_make_builtin(struct FsdpData_ *d, uint64_t seed, char *msg,
+static int DataMakeBuiltin(struct FsdpData_ *d, uint64_t seed, char *msg,
                              size_t size)
 {
   if (d->vocab_size < BUILTIN_MIN_VOCAB)
-    return local_fail(msg, size,
+    return LocalFail(msg, size,
                       "the built-in task needs -vocab_size >= %d (2 markers "
                       "and 2 content tokens), got %d; or give -data FILE",
                       BUILTIN_MIN_VOCAB, d->vocab_size);
   const long long need = (long long)d->global_batch * d->T + 1;
   if (need > INT32_MAX)
-    return local_fail(msg, size,
+    return LocalFail(msg, size,
                       "the built-in task cannot hold one global batch of "
                       "%d*%d + 1 = %lld tokens", d->global_batch, d->T, need);
   const int64_t n = need > BUILTIN_PERIOD ? need : BUILTIN_PERIOD;
@@ -366,7 +366,7 @@ static int data_make_builtin(struct FsdpData_ *d, uint64_t seed, char *msg,
   int succ[BUILTIN_ALPHABET];
   for (int c = 0; c < K; c++) succ[c] = c;
   for (int c = K - 1; c > 0; c--) {
-    int j = draw_below(hash3(seed, BUILTIN_TABLE_STREAM, (uint64_t)c), c + 1);
+    int j = DrawBelow(hash3(seed, BUILTIN_TABLE_STREAM, (uint64_t)c), c + 1);
     int t = succ[c];
     succ[c] = succ[j];
     succ[j] = t;
@@ -387,7 +387,7 @@ static int data_make_builtin(struct FsdpData_ *d, uint64_t seed, char *msg,
       BUILTIN_PUT(BUILTIN_MARK_BIGRAM);
       for (int o = 0; o < len; o++) {
         const uint64_t r = hash3(seed, seg, 1 + (uint64_t)o);
-        const int c = prev >= 0 && draw_follow(r) ? succ[prev] : draw_below(r, K);
+        const int c = prev >= 0 && DrawFollow(r) ? succ[prev] : DrawBelow(r, K);
         BUILTIN_PUT(BUILTIN_NMARKS + c);
         prev = c;
       }
@@ -398,7 +398,7 @@ static int data_make_builtin(struct FsdpData_ *d, uint64_t seed, char *msg,
       for (int k = 0; k < reps; k++)
         for (int o = 0; o < len; o++)
           BUILTIN_PUT(BUILTIN_NMARKS +
-                      draw_below(hash3(seed, seg, 1 + (uint64_t)o), K));
+                      DrawBelow(hash3(seed, seg, 1 + (uint64_t)o), K));
     }
   }
 #undef BUILTIN_PUT
@@ -407,7 +407,7 @@ static int data_make_builtin(struct FsdpData_ *d, uint64_t seed, char *msg,
 
 /* ---- the handle --------------------------------------------------------- */
 
-static void data_free(struct FsdpData_ *d)
+static void DataFree(struct FsdpData_ *d)
 {
   if (!d) return;
   FsdpFree(&d->tokens);
@@ -416,7 +416,7 @@ static void data_free(struct FsdpData_ *d)
 }
 
 /* Everything FsdpDataCreate does on one rank; raises nothing. */
-static int data_setup(struct FsdpData_ *d, const char *path, int vocab_size,
+static int DataSetup(struct FsdpData_ *d, const char *path, int vocab_size,
                       int T, int global_batch, uint64_t seed, char *msg,
                       size_t size)
 {
@@ -427,13 +427,13 @@ static int data_setup(struct FsdpData_ *d, const char *path, int vocab_size,
   else
     snprintf(what, sizeof what, "token file '%.1000s'", path);
   if (vocab_size < 1)
-    return local_fail(msg, size, "%s: -vocab_size must be positive, got %d",
+    return LocalFail(msg, size, "%s: -vocab_size must be positive, got %d",
                       what, vocab_size);
   if (T < 1)
-    return local_fail(msg, size, "%s: the sequence length (-seq_len) "
+    return LocalFail(msg, size, "%s: the sequence length (-seq_len) "
                       "must be positive, got %d", what, T);
   if (global_batch < 1)
-    return local_fail(msg, size, "%s: the global batch must be positive, "
+    return LocalFail(msg, size, "%s: the global batch must be positive, "
                       "got %d", what, global_batch);
   d->vocab_size = vocab_size;
   d->T = T;
@@ -443,8 +443,8 @@ static int data_setup(struct FsdpData_ *d, const char *path, int vocab_size,
     snprintf(msg, size, "%s: out of memory", what);
     return FSDP_ERR_MEM;
   }
-  return builtin ? data_make_builtin(d, seed, msg, size)
-                 : data_read_file(d, path, msg, size);
+  return builtin ? DataMakeBuiltin(d, seed, msg, size)
+                 : DataReadFile(d, path, msg, size);
 }
 
 int FsdpDataCreate(MPI_Comm comm, const char *path, int vocab_size, int T,
@@ -456,15 +456,15 @@ int FsdpDataCreate(MPI_Comm comm, const char *path, int vocab_size, int T,
   int code;
   struct FsdpData_ *x = calloc(1, sizeof *x);
   if (x)
-    code = data_setup(x, path, vocab_size, T, global_batch, seed, msg,
+    code = DataSetup(x, path, vocab_size, T, global_batch, seed, msg,
                       sizeof msg);
   else {
     code = FSDP_ERR_MEM;
     snprintf(msg, sizeof msg, "token data: out of memory");
   }
   /* [Note: agreeing on data errors] */
-  int err = data_agree(comm, &code, msg, sizeof msg);
-  if (err != FSDP_SUCCESS || code != FSDP_SUCCESS) data_free(x);
+  int err = DataAgree(comm, &code, msg, sizeof msg);
+  if (err != FSDP_SUCCESS || code != FSDP_SUCCESS) DataFree(x);
   FSDP_CALL(err);
   if (code != FSDP_SUCCESS) FSDP_ERROR(code, "%s", msg);
   *d = x;
@@ -474,7 +474,7 @@ int FsdpDataCreate(MPI_Comm comm, const char *path, int vocab_size, int T,
 int FsdpDataDestroy(FsdpData *d)
 {
   if (!d || !*d) return FSDP_SUCCESS;
-  data_free(*d);
+  DataFree(*d);
   *d = NULL;
   return FSDP_SUCCESS;
 }

@@ -37,7 +37,7 @@ int64_t FlatParamSpecNumel(const FsdpParamSpec *spec)
 }
 
 /* Reject specs a model could only produce by mistake, naming the parameter. */
-static int flatparam_check_spec(const FsdpParamSpec *s, int i)
+static int FlatparamCheckSpec(const FsdpParamSpec *s, int i)
 {
   size_t len = strnlen(s->name, FSDP_MAX_NAME);
   if (len == 0)
@@ -69,7 +69,7 @@ static int flatparam_check_spec(const FsdpParamSpec *s, int i)
 /* Cut parameter i ([off, off + n) of the flat buffer) at shard boundaries
  * and emit one piece per shard it touches.  With count == NULL it only
  * counts pieces per shard (first pass). */
-static void flatparam_cut(const struct FlatParam_ *fp, int i, int *count,
+static void FlatparamCut(const struct FlatParam_ *fp, int i, int *count,
                           int *fill)
 {
   int64_t off = fp->offset[i], n = fp->offset[i + 1] - off,
@@ -110,7 +110,7 @@ int FlatParamCreate(const FsdpParamSpec *specs, int nparams, int F,
   if (nparams > 0 && specs == NULL)
     FSDP_ERROR(FSDP_ERR_USAGE, "FlatParam: %d parameters but no specs",
                nparams);
-  for (int i = 0; i < nparams; i++) FSDP_CALL(flatparam_check_spec(&specs[i], i));
+  for (int i = 0; i < nparams; i++) FSDP_CALL(FlatparamCheckSpec(&specs[i], i));
   /* Parameters are addressed by name (FlatParamFind, checkpoints), so a
    * name may appear once.  Units hold a handful of parameters: O(n^2). */
   for (int i = 0; i < nparams; i++)
@@ -160,7 +160,7 @@ int FlatParamCreate(const FsdpParamSpec *specs, int nparams, int F,
 
   /* Two passes: count pieces per shard, then fill them in parameter order
    * (so each shard's pieces come out sorted by shard_offset). */
-  for (int i = 0; i < nparams; i++) flatparam_cut(fp, i, fill, NULL);
+  for (int i = 0; i < nparams; i++) FlatparamCut(fp, i, fill, NULL);
   for (int r = 0; r < F; r++) fp->piece_start[r + 1] = fp->piece_start[r] + fill[r];
   int npieces = fp->piece_start[F];
   fp->pieces = malloc((size_t)(npieces > 0 ? npieces : 1) * sizeof *fp->pieces);
@@ -170,7 +170,7 @@ int FlatParamCreate(const FsdpParamSpec *specs, int nparams, int F,
     FSDP_CHECK_ALLOC(NULL, (size_t)npieces * sizeof(FlatParamPiece));
   }
   memset(fill, 0, (size_t)F * sizeof *fill);
-  for (int i = 0; i < nparams; i++) flatparam_cut(fp, i, NULL, fill);
+  for (int i = 0; i < nparams; i++) FlatparamCut(fp, i, NULL, fill);
   free(fill);
   *out = fp;
   return FSDP_SUCCESS;
