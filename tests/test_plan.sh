@@ -94,13 +94,15 @@ start=$(date +%s.%N)
 if "$BIN/fsdp-plan" -world_size 512 -ranks_per_node 8 -model gpt-175b -summary json >"$tmp/big.out" 2>&1; then
   end=$(date +%s.%N)
   if python3 - "$tmp/big.out" "$start" "$end" <<'PY'
-import json, sys
+import json, os, sys
 p = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
 secs = float(sys.argv[3]) - float(sys.argv[2])
+# A sanitizer build (ctest sets ASAN_OPTIONS there) starts MPI ~1 s slower.
+limit = 4.0 if "ASAN_OPTIONS" in os.environ else 1.0
 n = p["model"]["param_count"]
 shard = p["memory"]["param_shard_bytes"]
 padded = sum(u["padded_numel"] for u in p["units"])
-ok = secs < 1.0 and len(p["units"]) == 97 and shard * 512 == 4 * padded and 0 <= padded - n < 97 * 512 * 32
+ok = secs < limit and len(p["units"]) == 97 and shard * 512 == 4 * padded and 0 <= padded - n < 97 * 512 * 32
 ok = ok and p["comm_per_step"]["inter_node_bytes"] > 0 and p["nodes"] == 64
 print("%s: gpt-175b on 512 ranks planned in %.2f s: %d params, %d units, %.2f GiB of shards per rank, "
       "%.1f GB inter-node per step" % ("ok" if ok else "FAIL", secs, n, len(p["units"]),
