@@ -10,6 +10,8 @@
 #   FSDP_BUILD_DIR   build directory (default: build, out of tree)
 #   FSDP_NP          ranks for the demo (default 4)
 #   CONFIGURE_FLAGS  extra flags for ./configure (e.g. --with-cuda)
+#   FSDP_MPI         openmpi (default) or mpich: the MPI (and its parallel
+#                    HDF5) to install and build against (configure --with-mpi)
 #   FSDP_DEMO_OPTIONS extra fsdp-train options for the demo
 set -eu
 
@@ -25,6 +27,14 @@ esac
 packages="build-essential autoconf automake libtool pkg-config openmpi-bin
 libopenmpi-dev libhdf5-openmpi-dev hdf5-tools libopenblas-dev cmake python3
 python3-h5py python3-numpy python3-matplotlib slurm-wlm munge iproute2"
+# MPICH beside OpenMPI: Debian's alternatives keep mpicc/mpiexec OpenMPI's
+# (higher priority) and configure --with-mpi=mpich names MPICH's own.
+mpi=${FSDP_MPI:-openmpi}
+case "$mpi" in
+  openmpi) ;;
+  mpich) packages="$packages mpich libmpich-dev libhdf5-mpich-dev" ;;
+  *) echo "quickstart: FSDP_MPI=$mpi: expected openmpi or mpich" >&2; exit 2 ;;
+esac
 missing=""
 for p in $packages; do
   dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
@@ -44,7 +54,7 @@ jobs=$(nproc 2>/dev/null || echo 2)
 [ -x configure ] && [ configure -nt configure.ac ] || ./autogen.sh
 mkdir -p "$build"
 cd "$build"
-[ -f Makefile ] && [ config.status -nt "$top/configure" ] || "$top/configure" ${CONFIGURE_FLAGS:-}
+[ -f Makefile ] && [ config.status -nt "$top/configure" ] || "$top/configure" --with-mpi="$mpi" ${CONFIGURE_FLAGS:-}
 make -j"$jobs"
 
 # ---- 3. run ---------------------------------------------------------------------
@@ -55,6 +65,7 @@ export OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
 case "$what" in
   build) exit 0 ;;
-  demo) exec mpiexec -n "${FSDP_NP:-4}" ./src/fsdp-train ${FSDP_DEMO_OPTIONS:-} ;;
+  demo) launcher=$(command -v "mpiexec.$mpi" || echo mpiexec)  # not another MPI's mpiexec
+        exec "$launcher" -n "${FSDP_NP:-4}" ./src/fsdp-train ${FSDP_DEMO_OPTIONS:-} ;;
   test) exec make check ;;
 esac

@@ -7,7 +7,7 @@ fused qkv [3C, C] and output projection, MLP 4C with tanh GELU, final
 LayerNorm, LM head tied to wte, mean cross-entropy -- in fp32 on the CPU with
 torch.optim.AdamW and gradient-norm clipping, one optimizer step per
 iteration, and reports the median step time over the steps after the
-warm-up ones.  A step is timed the way fsdp-train times it (lib/train.c):
+warm-up ones.  A step is timed the way fsdp-train times it (lib/driver/train.c):
 batch, zero grads, forward, backward, clip, AdamW step, loss to a Python
 float.
 
@@ -33,7 +33,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 PRESETS = {
-    # name: (n_layer, n_embd, n_head, vocab_size, seq_len), as lib/gpt.c
+    # name: (n_layer, n_embd, n_head, vocab_size, seq_len), as lib/model/gpt.c
     "tiny": (2, 32, 4, 64, 16),
     "small": (4, 128, 4, 256, 64),
     "gpt2": (12, 768, 12, 50257, 1024),

@@ -125,9 +125,8 @@ static int Run(int argc, char **argv, int *help)
   meta.step = 1;
   meta.seed = o.seed;
   meta.global_batch = (int64_t)W * o.batch_size;
-  meta.model = o.model;
   meta.optim = o.optim;
-  snprintf(meta.model_name, sizeof meta.model_name, "%s", o.model_name);
+  FSDP_CALL(GptConfigDescribe(&o.model, o.model_name, &meta.model));
   double ref;
   FSDP_CALL(ShardSum(rt, comm, &ref));
   double *tw = calloc((size_t)repeats, sizeof *tw), *tc = calloc((size_t)repeats, sizeof *tc),
@@ -160,7 +159,7 @@ static int Run(int argc, char **argv, int *help)
       if (pass == 0 && !(have_cold = cold && DropCaches(comm))) continue;
       FSDP_CALL_MPI(MPI_Barrier(comm));
       t0 = MPI_Wtime();
-      FSDP_CALL(FsdpCkptLoad(rt, opt, file, &o.model, NULL));
+      FSDP_CALL(FsdpCkptLoad(rt, opt, file, &meta.model, NULL));
       FSDP_CALL_MPI(MPI_Barrier(comm));
       (pass == 0 ? tc : th)[r] = MPI_Wtime() - t0;
       double got;

@@ -3,7 +3,16 @@
  *
  * llm.c conventions: free functions over raw fp32 pointers plus shape ints
  * with fixed letters -- B batch, T sequence, C channels, NH heads, V vocab,
- * N = rows (usually B*T), OC output channels.  Linear weights are
+ * N = rows (usually B*T), OC output channels.
+ *
+ * [Note: 64-bit element counts] Shape letters are ints: each is a small
+ * dimension, and B*T (rows) must fit an int (GptModelCreate checks).  Their
+ * products are not small: at gpt-175b, B*T*4C passes 2^31 with 43,691
+ * tokens per rank, and B*T*V with 42,731.  So a kernel computes every
+ * offset and element count in size_t ((size_t)n * C, never n * C), and the
+ * elementwise kernels, whose length is such a product, take size_t n.
+ * BLAS dimensions stay ints: each is one shape letter (or 3C, 4C), never a
+ * product, so it fits.  Linear weights are
  * [out, in] (GPT-2 naming), so a linear layer is out = inp @ weight^T + bias.
  *
  * [Note: backward accumulates] Every backward kernel ADDS into its gradient
@@ -62,12 +71,12 @@ typedef struct FsdpKernelOps {
                              const float *att, int B, int T, int C, int NH);
 
   /* GELU, tanh approximation: out = 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3))). */
-  void (*gelu_forward)(float *out, const float *inp, int N);
-  void (*gelu_backward)(float *dinp, const float *inp, const float *dout, int N);
+  void (*gelu_forward)(float *out, const float *inp, size_t n);
+  void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
 
   /* out = inp1 + inp2. */
-  void (*residual_forward)(float *out, const float *inp1, const float *inp2, int N);
-  void (*residual_backward)(float *dinp1, float *dinp2, const float *dout, int N);
+  void (*residual_forward)(float *out, const float *inp1, const float *inp2, size_t n);
+  void (*residual_backward)(float *dinp1, float *dinp2, const float *dout, size_t n);
 
   /* Softmax over V of logits (N,V) into probs (N,V) and
    * losses[n] = -log probs[n, targets[n]]. */

@@ -1,25 +1,32 @@
-/* libfsdp.h: the public interface of libfsdp, one include for programs. */
+/* libfsdp.h: the public interface of libfsdp, one include for programs.
+ *
+ * Installed as $(includedir)/fsdp/libfsdp.h with the headers below in their
+ * layer folders; a program compiles with the MPI compiler wrapper and
+ * pkg-config (fsdp.pc):  mpicc prog.c $(pkg-config --cflags --libs fsdp).
+ * Only public headers belong here: one that is not installed (e.g.
+ * device/cuda_util.h, io/h5util.h) would break every program outside the
+ * tree (tests/test_install.sh builds one). */
 #ifndef LIBFSDP_H
 #define LIBFSDP_H
 
-#include "error.h"
-#include "init.h"
-#include "mem.h"
-#include "dtype.h"
-#include "device.h"
-#include "cuda_util.h"
-#include "opts.h"
-#include "topo.h"
-#include "flatparam.h"
-#include "stream.h"
-#include "coll.h"
-#include "data.h"
-#include "fsdp.h"
-#include "gpt.h"
-#include "optim.h"
-#include "ckpt.h"
-#include "metrics.h"
-#include "trace.h"
-#include "train.h"
+#include "base/error.h"
+#include "base/init.h"
+#include "base/mem.h"
+#include "base/dtype.h"
+#include "device/device.h"
+#include "base/opts.h"
+#include "comm/topo.h"
+#include "runtime/flatparam.h"
+#include "comm/stream.h"
+#include "comm/coll.h"
+#include "io/data.h"
+#include "runtime/fsdp.h"
+#include "model/model.h"
+#include "model/gpt.h"
+#include "runtime/optim.h"
+#include "io/ckpt.h"
+#include "io/metrics.h"
+#include "comm/trace.h"
+#include "driver/train.h"
 
 #endif

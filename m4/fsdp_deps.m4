@@ -10,7 +10,38 @@ AC_DEFUN([FSDP_PKG_FLAGS], [
   fi
 ])
 
-# MPI: the C compiler must be an MPI wrapper (mpicc) and mpiexec must exist.
+# MPI: which MPI to build against.  --with-mpi=openmpi|mpich picks Debian's
+# wrapper for it (mpicc.openmpi / mpicc.mpich); without --with-mpi OpenMPI's
+# is preferred, so a machine with both (Debian's "mpi" alternative may point
+# at either) keeps building against OpenMPI, and a machine with neither
+# Debian wrapper (Cray, modules) uses the mpicc on PATH.  MPICC or CC set by
+# the user win over both.
+AC_DEFUN([FSDP_PROG_MPICC], [
+  AC_ARG_WITH([mpi],
+    [AS_HELP_STRING([--with-mpi=openmpi|mpich],
+      [the MPI to build against: its mpicc, launcher and parallel HDF5 (default: OpenMPI when installed, else the mpicc on PATH)])],
+    [], [with_mpi=default])
+  AC_ARG_VAR([MPICC], [MPI C compiler wrapper])
+  case $with_mpi in
+    default) fsdp_mpicc_names="mpicc.openmpi mpicc mpicc.mpich" ;;
+    openmpi) fsdp_mpicc_names="mpicc.openmpi mpicc" ;;
+    mpich)   fsdp_mpicc_names="mpicc.mpich mpicc" ;;
+    *) AC_MSG_ERROR([--with-mpi=$with_mpi: expected openmpi or mpich]) ;;
+  esac
+  AC_CHECK_PROGS([MPICC], [$fsdp_mpicc_names], [])
+  if test -z "$MPICC"; then
+    case $with_mpi in
+      mpich) AC_MSG_ERROR([--with-mpi=mpich: no mpicc.mpich or mpicc found: install the Debian package libmpich-dev]) ;;
+      *) AC_MSG_ERROR([no MPI C compiler (mpicc) found: install the Debian package libopenmpi-dev]) ;;
+    esac
+  fi
+  test -n "$CC" || CC=$MPICC
+])
+
+# MPI: the C compiler must be an MPI wrapper (mpicc) and mpiexec must be the
+# launcher of the same MPI (another MPI's mpiexec starts W singletons).
+# Sets FSDP_MPI (openmpi, mpich for MPICH and its derivatives, or other),
+# MPIEXEC and MPIEXEC_PREFLAGS.
 AC_DEFUN([FSDP_CHECK_MPI], [
   AC_MSG_CHECKING([whether $CC compiles and links MPI programs])
   AC_LINK_IFELSE([AC_LANG_PROGRAM([[#include <mpi.h>]],
@@ -19,16 +50,54 @@ AC_DEFUN([FSDP_CHECK_MPI], [
         MPI_Finalize();]])],
     [AC_MSG_RESULT([yes])],
     [AC_MSG_RESULT([no])
-     AC_MSG_ERROR([no MPI-3 C compiler: install the Debian package libopenmpi-dev (or set MPICC to your MPI's mpicc)])])
-  AC_PATH_PROGS([MPIEXEC], [mpiexec mpirun], [])
+     AC_MSG_ERROR([no MPI-3 C compiler: install the Debian package libopenmpi-dev (or libmpich-dev and --with-mpi=mpich, or set MPICC to your MPI's mpicc)])])
+  AC_MSG_CHECKING([which MPI $CC builds against])
+  AC_COMPILE_IFELSE([AC_LANG_PROGRAM([[#include <mpi.h>
+#ifndef OPEN_MPI
+#error not OpenMPI
+#endif]])], [FSDP_MPI=openmpi],
+    [AC_COMPILE_IFELSE([AC_LANG_PROGRAM([[#include <mpi.h>
+#ifndef MPICH_VERSION
+#error not MPICH
+#endif]])], [FSDP_MPI=mpich], [FSDP_MPI=other])])
+  AC_MSG_RESULT([$FSDP_MPI])
+  if test "x$with_mpi" != xdefault && test "x$with_mpi" != "x$FSDP_MPI"; then
+    AC_MSG_ERROR([--with-mpi=$with_mpi but $CC builds against $FSDP_MPI: set MPICC (and CC) to the $with_mpi wrapper, e.g. MPICC=mpicc.$with_mpi])
+  fi
+  AC_SUBST([FSDP_MPI])
+
+  AC_ARG_VAR([MPIEXEC], [MPI launcher of the MPI that CC builds against])
+  case $FSDP_MPI in
+    openmpi) AC_PATH_PROGS([MPIEXEC], [mpiexec.openmpi mpiexec mpirun.openmpi mpirun], []) ;;
+    mpich) AC_PATH_PROGS([MPIEXEC], [mpiexec.mpich mpiexec.hydra mpiexec mpirun.mpich mpirun], []) ;;
+    *) AC_PATH_PROGS([MPIEXEC], [mpiexec mpirun], []) ;;
+  esac
   if test -z "$MPIEXEC"; then
-    AC_MSG_ERROR([no mpiexec/mpirun found: install the Debian package openmpi-bin])
+    case $FSDP_MPI in
+      mpich) AC_MSG_ERROR([no mpiexec.mpich/mpiexec found: install the Debian package mpich]) ;;
+      *) AC_MSG_ERROR([no mpiexec/mpirun found: install the Debian package openmpi-bin]) ;;
+    esac
+  fi
+  # Which MPI the launcher belongs to, from its --version banner (OpenMPI:
+  # "Open MPI" or "OpenRTE"; MPICH: "HYDRA"); unknown banners pass.
+  AC_MSG_CHECKING([which MPI $MPIEXEC launches])
+  fsdp_mpiexec_version=`$MPIEXEC --version 2>&1 </dev/null`
+  if echo "$fsdp_mpiexec_version" | grep -Eqi "open ?mpi|openrte"; then
+    fsdp_mpiexec_mpi=openmpi
+  elif echo "$fsdp_mpiexec_version" | grep -Eqi "hydra|mpich"; then
+    fsdp_mpiexec_mpi=mpich
+  else
+    fsdp_mpiexec_mpi=unknown
+  fi
+  AC_MSG_RESULT([$fsdp_mpiexec_mpi])
+  if test $fsdp_mpiexec_mpi != unknown && test $FSDP_MPI != other && test $fsdp_mpiexec_mpi != $FSDP_MPI; then
+    AC_MSG_ERROR([$MPIEXEC launches $fsdp_mpiexec_mpi but $CC builds against $FSDP_MPI: its ranks would start as separate singletons; set MPIEXEC to the $FSDP_MPI launcher (e.g. mpiexec.$FSDP_MPI)])
   fi
   # OpenMPI needs --oversubscribe to start more ranks than cores (tests do);
   # MPICH oversubscribes by default and rejects that flag.
   AC_MSG_CHECKING([for the launcher's oversubscribe flag])
   MPIEXEC_PREFLAGS=""
-  if $MPIEXEC --version 2>&1 | grep -Eqi "open ?mpi|openrte"; then
+  if test $fsdp_mpiexec_mpi = openmpi; then
     MPIEXEC_PREFLAGS="--oversubscribe"
   fi
   AC_MSG_RESULT([${MPIEXEC_PREFLAGS:-none}])
@@ -39,8 +108,18 @@ AC_DEFUN([FSDP_CHECK_MPI], [
 AC_DEFUN([FSDP_CHECK_HDF5], [
   AC_ARG_VAR([HDF5_CFLAGS], [C flags for parallel HDF5])
   AC_ARG_VAR([HDF5_LIBS], [linker flags for parallel HDF5])
-  FSDP_PKG_FLAGS([HDF5], [hdf5-openmpi])
+  # Debian's parallel HDF5 of the MPI that CC builds against first: the
+  # plain hdf5.pc is an alternative that may point at another MPI's.
+  case $FSDP_MPI in
+    openmpi|mpich) FSDP_PKG_FLAGS([HDF5], [hdf5-$FSDP_MPI]) ;;
+  esac
   FSDP_PKG_FLAGS([HDF5], [hdf5])
+  # An HDF5 built for the other Debian MPI links but starts a second MPI
+  # library in every rank: refuse it by its Debian paths.
+  case "$FSDP_MPI:$HDF5_CFLAGS $HDF5_LIBS" in
+    openmpi:*/mpich*|mpich:*/openmpi*)
+      AC_MSG_ERROR([HDF5 flags ($HDF5_CFLAGS $HDF5_LIBS) are for another MPI than $FSDP_MPI: install the Debian package libhdf5-$FSDP_MPI-dev (or set HDF5_CFLAGS/HDF5_LIBS)]) ;;
+  esac
   test -n "$HDF5_LIBS" || HDF5_LIBS="-lhdf5"
   fsdp_save_CFLAGS=$CFLAGS; fsdp_save_LIBS=$LIBS
   CFLAGS="$CFLAGS $HDF5_CFLAGS"; LIBS="$HDF5_LIBS $LIBS"
@@ -51,7 +130,9 @@ AC_DEFUN([FSDP_CHECK_HDF5], [
         H5Pset_fapl_mpio(p, MPI_COMM_WORLD, MPI_INFO_NULL);]])],
     [AC_MSG_RESULT([yes])],
     [AC_MSG_RESULT([no])
-     AC_MSG_ERROR([parallel HDF5 not found: install the Debian package libhdf5-openmpi-dev (or set HDF5_CFLAGS/HDF5_LIBS)])])
+     fsdp_hdf5_pkg=libhdf5-openmpi-dev
+     test $FSDP_MPI != mpich || fsdp_hdf5_pkg=libhdf5-mpich-dev
+     AC_MSG_ERROR([parallel HDF5 not found: install the Debian package $fsdp_hdf5_pkg (or set HDF5_CFLAGS/HDF5_LIBS)])])
   CFLAGS=$fsdp_save_CFLAGS; LIBS=$fsdp_save_LIBS
 ])
 

@@ -12,12 +12,13 @@
  *
  * Files it reads and writes:
  *
- * fsdp checkpoint (HDF5, lib/ckpt.h, format version FSDP_CKPT_VERSION)
+ * fsdp checkpoint (HDF5, lib/io/ckpt.h, format version FSDP_CKPT_VERSION)
  *   /                root attributes: format_version, program, created,
  *                    step, data_position, seed, global_batch, world_size,
  *                    sharding_factor, ranks_per_node (written topology)
- *   /model           attributes: name, n_layer, n_embd, n_head, vocab_size,
- *                    seq_len, num_parameters (tensors)
+ *   /model           attributes: name, family (gpt2; a file without it is
+ *                    gpt2), n_layer, n_embd, n_head, vocab_size, seq_len,
+ *                    num_parameters (tensors)
  *   /model/<name>    fp32, the parameter's full logical shape (gpt.h names:
  *                    wte [V,C], wpe [seq_len,C], ln_f.weight [C], ...,
  *                    h.<i>.attn.c_attn.weight [3C,C], ...)
@@ -47,10 +48,12 @@
  *   are, no transposes.
  *
  * [Note: the model's parameter list] Which datasets a checkpoint must hold
- * and their shapes come from the library: a GptModel for the file's config
- * registers its units with a one-rank runtime on MPI_COMM_SELF, and
- * FsdpRuntimeUnitSpecs lists them (before setup: nothing is allocated for
- * info, verify and export).  The llm.c conversion states only the
+ * and their shapes come from the library: the file's model description
+ * (its family and attributes, model.h) gives a GptModel that registers its
+ * units with a one-rank runtime on MPI_COMM_SELF, and FsdpRuntimeUnitSpecs
+ * lists them (before setup: nothing is allocated for info, verify and
+ * export); FsdpCkptCheck compares the file with that list, and this tool
+ * words its report.  The llm.c conversion states only the
  * correspondence above (kLlmc) and checks it against that list: every
  * model parameter must be used exactly once with the element count llm.c
  * gives it, so a model change cannot silently drop or misplace a tensor.
@@ -64,10 +67,9 @@
  * uses its own options.
  *
  * [Note: never overwrite] Both converters write a temporary file next to
- * the output and publish it with link(2), which fails if the output exists
- * (checked up front too, before any work): an existing file is never
- * replaced, not even by a race.  On file systems without hard links the
- * temporary is renamed after a fresh existence check.
+ * the output and publish it with FsdpPublish without replace (fileutil.h:
+ * link(2), which fails if the output exists; checked up front too, before
+ * any work): an existing file is never replaced, not even by a race.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -83,7 +85,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "h5util.h"
+#include "io/fileutil.h"
+#include "io/h5util.h"
 #include "libfsdp.h"
 
 static const char kHelp[] =
@@ -105,7 +108,7 @@ static const char kHelp[] =
     "\n"
     "fsdp checkpoint (HDF5): root attributes format_version, program, created,\n"
     "step, data_position, seed, global_batch, world_size, sharding_factor,\n"
-    "ranks_per_node; /model (attributes name, n_layer, n_embd, n_head,\n"
+    "ranks_per_node; /model (attributes name, family, n_layer, n_embd, n_head,\n"
     "vocab_size, seq_len, num_parameters) with one fp32 dataset per parameter\n"
     "in its full shape (wte [V,C], wpe [seq_len,C], ln_f.weight/bias [C],\n"
     "h.<i>.ln_1.weight/bias [C], h.<i>.attn.c_attn.weight [3C,C]/bias [3C],\n"
@@ -130,16 +133,6 @@ static const char kHelp[] =
 #define LLMC_HEADER_INTS 256
 /* elements per read while scanning or converting (16 MiB of fp32) */
 #define CHUNK_ELEMS ((int64_t)1 << 22)
-
-/* snprintf for messages (paths make them long; truncation is fine). */
-static void Msgf(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void Msgf(char *buf, size_t size, const char *fmt, ...)
-{
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, size, fmt, ap);
-  va_end(ap);
-}
 
 /* ------------------------------------------------------------------ */
 /* the model's parameter list ([Note: the model's parameter list])     */
@@ -224,14 +217,6 @@ static const ParamRef *FindParam(const Engine *e, const char *name)
   return NULL;
 }
 
-static void ShapeString(int ndim, const int64_t *shape, char *buf, size_t size)
-{
-  size_t n = (size_t)snprintf(buf, size, "[");
-  for (int d = 0; d < ndim && n < size; d++)
-    n += (size_t)snprintf(buf + n, size - n, "%s%lld", d ? ", " : "", (long long)shape[d]);
-  if (n < size) snprintf(buf + n, size - n, "]");
-}
-
 /* A config read from a file, checked with messages naming the file (the
  * library's GptConfigValidate speaks of options). */
 static int CheckConfig(const char *what, const GptConfig *c)
@@ -252,90 +237,50 @@ static int CheckConfig(const char *what, const GptConfig *c)
 /* ------------------------------------------------------------------ */
 /* structure and values of the tensor groups                           */
 
-typedef struct {
-  const Engine *e;
-  char extra[FSDP_MAX_NAME + 1];
-} ExtraSearch;
-
-static herr_t FindExtra(hid_t g, const char *name, const H5L_info_t *info, void *ctx)
+/* A report of FsdpCkptCheck in this tool's words (it checks a file
+ * against the file's own model config, fp32 only); the rest as the
+ * library words them. */
+static void ReportString(const FsdpCkptReport *r, const char *path, char *msg, size_t size)
 {
-  (void)g;
-  (void)info;
-  ExtraSearch *s = ctx;
-  if (!FindParam(s->e, name)) {
-    snprintf(s->extra, sizeof s->extra, "%s", name);
-    return 1;
+  char have[160], want[160];
+  const char *g = r->group, *n = r->name;
+  switch (r->finding) {
+  case FSDP_CKPT_NO_GROUP: FsdpMsgf(msg, size, "checkpoint %s has no group %s", path, g); break;
+  case FSDP_CKPT_MISSING: FsdpMsgf(msg, size, "checkpoint %s has no dataset %s/%s", path, g, n); break;
+  case FSDP_CKPT_NOT_FLOAT:
+  case FSDP_CKPT_NOT_FP32:
+    FsdpMsgf(msg, size, "checkpoint %s: %s/%s has %s elements of %zu bytes, expected fp32", path, g, n,
+         r->finding == FSDP_CKPT_NOT_FP32 ? "floating-point" : "non-float", r->elem_size);
+    break;
+  case FSDP_CKPT_SHAPE:
+    FsdpCkptShapeString(r->ndim, r->shape, have, sizeof have);
+    FsdpCkptShapeString(r->want_ndim, r->want_shape, want, sizeof want);
+    FsdpMsgf(msg, size, "checkpoint %s: %s/%s has shape %s, the model config expects %s", path, g, n,
+         have, want);
+    break;
+  case FSDP_CKPT_EXTRA:
+    FsdpMsgf(msg, size, "checkpoint %s has %s/%s, which is not a parameter of its model config", path,
+         g, n);
+    break;
+  default: FsdpCkptReportString(r, path, msg, size); break;
   }
-  return 0;
 }
 
-/* Every parameter of the model is a 32-bit float dataset of its shape in
- * group gname, and nothing else is there.  0, or 1 with msg. */
-static int CheckGroup(hid_t f, const char *path, const Engine *e, const char *gname, char *msg,
-                      size_t size)
+/* The groups `checks` (FSDP_CKPT_CHECK_*) of path hold exactly the
+ * engine's parameters as fp32 datasets of their shapes, else a usage
+ * error naming the first problem. */
+static int CheckGroups(const char *path, const Engine *e, unsigned checks)
 {
-  if (H5Lexists(f, gname, H5P_DEFAULT) <= 0) {
-    Msgf(msg, size, "checkpoint %s has no group %s", path, gname);
-    return 1;
+  FsdpCkptReport *r = calloc(1, sizeof *r);
+  FSDP_CHECK_ALLOC(r, sizeof *r);
+  int err = FsdpCkptCheck(path, e->rt, NULL, checks | FSDP_CKPT_CHECK_FP32, NULL, r);
+  char msg[MSG_SIZE];
+  if (!err && r->finding != FSDP_CKPT_GOOD) {
+    ReportString(r, path, msg, sizeof msg);
+    err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_USAGE, "%s", msg);
   }
-  hid_t g = H5Gopen2(f, gname, H5P_DEFAULT);
-  if (g < 0) {
-    Msgf(msg, size, "checkpoint %s: %s is not a readable group", path, gname);
-    return 1;
-  }
-  int bad = 0;
-  for (int i = 0; i < e->nparams && !bad; i++) {
-    const FsdpParamSpec *spec = e->params[i].spec;
-    if (H5Lexists(g, spec->name, H5P_DEFAULT) <= 0) {
-      Msgf(msg, size, "checkpoint %s has no dataset %s/%s", path, gname, spec->name);
-      bad = 1;
-      break;
-    }
-    hid_t d = H5Dopen2(g, spec->name, H5P_DEFAULT);
-    hid_t s = d >= 0 ? H5Dget_space(d) : -1;
-    hid_t t = d >= 0 ? H5Dget_type(d) : -1;
-    int ndim = s >= 0 ? H5Sget_simple_extent_ndims(s) : -1;
-    hsize_t dims[H5S_MAX_RANK];
-    if (ndim >= 0 && H5Sget_simple_extent_dims(s, dims, NULL) < 0) ndim = -1;
-    if (d < 0 || s < 0 || t < 0 || ndim < 0) {
-      Msgf(msg, size, "checkpoint %s: %s/%s is not a readable dataset", path, gname, spec->name);
-      bad = 1;
-    } else if (H5Tget_class(t) != H5T_FLOAT || H5Tget_size(t) != 4) {
-      Msgf(msg, size, "checkpoint %s: %s/%s has %s elements of %zu bytes, expected fp32", path,
-           gname, spec->name, H5Tget_class(t) == H5T_FLOAT ? "floating-point" : "non-float",
-           H5Tget_size(t));
-      bad = 1;
-    } else {
-      int same = ndim == spec->ndim;
-      int64_t shape[H5S_MAX_RANK];
-      for (int k = 0; k < ndim; k++) {
-        shape[k] = (int64_t)dims[k];
-        if (same && shape[k] != spec->shape[k]) same = 0;
-      }
-      if (!same) {
-        char have[160], want[160];
-        ShapeString(ndim, shape, have, sizeof have);
-        ShapeString(spec->ndim, spec->shape, want, sizeof want);
-        Msgf(msg, size, "checkpoint %s: %s/%s has shape %s, the model config expects %s", path,
-             gname, spec->name, have, want);
-        bad = 1;
-      }
-    }
-    if (t >= 0) H5Tclose(t);
-    if (s >= 0) H5Sclose(s);
-    if (d >= 0) H5Dclose(d);
-  }
-  if (!bad) {
-    ExtraSearch x = {e, ""};
-    H5Literate(g, H5_INDEX_NAME, H5_ITER_INC, NULL, FindExtra, &x);
-    if (x.extra[0]) {
-      Msgf(msg, size, "checkpoint %s has %s/%s, which is not a parameter of its model config",
-           path, gname, x.extra);
-      bad = 1;
-    }
-  }
-  H5Gclose(g);
-  return bad;
+  free(r);
+  return err;
 }
 
 /* Scan dataset gname/spec->name for NaN/Inf in chunks of whole rows.  0,
@@ -370,7 +315,7 @@ static int ScanDataset(hid_t f, const char *path, const char *gname, const FsdpP
     if (rc < 0) {
       char why[600];
       FsdpHdf5ErrorSummary(why, sizeof why);
-      Msgf(msg, size, "checkpoint %s: %s cannot be read (truncated or corrupt): %s", path, dname,
+      FsdpMsgf(msg, size, "checkpoint %s: %s cannot be read (truncated or corrupt): %s", path, dname,
            why);
       bad = 1;
     }
@@ -382,30 +327,32 @@ static int ScanDataset(hid_t f, const char *path, const char *gname, const FsdpP
         rest /= spec->shape[k];
       }
       char where[160];
-      ShapeString(spec->ndim, idx, where, sizeof where);
-      Msgf(msg, size, "checkpoint %s: %s holds %s at element %lld (index %s)", path, dname,
+      FsdpCkptShapeString(spec->ndim, idx, where, sizeof where);
+      FsdpMsgf(msg, size, "checkpoint %s: %s holds %s at element %lld (index %s)", path, dname,
            isnan(buf[i]) ? "NaN" : (buf[i] > 0 ? "+Inf" : "-Inf"), (long long)flat, where);
       bad = 1;
     }
     if (ms >= 0) H5Sclose(ms);
   }
-  if (bad == 2) Msgf(msg, size, "checkpoint %s: %s is not a readable dataset", path, dname);
+  if (bad == 2) FsdpMsgf(msg, size, "checkpoint %s: %s is not a readable dataset", path, dname);
   if (fs >= 0) H5Sclose(fs);
   if (d >= 0) H5Dclose(d);
   return bad != 0;
 }
 
 /* Open a checkpoint for reading: metadata through the library (which names
- * the file on any problem), config checked, the model's parameter list,
- * then the file with serial HDF5. */
+ * the file on any problem), the config its model description holds,
+ * checked, the model's parameter list, then the file with serial HDF5. */
 static int OpenCheckpoint(const char *path, FsdpCkptMeta *meta, Engine *e, hid_t *f)
 {
   *f = -1;
   FSDP_CALL(FsdpCkptReadMeta(MPI_COMM_SELF, path, meta));
   char what[4200];
   snprintf(what, sizeof what, "checkpoint %s", path);
-  FSDP_CALL(CheckConfig(what, &meta->model));
-  FSDP_CALL(EngineCreate(&meta->model, 0, NULL, e));
+  GptConfig cfg;
+  FSDP_CALL(GptConfigFromDesc(&meta->model, what, &cfg));
+  FSDP_CALL(CheckConfig(what, &cfg));
+  FSDP_CALL(EngineCreate(&cfg, 0, NULL, e));
   *f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
   if (*f < 0) {
     char why[600];
@@ -427,7 +374,12 @@ static int Info(const char *path)
   FSDP_CALL(OpenCheckpoint(path, &m, &e, &f));
   char program[128] = "";
   FsdpHdf5AttrReadString(f, "program", program, sizeof program);
-  const GptConfig *c = &m.model;
+  const GptConfig *c = &e.cfg;
+  /* the attributes in the family's order (the file lists them by name) */
+  FsdpModelDesc desc;
+  char attrs[1024];
+  FSDP_CALL(GptConfigDescribe(c, m.model.preset, &desc));
+  FsdpModelDescFormat(&desc, attrs, sizeof attrs);
   printf("checkpoint      %s\n", path);
   printf("format_version  %d\n", m.format_version);
   printf("program         %s\n", program[0] ? program : "(not recorded)");
@@ -439,9 +391,8 @@ static int Info(const char *path)
   printf("written at      W %d, F %d, G %d (world size, sharding factor, ranks per node; "
          "loads at any)\n",
          m.world_size, m.sharding_factor, m.ranks_per_node);
-  printf("model           %s: n_layer %d, n_embd %d, n_head %d, vocab_size %d, seq_len %d\n",
-         m.model_name[0] ? m.model_name : "(unnamed)", c->n_layer, c->n_embd, c->n_head,
-         c->vocab_size, c->seq_len);
+  printf("family          %s\n", desc.family);
+  printf("model           %s: %s\n", desc.preset[0] ? desc.preset : "(unnamed)", attrs);
   int has_optim = H5Lexists(f, "/optim", H5P_DEFAULT) > 0;
   if (has_optim) {
     const FsdpOptimOptions *o = &m.optim;
@@ -474,7 +425,7 @@ static int Info(const char *path)
         sh[k] = (int64_t)dims[k];
         numel *= sh[k];
       }
-      ShapeString(nd, sh, shape, sizeof shape);
+      FsdpCkptShapeString(nd, sh, shape, sizeof shape);
     } else {
       missing++;
     }
@@ -519,7 +470,7 @@ static int Verify(const char *path, int weights_only)
   char *msg = calloc(1, MSG_SIZE);
   FSDP_CHECK_ALLOC(msg, MSG_SIZE);
   int bad = 0;
-  for (int k = 0; k < ngroups && !bad; k++) bad = CheckGroup(f, path, &e, groups[k], msg, MSG_SIZE);
+  int err = CheckGroups(path, &e, FSDP_CKPT_CHECK_MODEL | (ngroups == 3 ? FSDP_CKPT_CHECK_OPTIM : 0));
   int64_t maxrow = 1, checked = 0;
   for (int i = 0; i < e.nparams; i++) {
     const FsdpParamSpec *s = e.params[i].spec;
@@ -528,7 +479,7 @@ static int Verify(const char *path, int weights_only)
     if (row > maxrow) maxrow = row;
   }
   float *buf = NULL;
-  int err = FsdpMalloc(FSDP_MEM_OTHER, (size_t)(maxrow > CHUNK_ELEMS ? maxrow : CHUNK_ELEMS) * sizeof(float), &buf);
+  if (!err) err = FsdpMalloc(FSDP_MEM_OTHER, (size_t)(maxrow > CHUNK_ELEMS ? maxrow : CHUNK_ELEMS) * sizeof(float), &buf);
   for (int k = 0; k < ngroups && !bad && !err; k++)
     for (int i = 0; i < e.nparams && !bad; i++) {
       bad = ScanDataset(f, path, groups[k], e.params[i].spec, buf, msg, MSG_SIZE);
@@ -619,12 +570,6 @@ static int64_t LlmcNumel(const LlmcHeader *h)
 
 static int PaddedVocab(int V) { return (int)(((int64_t)V + 127) / 128 * 128); }
 
-static int HostIsLittleEndian(void)
-{
-  const uint16_t one = 1;
-  return *(const uint8_t *)&one == 1;
-}
-
 /* The model parameter for llm.c tensor t at layer l, checked against the
  * element count llm.c gives it (wte: V of its Vp rows); marks it used. */
 static int LlmcParam(Engine *e, const LlmcHeader *h, int t, int l, ParamRef **out)
@@ -670,61 +615,32 @@ static int RefuseExisting(const char *out)
   return FSDP_SUCCESS;
 }
 
-/* A temporary file next to out, created (and closed) with mkstemp. */
+/* A temporary file next to out, created (and closed). */
 static int MakeTemp(const char *out, const char *tag, char *tmp, size_t size)
 {
-  int n = snprintf(tmp, size, "%s.%s-XXXXXX", out, tag);
-  if (n < 0 || (size_t)n >= size) FSDP_ERROR(FSDP_ERR_USAGE, "output path %s is too long", out);
-  int fd = mkstemp(tmp);
-  if (fd < 0) FSDP_ERROR(FSDP_ERR_USAGE, "cannot create %s: %s", tmp, strerror(errno));
-  mode_t mask = umask(0);
-  umask(mask);
-  if (fchmod(fd, 0666 & ~mask) != 0) FsdpWarn(0, "cannot set the permissions of %s: %s", tmp, strerror(errno));
-  close(fd);
+  int e = FsdpTempFileCreate(out, tag, tmp, size);
+  if (e == ENAMETOOLONG) FSDP_ERROR(FSDP_ERR_USAGE, "output path %s is too long", out);
+  if (e) FSDP_ERROR(FSDP_ERR_USAGE, "cannot create %s: %s", tmp, strerror(e));
   return FSDP_SUCCESS;
 }
 
-static int FsyncPath(const char *path, int dir)
-{
-  int fd = open(path, dir ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
-  if (fd < 0) return -1;
-  int r = fsync(fd);
-  if (close(fd) != 0) r = -1;
-  return r;
-}
-
-/* Publish the complete file tmp as out without ever replacing out. */
+/* Publish the complete file tmp as out without ever replacing out; tmp is
+ * gone afterwards either way. */
 static int Publish(const char *tmp, const char *out)
 {
-  if (FsyncPath(tmp, 0) != 0) FSDP_ERROR(FSDP_ERR_IO, "fsync of %s failed: %s", tmp, strerror(errno));
-  if (link(tmp, out) != 0) {
-    int e = errno;
-    if (e == EEXIST) {
-      unlink(tmp);
-      FSDP_CALL(RefuseExisting(out));
-    }
-    /* no hard links here (some parallel and FUSE file systems) */
-    struct stat st;
-    if (stat(out, &st) == 0) {
-      unlink(tmp);
-      FSDP_CALL(RefuseExisting(out));
-    }
-    if (rename(tmp, out) != 0) {
-      e = errno;
-      unlink(tmp);
-      FSDP_ERROR(FSDP_ERR_IO, "cannot create %s: %s", out, strerror(e));
-    }
-  } else {
-    unlink(tmp);
+  FsdpPublishStep step;
+  int e = FsdpPublish(tmp, out, 0, &step);
+  if (e && step == FSDP_PUBLISH_SYNC_DIR) {
+    char dir[4200];
+    FsdpDirName(out, dir, sizeof dir);
+    FsdpWarn(0, "fsync of directory %s failed: %s", dir, strerror(e));
+    return FSDP_SUCCESS;
   }
-  char dir[4200];
-  snprintf(dir, sizeof dir, "%s", out);
-  char *slash = strrchr(dir, '/');
-  if (slash == dir) dir[1] = '\0';
-  else if (slash) *slash = '\0';
-  else snprintf(dir, sizeof dir, ".");
-  if (FsyncPath(dir, 1) != 0) FsdpWarn(0, "fsync of directory %s failed: %s", dir, strerror(errno));
-  return FSDP_SUCCESS;
+  if (!e) return FSDP_SUCCESS;
+  unlink(tmp);
+  if (e == EEXIST) FSDP_CALL(RefuseExisting(out));
+  if (step == FSDP_PUBLISH_SYNC_FILE) FSDP_ERROR(FSDP_ERR_IO, "fsync of %s failed: %s", tmp, strerror(e));
+  FSDP_ERROR(FSDP_ERR_IO, "cannot create %s: %s", out, strerror(e));
 }
 
 static int WriteAll(FILE *fp, const void *buf, size_t bytes, const char *path)
@@ -783,20 +699,19 @@ done:
 
 static int ExportLlmc(const char *path, const char *out)
 {
-  if (!HostIsLittleEndian())
+  if (!FsdpHostIsLittleEndian())
     FSDP_ERROR(FSDP_ERR_USAGE, "llm.c files are little-endian and this host is not: unsupported");
   FSDP_CALL(RefuseExisting(out));
   FsdpCkptMeta m;
   Engine e;
   hid_t f;
   FSDP_CALL(OpenCheckpoint(path, &m, &e, &f));
-  char msg[MSG_SIZE];
-  if (CheckGroup(f, path, &e, "/model", msg, sizeof msg)) {
+  if (CheckGroups(path, &e, FSDP_CKPT_CHECK_MODEL) != FSDP_SUCCESS) {
     H5Fclose(f);
     EngineDestroy(&e);
-    FSDP_ERROR(FSDP_ERR_USAGE, "%s", msg);
+    FSDP_CALL(FSDP_ERR_USAGE);
   }
-  const GptConfig *c = &m.model;
+  const GptConfig *c = &e.cfg;
   LlmcHeader h = {3, c->seq_len, c->vocab_size, c->n_layer, c->n_head, c->n_embd,
                   PaddedVocab(c->vocab_size)};
   char tmp[4200];
@@ -948,7 +863,7 @@ static int DefaultOptimOptions(FsdpOptimOptions *o)
 
 static int ImportLlmc(const char *in, const char *out, int64_t global_batch)
 {
-  if (!HostIsLittleEndian())
+  if (!FsdpHostIsLittleEndian())
     FSDP_ERROR(FSDP_ERR_USAGE, "llm.c files are little-endian and this host is not: unsupported");
   FSDP_CALL(RefuseExisting(out));
   FILE *fp = fopen(in, "rb");
@@ -980,11 +895,10 @@ static int ImportLlmc(const char *in, const char *out, int64_t global_batch)
     m.data_position = 0;
     m.seed = 0;
     m.global_batch = global_batch;
-    m.model = cfg;
-    snprintf(m.model_name, sizeof m.model_name, "custom");
     m.optim = oo;
+    err = GptConfigDescribe(&cfg, "custom", &m.model);
     /* [Note: import through the engine] */
-    err = FsdpCkptSave(e.rt, e.opt, tmp, &m);
+    if (!err) err = FsdpCkptSave(e.rt, e.opt, tmp, &m);
     if (!err) {
       hid_t f = H5Fopen(tmp, H5F_ACC_RDWR, H5P_DEFAULT);
       if (f < 0 || FsdpHdf5AttrWriteString(f, "imported_from", in) < 0)

@@ -9,7 +9,7 @@
  * run), plus -world_size W and a few planning knobs, and prints per-rank
  * memory and per-step bytes of every collective split into intra- and
  * inter-node, with the same JSON keys as fsdp-train's -summary json where
- * they mean the same thing.
+ * they mean the same thing (written for both by driver/summary.c).
  *
  * [Note: planning from the library] The numbers come from the code that the
  * run itself uses, not from a second copy of the formulas: the GPT model
@@ -17,10 +17,12 @@
  * parameters, order); each unit's layout is a FlatParam built with the
  * run's F (so numel, padding and shard sizes are the run's); the bytes of
  * each collective are FsdpCollVolume of the same group shape the counters
- * use.  What the library does not expose as a pure function is re-stated
+ * use; the gather ring (slots, bytes, gathers in flight) is
+ * FsdpGatherRingPlan, the function FsdpRuntimeSetUp sizes the ring with.
+ * What the library does not expose as a pure function is re-stated
  * here and cited: the node-first rank order ([Note: node-first sharding
- * groups], topo.h), the gather and gradient rings ([Note: gather memory],
- * fsdp.h) and which collectives a step issues ([Note: unit life cycle],
+ * groups], topo.h), the gradient ring ([Note: gather memory], fsdp.h) and
+ * which collectives a step issues ([Note: unit life cycle],
  * fsdp.h).  tests/test_plan.sh holds every number against the counters of
  * real fsdp-train runs, so a drift between the two is a test failure.
  */
@@ -29,7 +31,8 @@
 #include <string.h>
 
 #include "libfsdp.h"
-#include "train.h"
+#include "driver/summary.h"
+#include "driver/train.h"
 
 static const char kHelp[] =
     "fsdp-plan: per-rank memory and per-step collective bytes (intra/inter node) of\n"
@@ -37,22 +40,6 @@ static const char kHelp[] =
     "allocated).  Takes fsdp-train's options plus -world_size W; with -flops and\n"
     "-intra_bw/-inter_bw it also predicts the step time.\n"
     "Usage: fsdp-plan -world_size W [-ranks_per_node G] [fsdp-train options]\n";
-
-/* [Note: unit specs from the registration] GptModelRegister hands each
- * unit's parameter specs to the runtime, which keeps a copy; the runtime
- * exports them only through FlatParams built at FsdpRuntimeSetUp, which
- * allocates the shards (hundreds of GB for gpt-175b at small W).
- * FsdpRuntimeUnitSpecs (requested for fsdp.h: the registered specs, valid
- * from FsdpRuntimeAddUnit on) is referenced weakly: when the library has
- * it, the plan uses exactly the specs the run registers; otherwise
- * PlanFallbackSpecs states the parameter list documented in gpt.h.  Either
- * way the unit names and count come from the registration itself, and
- * tests/test_plan.sh compares every unit's numel and padded numel with a
- * real run's summary. */
-int FsdpRuntimeUnitSpecs(FsdpRuntime rt, int unit, const FsdpParamSpec **specs, int *nparams)
-    __attribute__((weak));
-
-static const char *const kPrefetchNames[] = {"none", "backward", "both"};
 
 typedef struct {
   FsdpTrainOptions t;     /* everything fsdp-train reads */
@@ -69,52 +56,6 @@ typedef struct {
   int nparams;
   FlatParam fp;
 } PlanUnit;
-
-static int SpecSet(FsdpParamSpec *s, const char *name, int ndim, int64_t d0, int64_t d1)
-{
-  memset(s, 0, sizeof *s);
-  snprintf(s->name, sizeof s->name, "%s", name);
-  s->ndim = ndim;
-  s->shape[0] = d0;
-  s->shape[1] = d1;
-  return FSDP_SUCCESS;
-}
-
-/* The parameter list of gpt.h for unit u (0 = root; u >= 1: blocks
- * (u-1)*wrap ...).  Only used when the library lacks FsdpRuntimeUnitSpecs,
- * see [Note: unit specs from the registration]. */
-static int PlanFallbackSpecs(const GptConfig *c, int wrap, int u, PlanUnit *x)
-{
-  int64_t C = c->n_embd;
-  if (u == 0) {
-    x->nparams = 4;
-    x->specs = calloc(4, sizeof *x->specs);
-    FSDP_CHECK_ALLOC(x->specs, 4 * sizeof *x->specs);
-    SpecSet(&x->specs[0], "wte", 2, c->vocab_size, C);
-    SpecSet(&x->specs[1], "wpe", 2, c->seq_len, C);
-    SpecSet(&x->specs[2], "ln_f.weight", 1, C, 0);
-    SpecSet(&x->specs[3], "ln_f.bias", 1, C, 0);
-    return FSDP_SUCCESS;
-  }
-  static const char *const names[12] = {
-      "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
-      "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
-      "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
-  const int64_t shapes[12][2] = {{C, 0}, {C, 0}, {3 * C, C}, {3 * C, 0}, {C, C}, {C, 0},
-                                 {C, 0}, {C, 0}, {4 * C, C}, {4 * C, 0}, {C, 4 * C}, {C, 0}};
-  int first = (u - 1) * wrap, n = wrap;
-  if (first + n > c->n_layer) n = c->n_layer - first;
-  x->nparams = 12 * n;
-  x->specs = calloc((size_t)x->nparams, sizeof *x->specs);
-  FSDP_CHECK_ALLOC(x->specs, (size_t)x->nparams * sizeof *x->specs);
-  for (int l = 0; l < n; l++)
-    for (int p = 0; p < 12; p++) {
-      char name[FSDP_MAX_NAME];
-      snprintf(name, sizeof name, "h.%d.%s", first + l, names[p]);
-      SpecSet(&x->specs[12 * l + p], name, shapes[p][1] ? 2 : 1, shapes[p][0], shapes[p][1]);
-    }
-  return FSDP_SUCCESS;
-}
 
 /* Units of the model as the run registers them, each with a FlatParam for
  * the planned F (shard rank: my position in my sharding group). */
@@ -142,15 +83,12 @@ static int PlanUnits(const PlanOptions *po, int shard_rank, PlanUnit **out, int 
     PlanUnit *x = &u[i];
     snprintf(x->name, sizeof x->name, "%s", FsdpRuntimeUnitName(rt, i));
     x->is_root = FsdpRuntimeUnitIsRoot(rt, i);
-    if (FsdpRuntimeUnitSpecs) {
-      const FsdpParamSpec *s = NULL;
-      FSDP_CALL(FsdpRuntimeUnitSpecs(rt, i, &s, &x->nparams));
-      x->specs = malloc((size_t)x->nparams * sizeof *x->specs + 1);
-      FSDP_CHECK_ALLOC(x->specs, (size_t)x->nparams * sizeof *x->specs);
-      memcpy(x->specs, s, (size_t)x->nparams * sizeof *x->specs);
-    } else {
-      FSDP_CALL(PlanFallbackSpecs(&po->t.model, po->t.wrap, i, x));
-    }
+    /* the specs the run registers, copied: the runtime goes below */
+    const FsdpParamSpec *s = NULL;
+    FSDP_CALL(FsdpRuntimeUnitSpecs(rt, i, &s, &x->nparams));
+    x->specs = malloc((size_t)x->nparams * sizeof *x->specs + 1);
+    FSDP_CHECK_ALLOC(x->specs, (size_t)x->nparams * sizeof *x->specs);
+    memcpy(x->specs, s, (size_t)x->nparams * sizeof *x->specs);
     FSDP_CALL(FlatParamCreate(x->specs, x->nparams, po->F, shard_rank, &x->fp));
   }
   FSDP_CALL(GptModelDestroy(&m));
@@ -214,15 +152,6 @@ static int PlanGroups(const PlanOptions *po, FsdpGroup *shard, FsdpGroup *replic
   return FSDP_SUCCESS;
 }
 
-/* The divisors of n as "1 2 4 ...", for messages. */
-static void Divisors(int n, char *buf, size_t size)
-{
-  size_t len = 0;
-  buf[0] = '\0';
-  for (int d = 1; d <= n && len + 16 < size; d++)
-    if (n % d == 0) len += (size_t)snprintf(buf + len, size - len, "%s%d", len ? " " : "", d);
-}
-
 static int PlanOptionsFromDb(FsdpOpts db, PlanOptions *po)
 {
   memset(po, 0, sizeof *po);
@@ -248,22 +177,12 @@ static int PlanOptionsFromDb(FsdpOpts db, PlanOptions *po)
   return FSDP_SUCCESS;
 }
 
-/* Check and complete the topology as FsdpTopoCreate would (same rules). */
+/* Check and complete the topology as FsdpTopoCreate would (its checks). */
 static int PlanTopology(PlanOptions *po)
 {
-  char div[512];
   int W = po->W;
-  Divisors(W, div, sizeof div);
   int F = po->t.topo.sharding_factor, G = po->t.topo.ranks_per_node;
-  if (F > W || (F > 0 && W % F))
-    FSDP_ERROR(FSDP_ERR_USAGE,
-               "-sharding_factor %d does not divide the world size %d (choose a divisor of %d: %s)",
-               F, W, W, div);
-  if (G > W || (G > 0 && W % G))
-    FSDP_ERROR(FSDP_ERR_USAGE,
-               "-ranks_per_node %d does not divide the world size %d (choose a divisor of %d: %s; "
-               "0 = one node)",
-               G, W, W, div);
+  FSDP_CALL(FsdpTopoCheckOptions(W, &po->t.topo));
   if (po->rank >= W)
     FSDP_ERROR(FSDP_ERR_USAGE, "-plan_rank %d is not a rank of the world size %d", po->rank, W);
   po->F = F ? F : W;
@@ -355,13 +274,24 @@ static int Run(int argc, char **argv, int *handled_help)
   mem.optim_state = 2 * mem.param_shard; /* AdamW exp_avg, exp_avg_sq */
   if (low) mem.low_shard = mem.param_shard / 4 * kp;
   int raf = fo->reshard_after_forward, L = fo->limit_all_gathers;
-  if (po.F > 1) {
-    /* RAF: the unit computing plus the gathers in flight ahead of it
-     * (prefetching runs one unit ahead, capped by L) */
-    int ahead = fo->prefetch == FSDP_PREFETCH_NONE ? 0 : (L == 0 || L > 1) ? 1 : L;
-    mem.gather_slots = (!raf || 1 + ahead > nonroot) ? nonroot : 1 + ahead;
-    mem.gather_buffer = kp * (rootP + (uint64_t)mem.gather_slots * slotP);
+  /* the gather ring: the runtime's own sizing function, not a copy of it */
+  int64_t *unitP = calloc((size_t)nu + 1, sizeof *unitP);
+  int *unit_is_root = calloc((size_t)nu + 1, sizeof *unit_is_root);
+  if (!unitP || !unit_is_root) {
+    free(unitP);
+    free(unit_is_root);
+    FSDP_ERROR(FSDP_ERR_MEM, "out of memory planning the gather ring of %d units", nu);
   }
+  for (int i = 0; i < nu; i++) {
+    unitP[i] = FlatParamPaddedNumel(u[i].fp);
+    unit_is_root[i] = u[i].is_root;
+  }
+  FsdpGatherRing ring;
+  FsdpGatherRingPlan(fo, po.F, unitP, unit_is_root, nu, &ring);
+  free(unitP);
+  free(unit_is_root);
+  mem.gather_slots = ring.slots;
+  mem.gather_buffer = ring.bytes;
   if (low) mem.compute_buffer = 4 * (rootP + slotP);
   /* gradients: the shard itself (F = 1, fp32, no per-micro-step sums), a
    * persistent fp32 buffer per unit (-accum_comm 0), or a ring of two
@@ -429,58 +359,58 @@ static int Run(int argc, char **argv, int *handled_help)
   int rank = 0;
   FSDP_CALL_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   if (rank == 0 && po.t.summary == FSDP_SUMMARY_JSON) {
-    printf("{\"world_size\": %d, \"sharding_factor\": %d, \"replica_size\": %d, "
-           "\"ranks_per_node\": %d, \"nodes\": %d, \"plan_rank\": %d, ",
-           po.W, po.F, po.R, po.G, po.N, po.rank);
-    printf("\"model\": {\"name\": \"%s\", \"n_layer\": %d, \"n_embd\": %d, \"n_head\": %d, "
-           "\"vocab_size\": %d, \"seq_len\": %d, \"param_count\": %lld}, ",
-           po.t.model_name, c->n_layer, c->n_embd, c->n_head, c->vocab_size, c->seq_len,
-           (long long)GptConfigParamCount(c));
-    printf("\"batch_size\": %d, \"wrap\": %d, \"reshard_after_forward\": %d, "
-           "\"limit_all_gathers\": %d, \"grad_accum\": %d, \"accum_comm\": %d, "
-           "\"prefetch\": \"%s\", \"precision\": {\"param_dtype\": \"%s\", "
-           "\"reduce_dtype\": \"%s\"}, ",
-           po.t.batch_size, po.t.wrap, raf, L, K, fo->accum_comm, kPrefetchNames[fo->prefetch],
-           FsdpDtypeNames[po.param_dt], FsdpDtypeNames[po.reduce_dt]);
-    printf("\"units\": [");
-    for (int i = 0; i < nu; i++)
-      printf("%s{\"name\": \"%s\", \"numel\": %lld, \"padded_numel\": %lld, \"shard_numel\": %lld}",
-             i ? ", " : "", u[i].name, (long long)FlatParamNumel(u[i].fp),
-             (long long)FlatParamPaddedNumel(u[i].fp), (long long)FlatParamShardNumel(u[i].fp));
-    printf("], \"memory\": {\"param_shard_bytes\": %llu, \"grad_shard_bytes\": %llu, "
-           "\"low_shard_bytes\": %llu, \"optim_state_bytes\": %llu, "
-           "\"gather_buffer_bytes\": %llu, \"grad_buffer_bytes\": %llu, "
-           "\"compute_buffer_bytes\": %llu, \"gather_slots\": %d, \"grad_slots\": %d, "
-           "\"activation_bytes\": %llu, \"total_bytes\": %llu}, ",
-           (unsigned long long)mem.param_shard, (unsigned long long)mem.grad_shard,
-           (unsigned long long)mem.low_shard, (unsigned long long)mem.optim_state,
-           (unsigned long long)mem.gather_buffer, (unsigned long long)mem.grad_buffer,
-           (unsigned long long)mem.compute_buffer, mem.gather_slots, mem.grad_slots,
-           (unsigned long long)mem.activations, (unsigned long long)mem_total);
-    printf("\"comm_per_step\": {\"all_gather_bytes\": %llu, \"reduce_scatter_bytes\": %llu, "
-           "\"all_reduce_bytes\": %llu, \"all_gather_calls\": %llu, "
-           "\"reduce_scatter_calls\": %llu, \"all_reduce_calls\": %llu, "
-           "\"intra_node_bytes\": %llu, \"inter_node_bytes\": %llu",
-           (unsigned long long)cm.bytes[FSDP_COLL_ALL_GATHER],
-           (unsigned long long)cm.bytes[FSDP_COLL_REDUCE_SCATTER],
-           (unsigned long long)cm.bytes[FSDP_COLL_ALL_REDUCE],
-           (unsigned long long)cm.calls[FSDP_COLL_ALL_GATHER],
-           (unsigned long long)cm.calls[FSDP_COLL_REDUCE_SCATTER],
-           (unsigned long long)cm.calls[FSDP_COLL_ALL_REDUCE], (unsigned long long)intra,
-           (unsigned long long)inter);
-    static const char *const kKey[FSDP_COLL_NKINDS] = {"all_gather", "reduce_scatter",
-                                                       "all_reduce"};
-    for (int k = 0; k < FSDP_COLL_NKINDS; k++)
-      printf(", \"%s_intra_node_bytes\": %llu, \"%s_inter_node_bytes\": %llu", kKey[k],
-             (unsigned long long)cm.intra[k], kKey[k], (unsigned long long)cm.inter[k]);
-    printf("}");
-    if (predict)
-      printf(", \"prediction\": {\"flop_per_step\": %.6g, \"compute_s\": %.6g, "
-             "\"intra_comm_s\": %.6g, \"inter_comm_s\": %.6g, \"step_time_s_no_overlap\": %.6g, "
-             "\"step_time_s_full_overlap\": %.6g}",
-             flop, t_comp, t_intra, t_inter, t_comp + t_intra + t_inter,
-             t_comp > t_intra + t_inter ? t_comp : t_intra + t_inter);
-    printf("}\n");
+    /* [Note: one writer for the shared keys] (driver/summary.h) */
+    FsdpJson j = NULL;
+    FSDP_CALL(FsdpJsonCreate(&j));
+    FsdpJsonBeginObject(j, NULL);
+    FsdpSummaryTopology topo = {po.W, po.F, po.R, po.G, po.N};
+    FsdpSummaryRunMembers(j, &po.t, &topo);
+    FsdpJsonInt(j, "plan_rank", po.rank);
+    FsdpJsonBeginArray(j, "units");
+    for (int i = 0; i < nu; i++) FsdpSummaryUnit(j, u[i].name, u[i].fp);
+    FsdpJsonEndArray(j);
+    FsdpSummaryMemory sm = {mem.param_shard,   mem.grad_shard,  mem.optim_state,
+                            mem.gather_buffer, mem.grad_buffer, mem.compute_buffer};
+    FsdpSummaryBeginMemory(j, &sm);
+    FsdpJsonUint(j, "low_shard_bytes", mem.low_shard);
+    FsdpJsonInt(j, "gather_slots", mem.gather_slots);
+    FsdpJsonInt(j, "grad_slots", mem.grad_slots);
+    FsdpJsonUint(j, "activation_bytes", mem.activations);
+    FsdpJsonUint(j, "total_bytes", mem_total);
+    FsdpJsonEndObject(j);
+    FsdpCommCounters per_step;
+    memset(&per_step, 0, sizeof per_step);
+    memcpy(per_step.bytes, cm.bytes, sizeof cm.bytes);
+    memcpy(per_step.calls, cm.calls, sizeof cm.calls);
+    per_step.intra_bytes = intra;
+    per_step.inter_bytes = inter;
+    FsdpSummaryBeginComm(j, &per_step);
+    static const char *const kKey[FSDP_COLL_NKINDS][2] = {
+        {"all_gather_intra_node_bytes", "all_gather_inter_node_bytes"},
+        {"reduce_scatter_intra_node_bytes", "reduce_scatter_inter_node_bytes"},
+        {"all_reduce_intra_node_bytes", "all_reduce_inter_node_bytes"}};
+    for (int k = 0; k < FSDP_COLL_NKINDS; k++) {
+      FsdpJsonUint(j, kKey[k][0], cm.intra[k]);
+      FsdpJsonUint(j, kKey[k][1], cm.inter[k]);
+    }
+    FsdpJsonEndObject(j);
+    FsdpSummaryBeginCommTime(j, ring.max_in_flight);
+    FsdpJsonEndObject(j);
+    FsdpSummaryBeginPrecision(j, fo);
+    FsdpJsonEndObject(j);
+    if (predict) {
+      FsdpJsonBeginObject(j, "prediction");
+      FsdpJsonReal(j, "flop_per_step", flop);
+      FsdpJsonReal(j, "compute_s", t_comp);
+      FsdpJsonReal(j, "intra_comm_s", t_intra);
+      FsdpJsonReal(j, "inter_comm_s", t_inter);
+      FsdpJsonReal(j, "step_time_s_no_overlap", t_comp + t_intra + t_inter);
+      FsdpJsonReal(j, "step_time_s_full_overlap",
+                   t_comp > t_intra + t_inter ? t_comp : t_intra + t_inter);
+      FsdpJsonEndObject(j);
+    }
+    FsdpJsonEndObject(j);
+    FSDP_CALL(FsdpSummaryPrint(&j, stdout));
   } else if (rank == 0) {
     const char *mode = po.W == 1      ? ""
                        : po.F == po.W ? "full sharding"
@@ -490,7 +420,7 @@ static int Run(int argc, char **argv, int *handled_help)
            "wrap %d, %s, limit %d, prefetch %s, params %s, reduce %s, grad_accum %d%s; rank %d\n",
            po.t.model_name, (long long)GptConfigParamCount(c), po.W, po.N, po.G, po.F, po.R,
            mode[0] ? ": " : "", mode, po.t.wrap, raf ? "RAF" : "NRAF", L,
-           kPrefetchNames[fo->prefetch], FsdpDtypeNames[po.param_dt],
+           FsdpPrefetchNames[fo->prefetch], FsdpDtypeNames[po.param_dt],
            FsdpDtypeNames[po.reduce_dt], K, K > 1 && !fo->accum_comm ? " (reduce once)" : "",
            po.rank);
     printf("%-10s %14s %14s %14s\n", "unit", "numel", "padded", "shard");

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "libfsdp.h"
-#include "train.h"
+#include "driver/train.h"
 
 static const char kHelp[] =
     "fsdp-train: train a GPT-2 style transformer with parameters, gradients and\n"

@@ -12,6 +12,9 @@
 #   usage: test_bundle.sh BUILDDIR
 set -u
 builddir=$1
+if [ "${FSDP_MPI:-openmpi}" != openmpi ]; then  # tools/make-bundle.sh carries OpenMPI only
+    echo "SKIP: make bundle packs OpenMPI builds only; this build uses $FSDP_MPI"; exit 77
+fi
 tmp=$(mktemp -d /tmp/fsdp_test_bundle.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 fails=0

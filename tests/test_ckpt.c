@@ -25,8 +25,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ckpt.h"
-#include "h5util.h"
+#include "io/ckpt.h"
+#include "io/h5util.h"
 #include "libfsdp.h"
 #include "fsdp_test_model.h"
 #include "testutil.h"
@@ -35,6 +35,21 @@ static int rank, W;
 
 /* vocab 37 and n_embd 12: shards cut through rows of every 2-D parameter */
 static const GptConfig kCfg = {2, 12, 2, 37, 8};
+
+/* The description a model of cfg gives checkpoints (preset "custom"). */
+static FsdpModelDesc describe(const GptConfig *cfg)
+{
+  FsdpModelDesc d;
+  TCALL(GptConfigDescribe(cfg, "custom", &d));
+  return d;
+}
+
+/* An int attribute of a description, -1 when it has none. */
+static int64_t attr_int(const FsdpModelDesc *d, const char *name)
+{
+  const FsdpModelAttr *a = FsdpModelDescFind(d, name);
+  return a && a->type == FSDP_MODEL_ATTR_INT ? a->i : -1;
+}
 
 typedef struct {
   FsdpTopo topo;
@@ -168,8 +183,7 @@ static FsdpCkptMeta make_meta(int64_t step)
   m.data_position = 3 * step;
   m.seed = 777;
   m.global_batch = 8;
-  m.model = kCfg;
-  snprintf(m.model_name, sizeof m.model_name, "custom");
+  m.model = describe(&kCfg);
   m.optim.lr = 6e-4;
   m.optim.beta1 = 0.9;
   m.optim.beta2 = 0.95;
@@ -237,6 +251,8 @@ static void check_file_layout(Rig *r, const char *path, int wsave, int fsave, in
   CHECK(FsdpHdf5AttrReadInt64(g, "n_embd", &v) >= 0 && v == kCfg.n_embd, "/model n_embd %lld", (long long)v);
   CHECK(FsdpHdf5AttrReadInt64(g, "vocab_size", &v) >= 0 && v == kCfg.vocab_size, "/model vocab_size %lld", (long long)v);
   CHECK(FsdpHdf5AttrReadInt64(g, "num_parameters", &v) >= 0 && v == nparams, "/model num_parameters %lld, expected %d", (long long)v, nparams);
+  CHECK(FsdpHdf5AttrReadString(g, "family", s, sizeof s) >= 0 && strcmp(s, "gpt2") == 0, "/model family %s", s);
+  CHECK(FsdpHdf5AttrReadString(g, "name", s, sizeof s) >= 0 && strcmp(s, "custom") == 0, "/model name %s", s);
   H5G_info_t gi;
   CHECK(H5Gget_info(g, &gi) >= 0 && (int)gi.nlinks == nparams, "/model holds %d datasets, expected %d", (int)gi.nlinks, nparams);
   H5Gclose(g);
@@ -315,14 +331,16 @@ static void test_reshard(const char *dir)
           for (int64_t i = 0; i < S; i++) family(&r, f, u)[i] = NAN;
       }
       FsdpCkptMeta m;
-      TCALL(FsdpCkptLoad(r.rt, r.opt, path, &kCfg, &m));
+      FsdpModelDesc want = describe(&kCfg);
+      TCALL(FsdpCkptLoad(r.rt, r.opt, path, &want, &m));
       rig_check(&r, what);
       CHECK(FsdpOptimStepCount(r.opt) == 17, "%s: AdamW step count %lld", what,
             (long long)FsdpOptimStepCount(r.opt));
       CHECK(m.step == 40 + k && m.data_position == 3 * (40 + k) && m.seed == 777 &&
             m.world_size == c->ws && m.sharding_factor == c->fs && m.optim_step == 17 &&
-            m.model.n_embd == kCfg.n_embd && m.optim.warmup == 7 && m.format_version == 1 &&
-            strcmp(m.model_name, "custom") == 0 && m.created[0] != '\0',
+            attr_int(&m.model, "n_embd") == kCfg.n_embd && m.optim.warmup == 7 &&
+            m.format_version == 1 && strcmp(m.model.preset, "custom") == 0 &&
+            strcmp(m.model.family, "gpt2") == 0 && m.created[0] != '\0',
             "%s: metadata step %lld data %lld seed %lld W %d F %d", what, (long long)m.step,
             (long long)m.data_position, (long long)m.seed, m.world_size, m.sharding_factor);
       rig_destroy(&r);
@@ -382,7 +400,9 @@ static void expect_refused(Rig *r, FsdpOptim opt, const char *path, const GptCon
   int64_t S = FlatParamShardNumel(FsdpRuntimeUnitFlatParam(r->rt, 0));
   float *copy = malloc((size_t)S * sizeof *copy);
   memcpy(copy, shard, (size_t)S * sizeof *copy);
-  int err = FsdpCkptLoad(r->rt, opt, path, expect, NULL);
+  FsdpModelDesc want;
+  if (expect) want = describe(expect);
+  int err = FsdpCkptLoad(r->rt, opt, path, expect ? &want : NULL, NULL);
   const char *msg = FsdpErrorLastMessage();
   CHECK(err == FSDP_ERR_USAGE, "loading %s gave %d, expected a usage error", path, err);
   CHECK(strstr(msg, needle1) != NULL, "message for %s lacks \"%s\": %s", path, needle1, msg);
@@ -424,6 +444,90 @@ static void edit_copy(const char *good, const char *path, int what)
   if (d >= 0) H5Dclose(d);
   H5Sclose(s);
   H5Fclose(f);
+}
+
+/* ---- the model description ------------------------------------------- */
+
+/* Rank 0: a copy of good.h5 with /model's description attributes edited. */
+static void edit_desc(const char *good, const char *path, int what)
+{
+  copy_file(good, path, -1);
+  hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+  hid_t g = f >= 0 ? H5Gopen2(f, "/model", H5P_DEFAULT) : -1;
+  if (g < 0) MPI_Abort(MPI_COMM_WORLD, 1);
+  switch (what) {
+  case 0: /* format version 1 as written before families: no family */
+    H5Adelete(g, "family");
+    break;
+  case 1: FsdpHdf5AttrWriteInt64(g, "n_layer", 4); break;
+  case 2: FsdpHdf5AttrWriteString(g, "family", "llama"); break;
+  case 3: FsdpHdf5AttrWriteDouble(g, "rope_theta", 10000.0); break;
+  case 4: /* the right value as a float: a description compares types too */
+    FsdpHdf5AttrWriteDouble(g, "n_layer", 2.0);
+    break;
+  case 5: H5Adelete(g, "n_head"); break;
+  }
+  H5Gclose(g);
+  H5Fclose(f);
+}
+
+/* Files written before model families load as gpt2 models; a description
+ * that differs from the model's is refused naming the attribute, or the
+ * family, and both values.  good: test_refused's checkpoint of r at step 9
+ * (parameters from rig_fill). */
+static void test_model_desc(Rig *r, const char *good, const char *dir)
+{
+  enum { NEDITS = 6 };
+  const char *names[NEDITS] = {"before_families.h5", "deeper.h5", "llama.h5", "rope.h5",
+                               "real_layers.h5", "no_heads.h5"};
+  char paths[NEDITS][512];
+  for (int i = 0; i < NEDITS; i++) {
+    snprintf(paths[i], sizeof paths[i], "%s/%s", dir, names[i]);
+    if (rank == 0) edit_desc(good, paths[i], i);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  /* the old attribute set: loads, bit-exact, and reads as family gpt2 */
+  if (rank == 0) {
+    hid_t f = H5Fopen(paths[0], H5F_ACC_RDONLY, H5P_DEFAULT);
+    CHECK(f >= 0 && H5Aexists_by_name(f, "/model", "family", H5P_DEFAULT) == 0,
+          "%s still has /model/family", paths[0]);
+    if (f >= 0) H5Fclose(f);
+  }
+  for (int u = 0; u < FsdpRuntimeNumUnits(r->rt); u++) { /* the load must overwrite all */
+    int64_t S = FlatParamShardNumel(FsdpRuntimeUnitFlatParam(r->rt, u));
+    for (int k = 0; k < 3; k++)
+      for (int64_t i = 0; i < S; i++) family(r, k, u)[i] = NAN;
+  }
+  FsdpModelDesc want = describe(&kCfg);
+  FsdpCkptMeta got;
+  TCALL(FsdpCkptLoad(r->rt, r->opt, paths[0], &want, &got));
+  rig_check(r, "checkpoint without /model/family");
+  CHECK(strcmp(got.model.family, "gpt2") == 0 && strcmp(got.model.preset, "custom") == 0 &&
+            got.model.nattrs == 5 && attr_int(&got.model, "n_layer") == kCfg.n_layer &&
+            attr_int(&got.model, "seq_len") == kCfg.seq_len && got.step == 9,
+        "a file without family read as family '%s', preset '%s', %d attributes, step %lld",
+        got.model.family, got.model.preset, got.model.nattrs, (long long)got.step);
+  FsdpCkptMeta mm;
+  TCALL(FsdpCkptReadMeta(MPI_COMM_WORLD, paths[0], &mm));
+  CHECK(strcmp(mm.model.family, "gpt2") == 0, "ReadMeta of a file without family: '%s'",
+        mm.model.family);
+
+  /* mismatches name the attribute and both values */
+  char needle[700];
+  snprintf(needle, sizeof needle, "checkpoint %s has n_layer 4 but the model has 2", paths[1]);
+  expect_refused(r, r->opt, paths[1], &kCfg, needle, NULL);
+  expect_refused(r, r->opt, paths[2], &kCfg, paths[2], "holds a llama model but the model is gpt2");
+  expect_refused(r, r->opt, paths[3], &kCfg, paths[3],
+                 "has the model attribute rope_theta, which the gpt2 model does not have");
+  expect_refused(r, r->opt, paths[4], &kCfg, paths[4], "has n_layer 2.0 but the model has 2");
+  expect_refused(r, r->opt, paths[5], &kCfg, paths[5], "lacks the model attribute n_head");
+  /* the description of the file itself, without an expectation */
+  TCALL(FsdpCkptReadMeta(MPI_COMM_WORLD, paths[3], &mm));
+  const FsdpModelAttr *rope = FsdpModelDescFind(&mm.model, "rope_theta");
+  CHECK(rope && rope->type == FSDP_MODEL_ATTR_REAL && rope->r == 10000.0 && mm.model.nattrs == 6,
+        "ReadMeta: rope_theta %s, %d attributes", rope ? "of another type" : "missing",
+        mm.model.nattrs);
 }
 
 static void test_refused(const char *dir)
@@ -473,7 +577,8 @@ static void test_refused(const char *dir)
   expect_refused(&r, r.opt, paths[4], &kCfg, paths[4], "has no parameter /optim/exp_avg_sq/wpe");
   expect_refused(&r, r.opt, noopt, &kCfg, noopt, "no optimizer state");
   /* a model-only load of it works */
-  TCALL(FsdpCkptLoad(r.rt, NULL, noopt, &kCfg, NULL));
+  FsdpModelDesc want = describe(&kCfg);
+  TCALL(FsdpCkptLoad(r.rt, NULL, noopt, &want, NULL));
 
   /* a config mismatch is named: expected vs file */
   GptConfig wider = kCfg;
@@ -491,9 +596,10 @@ static void test_refused(const char *dir)
   /* FsdpCkptReadMeta */
   FsdpCkptMeta mm;
   TCALL(FsdpCkptReadMeta(MPI_COMM_WORLD, good, &mm));
-  CHECK(mm.step == 9 && mm.optim_step == 17 && mm.model.vocab_size == kCfg.vocab_size,
+  CHECK(mm.step == 9 && mm.optim_step == 17 && attr_int(&mm.model, "vocab_size") == kCfg.vocab_size,
         "ReadMeta step %lld optim %lld", (long long)mm.step, (long long)mm.optim_step);
   CHECK(FsdpCkptReadMeta(MPI_COMM_WORLD, paths[3], &mm) == FSDP_ERR_USAGE, "ReadMeta of a newer format");
+  test_model_desc(&r, good, dir);
   rig_destroy(&r);
 }
 
@@ -605,7 +711,8 @@ static void test_directory(const char *base)
   TCALL(FsdpCkptFindLatest(MPI_COMM_WORLD, dir, latest, sizeof latest, &found));
   Rig r2;
   rig_create(MPI_COMM_WORLD, &kCfg, 1, 0, 1, &r2);
-  TCALL(FsdpCkptLoad(r2.rt, r2.opt, latest, &kCfg, NULL));
+  FsdpModelDesc want = describe(&kCfg);
+  TCALL(FsdpCkptLoad(r2.rt, r2.opt, latest, &want, NULL));
   rig_check(&r2, "latest checkpoint at F=1");
   rig_destroy(&r2);
   rig_destroy(&r);
@@ -650,7 +757,7 @@ static void test_trained(const char *dir)
   memset(&m, 0, sizeof m);
   m.step = FsdpTrainerStepsDone(tr);
   m.data_position = m.step;
-  m.model = *GptModelConfig(FsdpTrainerModel(tr));
+  m.model = describe(GptModelConfig(FsdpTrainerModel(tr)));
   TCALL(FsdpCkptSave(rt, FsdpTrainerOptim(tr), path, &m));
   int nu = FsdpRuntimeNumUnits(rt);
   float **full = calloc((size_t)nu, sizeof *full);
@@ -664,7 +771,8 @@ static void test_trained(const char *dir)
     FsdpTrainer one = test_make_trainer(MPI_COMM_SELF, opts, &db1);
     FsdpRuntime r1 = FsdpTrainerRuntime(one);
     FsdpCkptMeta got;
-    TCALL(FsdpCkptLoad(r1, FsdpTrainerOptim(one), path, GptModelConfig(FsdpTrainerModel(one)), &got));
+    FsdpModelDesc want = describe(GptModelConfig(FsdpTrainerModel(one)));
+    TCALL(FsdpCkptLoad(r1, FsdpTrainerOptim(one), path, &want, &got));
     CHECK(got.step == 3 && FsdpOptimStepCount(FsdpTrainerOptim(one)) == 3,
           "trained checkpoint: step %lld, AdamW count %lld", (long long)got.step,
           (long long)FsdpOptimStepCount(FsdpTrainerOptim(one)));
@@ -723,13 +831,16 @@ static int mode_after_crash(const char *dir)
   TCALL(FsdpCkptPath(dir, 5, p, sizeof p));
   CHECK(found && strcmp(latest, p) == 0, "after the crash the latest checkpoint is %s, expected %s", latest, p);
   if (rank == 0) {
-    CHECK(count_files(dir, ".tmp-") == 1, "the interrupted save should have left one temporary file");
-    CHECK(count_files(dir, "ckpt_00000010.h5") == 1, "only the temporary step-10 file should exist");
+    /* the temporary file and the headroom of its metadata ([Note: failed saves]) */
+    CHECK(count_files(dir, ".tmp-") == 2, "the interrupted save should have left its temporary file and its headroom");
+    CHECK(count_files(dir, ".headroom") == 1, "the interrupted save should have left one headroom file");
+    CHECK(count_files(dir, "ckpt_00000010.h5") == 2, "only the temporary step-10 files should exist");
   }
   Rig r;
   rig_create(MPI_COMM_WORLD, &kCfg, 1, 0, 1, &r);
   FsdpCkptMeta m;
-  TCALL(FsdpCkptLoad(r.rt, r.opt, latest, &kCfg, &m));
+  FsdpModelDesc want = describe(&kCfg);
+  TCALL(FsdpCkptLoad(r.rt, r.opt, latest, &want, &m));
   rig_check(&r, "checkpoint before the crash");
   CHECK(m.step == 5, "step %lld", (long long)m.step);
   FsdpCkptOptions o;

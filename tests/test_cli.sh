@@ -1,38 +1,60 @@
 #!/bin/sh
 # test_cli.sh: fsdp-train as users run it -- bad input fails on every rank
-# with a message naming the option or file, exit status 2, no hang, and no
-# file of the user's touched; -help lists the options; -summary json ends
-# stdout with one JSON object holding the documented fields.
+# with a message naming the option or file (options files: FILE:LINE; a
+# binary file is refused), exit status 2, no hang, and no file of the
+# user's touched; -help lists the options; -summary json ends stdout with
+# one JSON object holding the documented fields.  FSDP_OPTIONS is shared by
+# fsdp-train, fsdp-plan and fsdp-ckpt (its siblings in FSDP_TRAIN's
+# directory): each runs with every other one's options there, while an
+# unknown option on its command line stays an error.
 #   usage: test_cli.sh MPIEXEC "PREFLAGS" FSDP_TRAIN
 set -u
 MPIEXEC=$1
 PREFLAGS=$2
 TRAIN=$3
+BIN=$(dirname "$TRAIN")
 tmp=$(mktemp -d /tmp/fsdp_test_cli.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 fails=0
 checks=0
 
-# expect NP STATUS PATTERN [options...]: run, check status and that stderr+stdout match
-expect() {
-  np=$1 want=$2 pattern=$3
-  shift 3
+# verdict WHAT STATUS PATTERN: judge the run just made (exit status $got,
+# output in $tmp/stdout and $tmp/stderr): status and that the output matches
+verdict() {
+  what=$1 want=$2 pattern=$3
   checks=$((checks + 1))
-  # shellcheck disable=SC2086
-  timeout 120 "$MPIEXEC" $PREFLAGS -n "$np" "$TRAIN" "$@" >"$tmp/stdout" 2>"$tmp/stderr"
-  got=$?
   cat "$tmp/stdout" "$tmp/stderr" >"$tmp/out"
   if [ "$got" -ne "$want" ]; then
-    echo "FAIL: fsdp-train $* (np $np): exit status $got, expected $want"
+    echo "FAIL: $what: exit status $got, expected $want"
     sed 's/^/    /' "$tmp/out" | tail -5
     fails=$((fails + 1))
   elif ! grep -q -- "$pattern" "$tmp/out"; then
-    echo "FAIL: fsdp-train $* (np $np): output lacks '$pattern'"
+    echo "FAIL: $what: output lacks '$pattern'"
     sed 's/^/    /' "$tmp/out" | tail -5
     fails=$((fails + 1))
   else
-    echo "ok: fsdp-train $* -> $got: $(grep -m1 -- "$pattern" "$tmp/out")"
+    echo "ok: $what -> $got: $(grep -m1 -- "$pattern" "$tmp/out")"
   fi
+}
+
+# expect NP STATUS PATTERN [options...]: fsdp-train on NP ranks
+expect() {
+  np=$1 want=$2 pattern=$3
+  shift 3
+  # shellcheck disable=SC2086
+  timeout 120 "$MPIEXEC" $PREFLAGS -n "$np" "$TRAIN" "$@" >"$tmp/stdout" 2>"$tmp/stderr"
+  got=$?
+  verdict "fsdp-train $* (np $np)" "$want" "$pattern"
+}
+
+# expect_tool PROGRAM STATUS PATTERN [args...]: fsdp-plan or fsdp-ckpt, one
+# process as users run them
+expect_tool() {
+  prog=$1 want=$2 pattern=$3
+  shift 3
+  timeout 120 "$BIN/$prog" "$@" >"$tmp/stdout" 2>"$tmp/stderr"
+  got=$?
+  verdict "${FSDP_OPTIONS:+FSDP_OPTIONS='$FSDP_OPTIONS' }$prog $*" "$want" "$pattern"
 }
 
 tiny="-model tiny -steps 2 -log_every 0"
@@ -43,6 +65,15 @@ expect 2 2 "option -steps" -model tiny -steps -3
 expect 2 2 "gpt2-medium" -model foo
 expect 2 2 "nonexistent.opts" -options_file "$tmp/nonexistent.opts"
 expect 2 2 "reshard_after_forward" $tiny -reshard_after_forward maybe
+# options files: errors name FILE:LINE; binary files are refused, not truncated
+printf '# lr below\n-steps 2\n-lr\n' >"$tmp/nolr.opts"
+expect 2 2 "nolr.opts:3: option -lr: missing value" -model tiny -options_file "$tmp/nolr.opts"
+printf -- '-model tiny\n-stpes 2\n' >"$tmp/typo.opts"
+expect 2 2 "typo.opts:2: unknown option -stpes (did you mean -steps?)" -options_file "$tmp/typo.opts"
+printf -- '-model tiny\n-steps 2\000garbage\n' >"$tmp/nul.opts"
+expect 2 2 "nul.opts:2: NUL byte at column 9" -options_file "$tmp/nul.opts"
+printf '\177ELF\002\001\001\000' >"$tmp/binary.opts"
+expect 2 2 "binary.opts:1: byte 0x7f at column 1 is not text" -options_file "$tmp/binary.opts"
 # topology and model
 expect 4 2 "sharding_factor 3" $tiny -sharding_factor 3
 expect 4 2 "ranks_per_node 3" $tiny -ranks_per_node 3
@@ -67,16 +98,29 @@ mk "$tmp/version.bin" 20240520 2 4000 4000 63
 mk "$tmp/trunc.bin" 20240520 1 5000 4000 63
 mk "$tmp/vocab.bin" 20240520 1 4000 4000 100
 mk "$tmp/short.bin" 20240520 1 40 40 63
+# pristine copies: after every run below, each input must still equal its copy
+mkdir "$tmp/orig"
+for f in good magic version trunc vocab short; do cp "$tmp/$f.bin" "$tmp/orig/$f.bin"; done
 expect 2 2 "missing.bin" $tiny -data "$tmp/missing.bin"
 expect 2 2 "magic" $tiny -data "$tmp/magic.bin"
 expect 2 2 "version" $tiny -data "$tmp/version.bin"
 expect 2 2 "5000 tokens" $tiny -data "$tmp/trunc.bin"
 expect 2 2 "vocab_size" $tiny -data "$tmp/vocab.bin"
 expect 2 2 "short.bin" $tiny -data "$tmp/short.bin"
-checks=$((checks + 1))
-if ! cmp -s "$tmp/good.bin" "$tmp/good.bin" || [ "$(wc -c <"$tmp/trunc.bin")" -ne $((1024 + 8000)) ]; then
-  echo "FAIL: an input file was modified"; fails=$((fails + 1))
-fi
+
+# inputs_untouched: every token file equals its pristine copy, and the
+# missing one was not created
+inputs_untouched() {
+  for f in good magic version trunc vocab short; do
+    checks=$((checks + 1))
+    if ! cmp -s "$tmp/orig/$f.bin" "$tmp/$f.bin"; then
+      echo "FAIL: $1 modified the input file $f.bin"; fails=$((fails + 1))
+    fi
+  done
+  checks=$((checks + 1))
+  if [ -e "$tmp/missing.bin" ]; then echo "FAIL: $1 created missing.bin"; fails=$((fails + 1)); fi
+}
+inputs_untouched "a refused -data run"
 
 # -help lists every component's options with defaults
 expect 1 0 "-sharding_factor" -help
@@ -88,6 +132,7 @@ done
 
 # a good run: the JSON summary is the last line of stdout and has the contract's fields
 expect 4 0 "final_loss" -model tiny -steps 3 -log_every 1 -sharding_factor 2 -ranks_per_node 2 -summary json -data "$tmp/good.bin"
+inputs_untouched "a run that read good.bin"
 checks=$((checks + 1))
 python3 - "$tmp/stdout" <<'PY' || fails=$((fails + 1))
 import json, sys
@@ -101,18 +146,80 @@ for k in ["n_layer", "n_embd", "n_head", "vocab_size", "seq_len", "param_count"]
 assert len(s["losses"]) == 3 and s["final_loss"] == s["losses"][-1]
 assert all(set(u) >= {"name", "numel", "padded_numel"} for u in s["units"])
 assert sum(u["numel"] for u in s["units"]) == s["model"]["param_count"]
-for k in ["param_shard_bytes", "grad_shard_bytes", "optim_state_bytes", "peak_unsharded_param_bytes",
-          "peak_unsharded_grad_bytes", "peak_rss_bytes"]:
-    assert s["memory"][k] >= 0, k
+# The values, from the tiny preset written out here (L = 2 blocks, C = 32,
+# V = 64, T = 16) and DESIGN §5 for W = 4, F = 2, R = 2, fp32 (K = 4), RAF,
+# prefetch backward, L = 2: units padded to a multiple of F * 32 elements.
+F, R, K, C, V, T, nl = 2, 2, 4, 32, 64, 16, 2
+assert (s["model"]["n_layer"], s["model"]["n_embd"], s["model"]["vocab_size"], s["model"]["seq_len"]) == (nl, C, V, T)
+pad = lambda n: -(-n // (F * 32)) * (F * 32)
+root, block = V * C + T * C + 2 * C, 12 * C * C + 13 * C  # wte wpe ln_f; attn, mlp, 2 norms
+assert [(u["numel"], u["padded_numel"]) for u in s["units"]] == \
+    [(root, pad(root))] + [(block, pad(block))] * nl, s["units"]
+assert s["model"]["param_count"] == root + nl * block
+Pr, Pb = pad(root), pad(block)
+P = [Pr] + [Pb] * nl
+m = s["memory"]
+want = {"param_shard_bytes": K * sum(P) // F, "grad_shard_bytes": K * sum(P) // F,
+        "optim_state_bytes": 2 * K * sum(P) // F,            # AdamW m and v
+        "gather_buffer_bytes": K * (Pr + 2 * Pb),            # root + block computing + one prefetched
+        "peak_unsharded_param_bytes": K * (Pr + 2 * Pb),     # the ring is used to its last slot
+        "peak_unsharded_grad_bytes": K * (Pr + Pb),          # root + the block in backward
+        "grad_buffer_bytes": K * (Pr + 2 * Pb),              # root + 2 gradient slots
+        "compute_buffer_bytes": 0}                           # fp32 computes in the gathered buffer
+bad = {k: (m[k], v) for k, v in want.items() if m[k] != v}
+assert not bad, ("memory (measured, expected)", bad)
+# every buffer above lives in this process's memory on the CPU
+assert sum(want.values()) < m["peak_rss_bytes"] < 1 << 32, m["peak_rss_bytes"]
 c = s["comm_per_step"]
-for k in ["all_gather_bytes", "reduce_scatter_bytes", "all_reduce_bytes", "all_gather_calls",
-          "reduce_scatter_calls", "all_reduce_calls", "intra_node_bytes", "inter_node_bytes", "scalar_calls"]:
-    assert k in c, k
-# hybrid F=2 over 2 emulated nodes of 2: gathers stay inside nodes, the replica all-reduce crosses
-assert c["all_reduce_calls"] == len(s["units"]) and c["inter_node_bytes"] == c["all_reduce_bytes"] > 0
-assert c["intra_node_bytes"] == c["all_gather_bytes"] + c["reduce_scatter_bytes"]
-print("ok: JSON summary has the documented fields")
+gathers = [1] + [2] * nl  # root once; RAF gathers a block in forward and again in backward
+want = {"all_gather_bytes": sum(g * (F - 1) * p * K // F for g, p in zip(gathers, P)),
+        "reduce_scatter_bytes": sum((F - 1) * p * K // F for p in P),
+        "all_reduce_bytes": sum(2 * (R - 1) * (p // F) * K // R for p in P),
+        "all_gather_calls": sum(gathers), "reduce_scatter_calls": len(P), "all_reduce_calls": len(P),
+        "scalar_calls": 2}  # the gradient norm and the loss
+# hybrid F=2 over 2 emulated nodes of 2: gathers and reduce-scatters stay
+# inside nodes, the replica all-reduce crosses
+want["intra_node_bytes"] = want["all_gather_bytes"] + want["reduce_scatter_bytes"]
+want["inter_node_bytes"] = want["all_reduce_bytes"]
+bad = {k: (c[k], v) for k, v in want.items() if c[k] != v}
+assert not bad, ("comm_per_step (measured, expected)", bad)
+assert s["comm_time_per_step"]["max_gathers_in_flight"] == 1
+print("ok: JSON summary has the documented fields and the values of DESIGN §5")
 PY
+
+# FSDP_OPTIONS is shared: each program runs with every option that only the
+# others list in their -help there (so also no option of one is a near miss
+# of another's); on the command line such an option is unknown (exit 2).
+options_of() { # the names a program's -help lists
+  "$@" -help 2>/dev/null | sed -n 's/^  -\([a-z][a-z0-9_]*\) .*/\1/p' | sort -u
+}
+options_of "$TRAIN" >"$tmp/train.names"
+options_of "$BIN/fsdp-plan" >"$tmp/plan.names"
+options_of "$BIN/fsdp-ckpt" >"$tmp/ckpt.names"
+foreign() { # "-name 1 ..." for the options of the others that $1 does not list
+  sort -u "$tmp/train.names" "$tmp/plan.names" "$tmp/ckpt.names" | comm -23 - "$tmp/$1.names" |
+    sed 's/.*/-& 1/' | tr '\n' ' '
+}
+checks=$((checks + 1))
+for p in train plan ckpt; do
+  if ! grep -qx options_file "$tmp/$p.names" || [ -z "$(foreign $p)" ]; then
+    echo "FAIL: -help of fsdp-$p gives no option list ($(wc -l <"$tmp/$p.names") names)"
+    fails=$((fails + 1))
+  fi
+done
+export FSDP_OPTIONS
+FSDP_OPTIONS="$(foreign train)"
+expect 2 0 "weights_only 1  (FSDP_OPTIONS)" $tiny -checkpoint_dir "$tmp/ck" -checkpoint_every 2 -options_left
+FSDP_OPTIONS="$(foreign ckpt)"
+expect_tool fsdp-ckpt 0 "n_layer" info "$tmp/ck/ckpt_00000002.h5"
+FSDP_OPTIONS="$(foreign plan)"
+expect_tool fsdp-plan 0 "all_gather" -model tiny -world_size 2 -steps 2 -summary json
+FSDP_OPTIONS="-stpes 3"
+expect 1 2 "FSDP_OPTIONS: unknown option -stpes (did you mean -steps?)" $tiny
+unset FSDP_OPTIONS
+expect_tool fsdp-ckpt 2 "unknown option -sharding_factor" info "$tmp/ck/ckpt_00000002.h5" -sharding_factor 2
+expect_tool fsdp-plan 2 "unknown option -weights_only" -model tiny -world_size 2 -weights_only
+expect 1 2 "unknown option -world_size" $tiny -world_size 2
 
 echo "test_cli: $checks checks, $fails failed"
 [ "$fails" -eq 0 ]

@@ -1,10 +1,10 @@
-/* test_coll: collectives and their byte counters (lib/coll.h).
+/* test_coll: collectives and their byte counters (lib/comm/coll.h).
  *
  * For every sharding factor F dividing W the test builds its own groups
  * with MPI_Comm_split (sharding group = consecutive runs of F world ranks,
  * replica group = the ranks with the same position), and fills peers_intra
  * / peers_inter from an emulated node of G = 2 ranks (node = rank / 2),
- * independently of lib/topo.c.
+ * independently of lib/comm/topo.c.
  *
  * Inputs are chosen so that results are exact where the arithmetic allows:
  * integers and power-of-two multiples of small integers (exact in fp32,
@@ -18,10 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coll.h"
-#include "error.h"
-#include "init.h"
-#include "cuda_util.h"
+#include "comm/coll.h"
+#include "base/error.h"
+#include "base/init.h"
+#include "device/cuda_util.h"
+#include "device/device.h"
 #include "testutil.h"
 
 static int g_wrank, g_wsize;
@@ -295,6 +296,63 @@ static void check_rs_lowp_random(FsdpColl c, const FsdpGroup *g, FsdpDtype dt, s
   free(recv);
 }
 
+/* [Note: scaled reductions] (coll.c) in fp16, on the reduce-scatter of the
+ * sharding group and the all-reduce of the replica group, each with scale
+ * 1/n (a gradient mean):
+ * - big values, near 65504/4: the sum of 8 passes fp16's largest finite
+ *   value, so sum-then-divide gives inf at n = 8.  The mean must be finite
+ *   and equal the fp64 mean of the inputs within the bound of
+ *   check_rs_lowp_random (1.01 n u scale sum|x|, u = 2^-11).
+ * - tiny values k * 2^-22 (k = 1..7), fp16 subnormals: divide-first by the
+ *   whole 1/8 rounds k * 2^-25 to the 2^-24 grid (k = 1 vanishes), while
+ *   the split rule keeps every pre-divided input (k * 2^-24 for n = 8) and
+ *   the sum exact, and rounds once at the end: within 2^-25 of the mean. */
+static float pat_fp16_big(int p, size_t i, int salt)
+{
+  return (float)(16376 - 8 * (int)(((size_t)p * 7 + i * 3 + (size_t)salt) % 16));
+}
+
+static float pat_fp16_tiny(int p, size_t i, int salt)
+{
+  return ldexpf((float)(1 + (int)(((size_t)p * 5 + i + (size_t)salt) % 7)), -22);
+}
+
+static void check_fp16_mean(FsdpColl c, const FsdpGroup *g, FsdpCollKind kind, Pattern f,
+                            size_t count, FsdpCommCounters *e)
+{
+  const FsdpDtype dt = FSDP_DTYPE_FP16;
+  size_t K = 2, n = (size_t)g->size, nin = kind == FSDP_COLL_REDUCE_SCATTER ? n * count : count;
+  float scale = 1.0f / (float)n;
+  void *send = xmalloc(nin * K), *recv = kind == FSDP_COLL_REDUCE_SCATTER ? xmalloc(count * K) : send;
+  fill(send, dt, nin, f, g->rank, 0, 6);
+  if (kind == FSDP_COLL_REDUCE_SCATTER)
+    TCALL(FsdpCollReduceScatter(c, g, send, recv, count, dt, scale));
+  else
+    TCALL(FsdpCollAllReduce(c, g, send, count, dt, scale));
+  expect_add(e, kind, g, count, K);
+  double *want = xmalloc(count * sizeof *want), *tol = xmalloc(count * sizeof *tol);
+  int tiny = f == pat_fp16_tiny;
+  for (size_t i = 0; i < count; i++) {
+    size_t j = kind == FSDP_COLL_REDUCE_SCATTER ? (size_t)g->rank * count + i : i;
+    double sum = 0.0, sabs = 0.0;
+    for (size_t p = 0; p < n; p++) {
+      double x = as_dt(f((int)p, j, 6), dt);
+      sum += x;
+      sabs += fabs(x);
+    }
+    want[i] = sum / (double)n;
+    tol[i] = tiny ? ldexp(1.0, -25) : 1.01 * (double)n * ldexp(1.0, -11) * sabs / (double)n;
+  }
+  char what[128];
+  snprintf(what, sizeof what, "fp16 %s mean of %s values on the %s group (%d)",
+           FsdpCollKindNames[kind], tiny ? "subnormal" : "near 65504/4", g->name, g->size);
+  compare(what, recv, dt, want, tol, count);
+  free(want);
+  free(tol);
+  if (recv != send) free(recv);
+  free(send);
+}
+
 static void check_all_reduce(FsdpColl c, const FsdpGroup *g, FsdpDtype dt, size_t count,
                              float scale, FsdpCommCounters *e)
 {
@@ -410,10 +468,11 @@ static void check_async(FsdpColl c, const Groups *gr, const FsdpGroup *world,
 
 static void check_errors(FsdpColl c, const Groups *gr, FsdpCommCounters *e)
 {
-  /* More elements per rank than an MPI int: a usage error naming the
-   * collective and the group, raised before anything is counted. */
+  /* More elements per rank than the address space holds: a usage error
+   * naming the collective and the group, raised before anything is
+   * counted.  (More than an MPI int is fine: chunks, run_chunked.) */
   float dummy[2] = {0, 0};
-  size_t huge = (size_t)INT_MAX + 1;
+  size_t huge = SIZE_MAX / 2 + 1; /* times 2 bytes: past SIZE_MAX */
   int err = FsdpCollAllGather(c, &gr->shard, dummy, dummy, huge, FSDP_DTYPE_FP32);
   char want[128];
   snprintf(want, sizeof want, "all-gather on the sharding comm (%d ranks)", gr->shard.size);
@@ -441,6 +500,24 @@ static void check_errors(FsdpColl c, const Groups *gr, FsdpCommCounters *e)
 
 /* The formula on literal cases (n = 4 with 1 peer on my node and 2 off it;
  * n = 3 with an all-reduce volume n does not divide). */
+/* [Note: one file per back-end] (device_backend.h): the build knows which
+ * device back-ends it has, and -device cuda without one is the usage error
+ * naming it, not a quiet fall-back to the CPU. */
+static void check_device_backends(void)
+{
+  CHECK(FsdpDeviceKindAvailable(FSDP_DEVICE_CPU), "the CPU device back-end is always built");
+  int cuda = FsdpDeviceKindAvailable(FSDP_DEVICE_CUDA);
+  CHECK(cuda == FsdpCudaBuilt(), "CUDA device back-end available %d, FsdpCudaBuilt %d", cuda,
+        FsdpCudaBuilt());
+  if (cuda) return; /* set-up with CUDA needs a GPU: test_kernels_cuda, test_gpu_train */
+  int err = FsdpDeviceSetUp(FSDP_DEVICE_CUDA, NULL);
+  CHECK(err == FSDP_ERR_USAGE &&
+            strstr(FsdpErrorLastMessage(), "-device cuda: this build has no CUDA back-end"),
+        "device set-up for CUDA without its back-end gave %d: '%s'", err, FsdpErrorLastMessage());
+  CHECK(FsdpDeviceGetKind() == FSDP_DEVICE_CPU, "the device stays the CPU after a refused set-up");
+  TCALL(FsdpDeviceFinalize());
+}
+
 static void check_volume_literals(void)
 {
   FsdpGroup g4 = {MPI_COMM_NULL, 4, 0, 1, 2, "sharding"};
@@ -506,6 +583,11 @@ static void run_factor(FsdpColl c, int F, const FsdpGroup *world)
   check_all_reduce(c, &gr.replica, FSDP_DTYPE_FP32, 777, 1.0f / (float)R, &e);
   check_all_reduce(c, &gr.replica, FSDP_DTYPE_BF16, 513, 1.0f / (float)R, &e);
   check_all_reduce(c, &gr.shard, FSDP_DTYPE_FP16, 100, 1.0f, &e);
+  /* fp16 means that neither overflow nor underflow */
+  check_fp16_mean(c, &gr.shard, FSDP_COLL_REDUCE_SCATTER, pat_fp16_big, cnt, &e);
+  check_fp16_mean(c, &gr.shard, FSDP_COLL_REDUCE_SCATTER, pat_fp16_tiny, cnt, &e);
+  check_fp16_mean(c, &gr.replica, FSDP_COLL_ALL_REDUCE, pat_fp16_big, 301, &e);
+  check_fp16_mean(c, &gr.replica, FSDP_COLL_ALL_REDUCE, pat_fp16_tiny, 301, &e);
   /* scalars: counted apart */
   double v[3] = {(double)g_wrank, 2.0, -(double)g_wrank};
   TCALL(FsdpCollScalarSum(c, &gr.shard, v, 3));
@@ -525,6 +607,34 @@ static void run_factor(FsdpColl c, int F, const FsdpGroup *world)
   groups_destroy(&gr);
 }
 
+/* [Note: chunked collectives] (coll_mpi.c): FSDP_COLL_MAX_COUNT (read at
+ * create) makes every collective above 97 elements per rank run in chunks,
+ * so all of run_factor -- all-gather, reduce-scatter, all-reduce, fp32,
+ * bf16 and fp16, in place, async, every F including F = W and hybrid --
+ * checks the chunked path against the same expectations.  97 is prime:
+ * chunk boundaries fall inside the 32-element patterns and the last chunk
+ * is short.  A bad value is a usage error naming the variable. */
+static void run_chunked(const FsdpGroup *world)
+{
+  FsdpColl c = NULL;
+  const char *bad[] = {"0", "-5", "12x", "3000000000"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    setenv("FSDP_COLL_MAX_COUNT", bad[i], 1);
+    int err = FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &c);
+    CHECK(err == FSDP_ERR_USAGE && c == NULL, "FSDP_COLL_MAX_COUNT=%s: create gave %d", bad[i],
+          err);
+    CHECK(strstr(FsdpErrorLastMessage(), "FSDP_COLL_MAX_COUNT") != NULL &&
+              strstr(FsdpErrorLastMessage(), bad[i]) != NULL,
+          "message '%s' names neither the variable nor '%s'", FsdpErrorLastMessage(), bad[i]);
+  }
+  setenv("FSDP_COLL_MAX_COUNT", "97", 1);
+  TCALL(FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &c));
+  unsetenv("FSDP_COLL_MAX_COUNT");
+  for (int F = 1; F <= g_wsize; F++)
+    if (g_wsize % F == 0) run_factor(c, F, world);
+  TCALL(FsdpCollDestroy(&c));
+}
+
 int main(int argc, char **argv)
 {
   TCALL(FsdpInitialize(&argc, &argv));
@@ -536,6 +646,7 @@ int main(int argc, char **argv)
   group_fill(&world, MPI_COMM_WORLD, "world", members, g_wsize, g_wrank);
 
   check_volume_literals();
+  check_device_backends();
 
   FsdpColl c = NULL;
   int gpus = 0;
@@ -552,6 +663,8 @@ int main(int argc, char **argv)
   TCALL(FsdpCollDestroy(&c));
   CHECK(c == NULL, "destroy sets the handle to NULL");
   TCALL(FsdpCollDestroy(&c));
+
+  run_chunked(&world);
 
   int status = test_finish("test_coll");
   TCALL(FsdpFinalize());

@@ -1,4 +1,4 @@
-/* test_data.c: token files and the built-in task (lib/data.h).
+/* test_data.c: token files and the built-in task (lib/io/data.h).
  *
  * Rank 0 writes valid and defective token files into a directory named
  * after its pid; every rank then opens them.  Checks: every defect is a
@@ -18,10 +18,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "data.h"
-#include "error.h"
-#include "init.h"
-#include "mem.h"
+#include "io/data.h"
+#include "base/error.h"
+#include "base/init.h"
+#include "base/mem.h"
 #include "testutil.h"
 
 static int g_rank, g_size;

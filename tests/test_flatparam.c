@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "error.h"
-#include "flatparam.h"
-#include "init.h"
+#include "base/error.h"
+#include "runtime/flatparam.h"
+#include "base/init.h"
 #include "testutil.h"
 
 static FsdpParamSpec spec(const char *name, int ndim, int64_t d0, int64_t d1,

@@ -218,6 +218,10 @@ def corrupt(src, dst, kind):
             f["model/foo"] = np.zeros(3, np.float32)
         elif kind == "nooptim":
             del f["optim"]
+        elif kind == "nofamily":  # as written before model families
+            del f["model"].attrs["family"]
+        elif kind == "llama":
+            f["model"].attrs["family"] = np.bytes_("llama")
         else:
             raise SystemExit("unknown corruption " + kind)
     print("corrupted copy %s (%s)" % (dst, kind))
@@ -249,6 +253,7 @@ has "^format_version +1$"
 has "^data_position +3 micro-batches$"
 has "^written at +W 2, F 2, G 2 "
 has "^model +tiny: n_layer 2, n_embd 32, n_head 4, vocab_size 64, seq_len 16$"
+has "^family +gpt2$"
 has "^optimizer +adamw, step_count 3$"
 has "^created +[0-9]{4}-[0-9]{2}-[0-9]{2}T"
 has "^  wte +\[64, 32\] +2048$"
@@ -257,7 +262,7 @@ has "^total +28 tensors, 28032 elements \(model config: 28032 parameters\)$"
 
 # ---- verify --------------------------------------------------------------
 expect 0 "ok: step 3, 84 datasets" verify "$C"
-for kind in nan inf missing shape f64 extra nooptim; do
+for kind in nan inf missing shape f64 extra nooptim nofamily llama; do
   pycheck "corrupt ($kind)" corrupt "$C" "$tmp/bad_$kind.h5" "$kind"
 done
 expect 2 "bad_nan.h5: /model/h.1.attn.c_attn.weight holds NaN at element 167 \(index \[5, 7\]\)" verify "$tmp/bad_nan.h5"
@@ -268,6 +273,10 @@ expect 2 "bad_f64.h5: /model/ln_f.bias has floating-point elements of 8 bytes, e
 expect 2 "bad_extra.h5 has /model/foo, which is not a parameter" verify "$tmp/bad_extra.h5"
 expect 2 "bad_nooptim.h5 has no /optim group" verify "$tmp/bad_nooptim.h5"
 expect 0 "ok: step 3, 28 datasets \(/model only\)" verify "$tmp/bad_nooptim.h5" -weights_only
+# a file of before model families is a gpt2 model; another family is named
+expect 0 "ok: step 3, 84 datasets" verify "$tmp/bad_nofamily.h5"
+expect 0 "^family +gpt2$" info "$tmp/bad_nofamily.h5"
+expect 2 "bad_llama.h5 holds a model of family llama, not gpt2" verify "$tmp/bad_llama.h5"
 head -c 200000 "$C" >"$tmp/trunc.h5"
 expect 2 "trunc.h5" verify "$tmp/trunc.h5"
 echo "not a checkpoint" >"$tmp/text.h5"

@@ -30,8 +30,8 @@
 #include <omp.h>
 #endif
 
-#include "cpu/kernels_cpu.h" /* expf_fast_cpu */
-#include "kernels.h"
+#include "kernels/cpu/kernels_cpu.h" /* expf_fast_cpu */
+#include "kernels/kernels.h"
 #include "testutil.h"
 
 static const FsdpKernelOps *K;

@@ -10,7 +10,7 @@
  *   1e-5 (1 + |ref|) (bf16 products are exact in fp32, accumulation is
  *   fp32); against the unrounded fp32 operands 1e-2 (1 + |ref|), the cost
  *   of rounding the operands to 8 significant bits;
- * - casts and in-place scaling: bit-identical to lib/dtype.h, special
+ * - casts and in-place scaling: bit-identical to lib/base/dtype.h, special
  *   values included; sum of squares: relative 1e-12 and bit-identical on a
  *   second call (deterministic two-stage reduction).
  * Backward kernels accumulate, so every gradient starts from the same
@@ -30,14 +30,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coll.h"
-#include "cuda/kernels_cuda.h"
-#include "cuda_util.h"
-#include "dtype.h"
-#include "error.h"
-#include "init.h"
-#include "kernels.h"
-#include "stream.h"
+#include "comm/coll.h"
+#include "kernels/cuda/kernels_cuda.h"
+#include "device/cuda_util.h"
+#include "base/dtype.h"
+#include "base/error.h"
+#include "base/init.h"
+#include "kernels/kernels.h"
+#include "comm/stream.h"
 #include "testutil.h"
 
 double sum_squares_cpu(const float *x, size_t n); /* kernels/cpu */
@@ -425,7 +425,7 @@ static void test_casts(size_t n)
                   got[i], ref[i]);
         bad++;
       }
-    CHECK(bad == 0, "cast fp32 -> %s: %zu of %zu differ from lib/dtype.h", name, bad, n);
+    CHECK(bad == 0, "cast fp32 -> %s: %zu of %zu differ from lib/base/dtype.h", name, bad, n);
     /* back to fp32 (exact), and add_scaled into fp32 */
     float *back = xmalloc(n * 4), *gb = xmalloc(n * 4);
     FsdpDtypeToFloat((FsdpDtype)dt, ref, back, n);
@@ -435,7 +435,7 @@ static void test_casts(size_t n)
     bad = 0;
     for (size_t i = 0; i < n; i++) bad += memcmp(&gb[i], &back[i], 4) != 0;
     CHECK(bad == 0, "cast %s -> fp32: %zu of %zu differ", name, bad, n);
-    /* scale in place (one rounding, as coll.c does on the host) */
+    /* scale in place (one rounding, as coll_mpi.c does on the host) */
     uint16_t *sref = xmalloc(n * 2);
     for (size_t i = 0; i < n; i++)
       sref[i] = dt == FSDP_DTYPE_BF16 ? FsdpFloatToBf16(FsdpBf16ToFloat(ref[i]) * 0.375f)

@@ -21,9 +21,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "h5util.h"
+#include "io/h5util.h"
 #include "libfsdp.h"
-#include "metrics.h"
+#include "io/metrics.h"
 #include "testutil.h"
 
 static int rank, W;
@@ -204,8 +204,10 @@ static FsdpMetricsInfo info(void)
   memset(&in, 0, sizeof in);
   in.options = kOptions;
   in.topology = "W=4 test topology";
-  in.model_name = "custom";
-  in.model = (GptConfig){2, 16, 2, 50, 8};
+  static FsdpModelDesc desc;
+  const GptConfig cfg = {2, 16, 2, 50, 8};
+  TCALL(GptConfigDescribe(&cfg, "custom", &desc));
+  in.model = &desc;
   in.param_count = 12345;
   in.tokens_per_step = 8192;
   return in;
@@ -238,9 +240,9 @@ static void test_main(void)
   CHECK(FsdpMetricsAddColumn(m, "late", NULL) == FSDP_ERR_STATE,
         "adding a column after the first row must be FSDP_ERR_STATE");
   CHECK(FsdpMetricsSet(m, 1, 3.0) == FSDP_ERR_USAGE, "setting a standard column through Set");
-  TCALL(FsdpMetricsClose(&m));
+  TCALL(FsdpMetricsDestroy(&m));
   CHECK(m == NULL, "close sets the handle to NULL");
-  TCALL(FsdpMetricsClose(&m)); /* NULL is fine */
+  TCALL(FsdpMetricsDestroy(&m)); /* NULL is fine */
 
   struct stat st0, st1;
   if (rank == 0) stat(path, &st0);
@@ -298,7 +300,7 @@ static void test_main(void)
   TCALL(FsdpMetricsCreate(MPI_COMM_WORLD, path, &in, 1, &m));
   CHECK(FsdpMetricsNumRows(m) == 7, "append starts at row %lld", (long long)FsdpMetricsNumRows(m));
   TCALL(write_rows(m, 7, 3));
-  TCALL(FsdpMetricsClose(&m));
+  TCALL(FsdpMetricsDestroy(&m));
   /* append from rank 0 alone (a resumed run at W = 1): /memory keeps its
    * width, the other ranks' entries of the new row are -1 */
   if (rank == 0) {
@@ -307,7 +309,7 @@ static void test_main(void)
     CHECK(FsdpMetricsNumRows(m1) == 10, "second append starts at row %lld",
           (long long)FsdpMetricsNumRows(m1));
     TCALL(write_rows(m1, 10, 1));
-    TCALL(FsdpMetricsClose(&m1));
+    TCALL(FsdpMetricsDestroy(&m1));
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     CHECK(f >= 0, "reopening the appended file");
     if (f >= 0) {
@@ -396,7 +398,7 @@ static int mode_after_crash(const char *path)
   CHECK(FsdpMetricsNumRows(m) == 5, "append after the kill starts at row %lld",
         (long long)FsdpMetricsNumRows(m));
   TCALL(write_rows(m, 5, 2));
-  TCALL(FsdpMetricsClose(&m));
+  TCALL(FsdpMetricsDestroy(&m));
   if (rank == 0) {
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     CHECK(f >= 0, "after a clean close the file opens normally");
@@ -417,7 +419,7 @@ static int mode_write(const char *path, int n)
   TCALL(FsdpMetricsCreate(MPI_COMM_WORLD, path, &in, 0, &m));
   TCALL(write_rows(m, 0, n));
   TCALL(FsdpMetricsEvent(m, 10 * (int64_t)n, "checkpoint", "ckpt/ckpt_last.h5", 0.25));
-  TCALL(FsdpMetricsClose(&m));
+  TCALL(FsdpMetricsDestroy(&m));
   return 0;
 }
 

@@ -1,4 +1,4 @@
-/* test_opts: the options database (lib/opts.h).
+/* test_opts: the options database (lib/base/opts.h).
  *
  * Databases are built from constructed argv arrays, FSDP_OPTIONS and
  * options files that rank 0 writes under /tmp (names carry rank 0's pid,
@@ -13,9 +13,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "error.h"
-#include "init.h"
-#include "opts.h"
+#include "base/error.h"
+#include "base/init.h"
+#include "base/opts.h"
 #include "testutil.h"
 
 static int g_rank, g_size;
@@ -61,6 +61,17 @@ static void expect_usage(int line, int err, const char *const *needles)
 }
 #define EXPECT_USAGE(err, ...) \
   expect_usage(__LINE__, (err), (const char *const[]){__VA_ARGS__, NULL})
+
+/* What FsdpOptsReportLeft prints (rank 0; "" elsewhere); free it. */
+static char *left_report(FsdpOpts db, int *nleft)
+{
+  char *text = NULL;
+  size_t len = 0;
+  FILE *out = open_memstream(&text, &len);
+  TCALL(FsdpOptsReportLeft(db, out, nleft));
+  fclose(out);
+  return text;
+}
 
 /* -------------------------------------------------------------------------- */
 
@@ -468,6 +479,212 @@ static void test_errors(void)
   }
 }
 
+/* Rank 0 writes n raw bytes (NULs included); everyone learns the path. */
+static void write_bytes(const char *tag, const char *bytes, size_t n,
+                        char *path, size_t size)
+{
+  snprintf(path, size, "%s_%s.opts", g_dir_prefix, tag);
+  if (g_rank == 0) {
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(bytes, 1, n, f) != n) {
+      perror(path);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    fclose(f);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+/* Errors about options from a file name FILE:LINE, found while reading or
+ * later by a getter or the unknown-option check. */
+static void test_file_lines(void)
+{
+  char f[512], at2[600], at3[600], at4[600];
+  write_file("lines", "# header\n-steps ten\n-lr\n-stpes 4\n", f, sizeof f);
+  snprintf(at2, sizeof at2, "%s:2: option -steps: 'ten'", f);
+  snprintf(at3, sizeof at3, "%s:3: option -lr: missing value", f);
+  snprintf(at4, sizeof at4, "%s:4: unknown option -stpes (did you mean -steps?)", f);
+  const char *a[] = {"-options_file", f, NULL};
+  FsdpOpts db;
+  int64_t i64;
+  double d;
+  TCALL(create(a, &db));
+  EXPECT_USAGE(FsdpOptsGetInt(db, "T", "steps", "h", 1, 1, 100, &i64), at2,
+               "not an integer");
+  EXPECT_USAGE(FsdpOptsGetDouble(db, "T", "lr", "h", 0.1, 0, 1, &d), at3,
+               "a real number in [0, 1]");
+  EXPECT_USAGE(FsdpOptsCheckUnknown(db), at4);
+  TCALL(FsdpOptsDestroy(&db));
+
+  /* The command line overrides the file's value and its origin. */
+  const char *c[] = {"-options_file", f, "-steps", "x", NULL};
+  TCALL(create(c, &db));
+  int err = FsdpOptsGetInt(db, "T", "steps", "h", 1, 1, 100, &i64);
+  EXPECT_USAGE(err, "option -steps: 'x'");
+  CHECK(strncmp(FsdpErrorLastMessage(), "option -steps", 13) == 0,
+        "a command-line value is not blamed on the file: %s",
+        FsdpErrorLastMessage());
+  TCALL(FsdpOptsReportLeft(db, NULL, NULL));
+  TCALL(FsdpOptsDestroy(&db));
+
+  /* Errors found while reading name the line too, in nested files the
+   * inner one. */
+  char inner[512], outer[512], text[700], want[700];
+  write_file("inner", "-a 1\n-b 'open\n", inner, sizeof inner);
+  snprintf(text, sizeof text, "-x 1\n-options_file %s\n", inner);
+  write_file("outer", text, outer, sizeof outer);
+  const char *n[] = {"-options_file", outer, NULL};
+  err = create(n, &db);
+  snprintf(want, sizeof want, "%s:2: unterminated quote", inner);
+  EXPECT_USAGE(err, want);
+  /* A name that FsdpOptsToString could not write back is refused. */
+  write_file("inner", "-a 1\n-a\"b c\" 2\n", inner, sizeof inner);
+  err = create(n, &db);
+  snprintf(want, sizeof want, "%s:2: bad option name '-ab c'", inner);
+  EXPECT_USAGE(err, want, "letters, digits");
+  write_file("inner", "-a 1\n-options_file\n", inner, sizeof inner);
+  err = create(n, &db);
+  snprintf(want, sizeof want, "%s:2: option -options_file: missing value", inner);
+  EXPECT_USAGE(err, want, "file name");
+  if (g_rank == 0) {
+    unlink(f);
+    unlink(inner);
+    unlink(outer);
+  }
+}
+
+/* A file that is not text is refused naming file and line; nothing after
+ * a NUL is silently dropped. */
+static void test_file_not_text(void)
+{
+  FsdpOpts db;
+  char f[512], want[700];
+  static const char nul[] = "-a 1\n-title abc\0-steps 9\n-b 2\n";
+  write_bytes("nul", nul, sizeof nul - 1, f, sizeof f);
+  const char *a[] = {"-options_file", f, NULL};
+  db = (FsdpOpts)&db;
+  int err = create(a, &db);
+  snprintf(want, sizeof want, "%s:2: NUL byte at column 11", f);
+  EXPECT_USAGE(err, want, "not a text file");
+  CHECK(db == NULL, "a file with a NUL byte gives no database");
+
+  struct { const char *tag, *bytes; size_t n; const char *line_col; } bad[] = {
+      {"ctl", "-a 1\n\n-b x\001y\n", 13, ":3: byte 0x01 at column 5"},
+      {"latin1", "-title caf\xe9\n", 12, ":1: byte 0xe9 at column 11"},
+      {"overlong", "-a 1\n-t \xc0\xaf\n", 10, ":2: byte 0xc0 at column 4"},
+      {"cut", "-t \xe2\x82", 5, ":1: byte 0xe2 at column 4"},
+      {"surrogate", "-t \xed\xa0\x80\n", 7, ":1: byte 0xed at column 4"},
+      {"del", "-t a\x7f\n", 6, ":1: byte 0x7f at column 5"}};
+  for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+    write_bytes(bad[k].tag, bad[k].bytes, bad[k].n, f, sizeof f);
+    snprintf(want, sizeof want, "%s%s", f, bad[k].line_col);
+    err = create(a, &db);
+    EXPECT_USAGE(err, want, "is not text", "binary file");
+    if (err == FSDP_SUCCESS) TCALL(FsdpOptsDestroy(&db));
+  }
+  /* Text: UTF-8 of every length, tabs, CRLF line ends, no final newline. */
+  static const char good[] =
+      "-title \"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"\r\n\t-steps\t9";
+  write_bytes("good", good, sizeof good - 1, f, sizeof f);
+  TCALL(create(a, &db));
+  const char *s = NULL;
+  int64_t steps = 0;
+  TCALL(FsdpOptsGetString(db, "T", "title", "h", NULL, &s));
+  TCALL(FsdpOptsGetInt(db, "T", "steps", "h", 1, 1, 100, &steps));
+  CHECK(s && !strcmp(s, "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80") && steps == 9,
+        "UTF-8 file: title '%s' steps %lld", s ? s : "(null)", (long long)steps);
+  TCALL(FsdpOptsDestroy(&db));
+  /* An overlong line stops the read (and /dev/zero does not fill memory). */
+  const char *z[] = {"-options_file", "/dev/zero", NULL};
+  err = create(z, &db);
+  EXPECT_USAGE(err, "/dev/zero:1: NUL byte at column 1");
+  size_t big = 70000;
+  char *longline = malloc(big);
+  CHECK(longline != NULL, "malloc");
+  if (longline) {
+    memset(longline, 'x', big);
+    longline[0] = '-';
+    write_bytes("long", longline, big, f, sizeof f);
+    free(longline);
+    err = create(a, &db);
+    snprintf(want, sizeof want, "%s:1: line longer than 65535 bytes", f);
+    EXPECT_USAGE(err, want);
+  }
+  if (g_rank == 0) {
+    const char *tags[] = {"nul", "ctl", "latin1", "overlong", "cut", "surrogate",
+                          "del", "good", "long"};
+    for (size_t k = 0; k < sizeof tags / sizeof tags[0]; k++) {
+      snprintf(f, sizeof f, "%s_%s.opts", g_dir_prefix, tags[k]);
+      unlink(f);
+    }
+  }
+}
+
+/* FSDP_OPTIONS is read by every fsdp program: an option this program does
+ * not know is left, not an error -- unless it is a near miss of one it
+ * knows, or it is given on the command line or in a file named there. */
+static void test_shared_env(void)
+{
+  FsdpOpts db;
+  int64_t i64;
+  char f[512], env[700];
+  write_file("shared", "-from_shared_file 3\n", f, sizeof f);
+  snprintf(env, sizeof env, "-sharding_factor 2 -stpes 5 -options_file %s", f);
+  setenv("FSDP_OPTIONS", env, 1);
+  TCALL(create(NULL, &db));
+  TCALL(FsdpOptsGetInt(db, "T", "seed", "h", 1, 0, 100, &i64));
+  TCALL(FsdpOptsGetInt(db, "T", "steps", "h", 1, 1, 100, &i64));
+  EXPECT_USAGE(FsdpOptsCheckUnknown(db), "FSDP_OPTIONS: unknown option -stpes",
+               "did you mean -steps?");
+  TCALL(FsdpOptsDestroy(&db));
+
+  snprintf(env, sizeof env, "-sharding_factor 2 -options_file %s -steps 4", f);
+  setenv("FSDP_OPTIONS", env, 1);
+  TCALL(create(NULL, &db));
+  TCALL(FsdpOptsGetInt(db, "T", "steps", "h", 1, 1, 100, &i64));
+  CHECK(i64 == 4, "steps from FSDP_OPTIONS %lld", (long long)i64);
+  TCALL(FsdpOptsCheckUnknown(db));
+  int nleft = -1;
+  char *text = left_report(db, &nleft);
+  CHECK(nleft == 2, "left %d, want 2 (-sharding_factor, -from_shared_file)", nleft);
+  if (g_rank == 0) {
+    char from_file[600];
+    snprintf(from_file, sizeof from_file, "-from_shared_file 3  (%s:1)", f);
+    CHECK(strstr(text, "-sharding_factor 2  (FSDP_OPTIONS)") && strstr(text, from_file),
+          "left report lacks a shared option or its origin:\n%s", text);
+  }
+  free(text);
+  TCALL(FsdpOptsDestroy(&db));
+
+  /* A value error in FSDP_OPTIONS says so. */
+  setenv("FSDP_OPTIONS", "-steps many", 1);
+  TCALL(create(NULL, &db));
+  EXPECT_USAGE(FsdpOptsGetInt(db, "T", "steps", "h", 1, 1, 100, &i64),
+               "FSDP_OPTIONS: option -steps: 'many'");
+  TCALL(FsdpOptsDestroy(&db));
+
+  /* The same unknown name on the command line is an error, also when
+   * FSDP_OPTIONS has it too (the command line's copy replaces it). */
+  setenv("FSDP_OPTIONS", "-sharding_factor 2", 1);
+  const char *a[] = {"-sharding_factor", "3", NULL};
+  TCALL(create(a, &db));
+  TCALL(FsdpOptsGetInt(db, "T", "steps", "h", 1, 1, 100, &i64));
+  int err = FsdpOptsCheckUnknown(db);
+  EXPECT_USAGE(err, "unknown option -sharding_factor");
+  CHECK(!strstr(FsdpErrorLastMessage(), "FSDP_OPTIONS"), "blamed on the environment: %s",
+        FsdpErrorLastMessage());
+  TCALL(FsdpOptsDestroy(&db));
+  unsetenv("FSDP_OPTIONS");
+  /* ... and so is one from a file named on the command line. */
+  const char *c[] = {"-options_file", f, NULL};
+  TCALL(create(c, &db));
+  char want[700];
+  snprintf(want, sizeof want, "%s:1: unknown option -from_shared_file", f);
+  EXPECT_USAGE(FsdpOptsCheckUnknown(db), want);
+  TCALL(FsdpOptsDestroy(&db));
+  if (g_rank == 0) unlink(f);
+}
+
 /* Read a memstream's text on rank 0; others must print nothing. */
 static void test_help(void)
 {
@@ -542,12 +759,8 @@ static void test_left_and_string(void)
   TCALL(create(a, &db));
   int64_t i64;
   TCALL(FsdpOptsGetInt(db, "T", "steps", "h", 1, 1, 100, &i64));
-  char *text = NULL;
-  size_t len = 0;
   int nleft = -1;
-  FILE *out = open_memstream(&text, &len);
-  TCALL(FsdpOptsReportLeft(db, out, &nleft));
-  fclose(out);
+  char *text = left_report(db, &nleft);
   CHECK(nleft == 3, "left %d, want 3 (-unused -unflag -title)", nleft);
   if (g_rank == 0) {
     CHECK(strstr(text, "-unused 7") && strstr(text, "-unflag") &&
@@ -556,7 +769,7 @@ static void test_left_and_string(void)
     CHECK(!strstr(text, "-steps") && !strstr(text, "-options_left"),
           "left report names a read option:\n%s", text);
   } else {
-    CHECK(len == 0, "rank %d printed: %s", g_rank, text);
+    CHECK(!text[0], "rank %d printed: %s", g_rank, text);
   }
   free(text);
 
@@ -602,6 +815,9 @@ int main(int argc, char **argv)
   test_precedence();
   test_ranks_agree();
   test_errors();
+  test_file_lines();
+  test_file_not_text();
+  test_shared_env();
   test_help();
   test_left_and_string();
 

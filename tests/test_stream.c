@@ -1,4 +1,4 @@
-/* test_stream: the ordered work queue and its events (lib/stream.h).
+/* test_stream: the ordered work queue and its events (lib/comm/stream.h).
  *
  * Every rank runs the same single-process checks (the stream is rank-local);
  * the world size only adds load.  Timing checks assert lower bounds only,
@@ -8,9 +8,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "error.h"
-#include "init.h"
-#include "stream.h"
+#include "base/error.h"
+#include "base/init.h"
+#include "comm/stream.h"
 #include "testutil.h"
 
 static void sleep_s(double s)
@@ -199,11 +199,14 @@ static void test_ring_wrap(void)
   TCALL(FsdpStreamDestroy(&s));
 }
 
+/* FSDP_STREAM_FAIL_RECORD: the failure stays on this rank (the default,
+ * ending the job, is tested by test_stream_fault.sh). */
 static void test_failure(void)
 {
   enum { N = 10, FAIL = 5 };
   FsdpStream s = NULL;
   TCALL(FsdpStreamCreate("fail", 4, &s));
+  TCALL(FsdpStreamSetFailurePolicy(s, FSDP_STREAM_FAIL_RECORD));
   static TaskLog log;
   memset(&log, 0, sizeof log);
   FsdpEvent ev[N + 1];

@@ -13,10 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "error.h"
-#include "init.h"
+#include "base/error.h"
+#include "base/init.h"
 #include "testutil.h"
-#include "topo.h"
+#include "comm/topo.h"
 
 static int W, me;
 

@@ -1,11 +1,12 @@
 #!/bin/sh
 # test_trace.sh: the -trace timeline of a 4-rank run shows the schedule the
-# prefetch options promise, and the limiter holds.
+# prefetch options promise, and the gathers in flight are the planned ones.
 #   usage: test_trace.sh MPIEXEC "PREFLAGS" FSDP_TRAIN
 set -u
 MPIEXEC=$1
 PREFLAGS=$2
 TRAIN=$3
+PLAN=$(dirname "$TRAIN")/fsdp-plan
 tmp=$(mktemp -d /tmp/fsdp_test_trace.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 command -v python3 >/dev/null || { echo "python3 missing: cannot read the trace"; exit 77; }
@@ -19,9 +20,16 @@ for mode in none:2 backward:2 both:2 backward:1 both:4 both:0; do
     echo "FAIL: fsdp-train -prefetch $pf -limit_all_gathers $L failed"; tail -5 "$tmp/out"
     fails=$((fails + 1)); continue
   fi
-  python3 - "$tmp/t.json" "$tmp/out" "$pf" "$L" <<'PY' || fails=$((fails + 1))
+  # shellcheck disable=SC2086
+  if ! "$PLAN" -world_size 4 $common -prefetch "$pf" -limit_all_gathers "$L" >"$tmp/plan" 2>&1; then
+    echo "FAIL: fsdp-plan -prefetch $pf -limit_all_gathers $L failed"; tail -5 "$tmp/plan"
+    fails=$((fails + 1)); continue
+  fi
+  python3 - "$tmp/t.json" "$tmp/out" "$pf" "$L" "$tmp/plan" <<'PY' || fails=$((fails + 1))
 import json, sys
 trace, out, pf, L = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+plan = json.loads([l for l in open(sys.argv[5]) if l.strip()][-1])
+planned = plan["comm_time_per_step"]["max_gathers_in_flight"]
 ev = json.load(open(trace))["traceEvents"]
 summary = json.loads([l for l in open(out) if l.strip()][-1])
 comm = [e for e in ev if e.get("ph") == "X" and e.get("cat") == "comm"]
@@ -60,10 +68,14 @@ for pid in range(4):
                 if not ag < end:
                     errors.append(f"rank {pid} step {step}: forward gather of unit {i} after unit {i-1}'s forward ended")
 # limiter: the runtime's own count of gathers issued and not yet consumed
+# equals the planned count exactly -- one: each unit's gather is consumed
+# before the next is issued and prefetching runs one unit ahead (no run
+# here reaches L, so "<= L" would hold for any limiter)
+mx = summary["comm_time_per_step"]["max_gathers_in_flight"]
+if mx != 1 or planned != 1:
+    errors.append(f"-prefetch {pf} -limit_all_gathers {L}: {mx} gathers in flight at most, "
+                  f"fsdp-plan plans {planned}, expected 1")
 if L > 0:
-    mx = summary["comm_time_per_step"]["max_gathers_in_flight"]
-    if mx > L:
-        errors.append(f"-limit_all_gathers {L}: {mx} gathers in flight")
     # and from the timeline: gathers whose [issue, end] overlap never exceed L
     for pid in range(4):
         iv = sorted((e["args"]["issue_ts"], e["ts"] + e["dur"]) for e in comm

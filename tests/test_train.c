@@ -26,7 +26,7 @@ static int64_t padded(int64_t numel, int F)
 
 typedef struct {
   int F, G, raf, n_layer;
-  int no_prefetch; /* -prefetch none (default: backward) */
+  int slots;       /* gather ring slots, written by hand from the rule at each config */
 } Config;
 
 /* Independent DESIGN §5 arithmetic for the tiny model family. */
@@ -91,18 +91,94 @@ static void check_formulas(FsdpTrainer tr, const Config *c, int W, int steps)
   uint64_t shard = 4 * (uint64_t)(Proot + nb * Pb) / F;
   CHECK(m.param_shard_bytes == shard && m.grad_shard_bytes == shard, "%s F=%d: shard bytes %llu, expected %llu", tag, F, (unsigned long long)m.param_shard_bytes, (unsigned long long)shard);
   CHECK(FsdpOptimStateBytes(FsdpTrainerOptim(tr)) == 2 * shard, "optimizer state %llu, expected %llu", (unsigned long long)FsdpOptimStateBytes(FsdpTrainerOptim(tr)), (unsigned long long)(2 * shard));
-  /* RAF: the unit computing and one prefetched (limit >= 1); NRAF: all */
-  int slots = c->raf ? (c->no_prefetch || nb < 2 ? 1 : 2) : nb;
+  /* DESIGN §5: the root plus the blocks live at once (all blocks are the
+   * same size here, so "the largest P_i" are all Pb); the ring is used up
+   * to its last slot, so the peak equals it */
+  int slots = F == 1 ? 0 : c->slots;
   uint64_t gather = F == 1 ? 0 : 4 * (uint64_t)(Proot + slots * Pb);
-  /* RAF: the unit computing, plus the one prefetched behind it */
-  int held = c->raf ? (c->no_prefetch || nb < 2 ? 1 : 2) : nb;
-  uint64_t peak_p = F == 1 ? 0 : 4 * (uint64_t)(Proot + held * Pb);
+  uint64_t peak_p = gather;
   uint64_t peak_g = F == 1 ? 0 : 4 * (uint64_t)(Proot + Pb);
   uint64_t pp, pg;
   FsdpRuntimePeakUnsharded(FsdpTrainerRuntime(tr), &pp, &pg);
+  CHECK(m.gather_slots == slots, "%s F=%d raf=%d: %d gather slots, expected %d", tag, F, c->raf, m.gather_slots, slots);
   CHECK(m.gather_buffer_bytes == gather, "%s F=%d raf=%d: gather buffers %llu, expected %llu", tag, F, c->raf, (unsigned long long)m.gather_buffer_bytes, (unsigned long long)gather);
   CHECK(pp == peak_p, "%s F=%d raf=%d: peak unsharded params %llu, expected %llu", tag, F, c->raf, (unsigned long long)pp, (unsigned long long)peak_p);
   CHECK(pg == peak_g, "%s F=%d raf=%d: peak unsharded grads %llu, expected %llu", tag, F, c->raf, (unsigned long long)pg, (unsigned long long)peak_g);
+}
+
+/* FsdpGatherRingPlan, the one sizing of the gather ring (runtime and
+ * fsdp-plan), against values written by hand from DESIGN §5 and [Note:
+ * gather memory]: the root is live throughout; with RAF the unit computing
+ * plus the gathers ahead of it are live -- prefetching runs one unit ahead,
+ * so min(L, 1) ahead (L = 0: no limit), none without prefetch -- and with
+ * NRAF every non-root unit; never more slots than non-root units.  Slots
+ * are all the size of the largest non-root unit, since any unit may land
+ * in any slot. */
+static void test_gather_ring(void)
+{
+  enum { N = 6 };
+  static const struct {
+    const char *what;
+    int F, raf, L;
+    FsdpPrefetch pf;
+    FsdpDtype dt;
+    int n;
+    int64_t P[N];
+    int root[N];
+    int slots;
+    int64_t slot_numel, root_numel;
+    int in_flight;
+    uint64_t bytes;
+  } cases[] = {
+    {"RAF, backward, L=2", 4, 1, 2, FSDP_PREFETCH_BACKWARD, FSDP_DTYPE_FP32, 5,
+     {100, 40, 40, 40, 40}, {1}, 2, 40, 100, 1, 4 * (100 + 40 + 40)},
+    {"RAF, no prefetch", 4, 1, 2, FSDP_PREFETCH_NONE, FSDP_DTYPE_FP32, 5,
+     {100, 40, 40, 40, 40}, {1}, 1, 40, 100, 1, 4 * (100 + 40)},
+    {"RAF, backward, L=4 (prefetch runs one ahead)", 4, 1, 4, FSDP_PREFETCH_BACKWARD,
+     FSDP_DTYPE_FP32, 5, {100, 40, 40, 40, 40}, {1}, 2, 40, 100, 1, 4 * (100 + 40 + 40)},
+    {"NRAF, backward", 4, 0, 2, FSDP_PREFETCH_BACKWARD, FSDP_DTYPE_FP32, 5,
+     {100, 40, 40, 40, 40}, {1}, 4, 40, 100, 1, 4 * (100 + 4 * 40)},
+    {"NRAF, no prefetch", 2, 0, 1, FSDP_PREFETCH_NONE, FSDP_DTYPE_FP32, 5,
+     {100, 40, 40, 40, 40}, {1}, 4, 40, 100, 1, 4 * (100 + 4 * 40)},
+    {"RAF, both, no limit, bf16", 8, 1, 0, FSDP_PREFETCH_BOTH, FSDP_DTYPE_BF16, 5,
+     {100, 40, 40, 40, 40}, {1}, 2, 40, 100, 1, 2 * (100 + 40 + 40)},
+    {"RAF, backward, L=1, fp16, root last, a smaller last unit", 2, 1, 1,
+     FSDP_PREFETCH_BACKWARD, FSDP_DTYPE_FP16, 4, {48, 48, 16, 64}, {0, 0, 0, 1}, 2, 48, 64, 1,
+     2 * (64 + 48 + 48)},
+    /* two units live of sizes 48 and 16 need 64, but either may land in
+     * either slot: the ring holds 2 x 48 */
+    {"RAF, backward, units of unequal size", 2, 1, 2, FSDP_PREFETCH_BACKWARD, FSDP_DTYPE_FP32, 3,
+     {64, 48, 16}, {1}, 2, 48, 64, 1, 4 * (64 + 48 + 48)},
+    {"RAF, backward, one non-root unit", 4, 1, 2, FSDP_PREFETCH_BACKWARD, FSDP_DTYPE_FP32, 2,
+     {100, 40}, {1}, 1, 40, 100, 1, 4 * (100 + 40)},
+    {"RAF, backward, no root", 4, 1, 2, FSDP_PREFETCH_BACKWARD, FSDP_DTYPE_FP32, 3,
+     {16, 16, 16}, {0}, 2, 16, 0, 1, 4 * (16 + 16)},
+    {"NRAF, only a root", 4, 0, 2, FSDP_PREFETCH_BACKWARD, FSDP_DTYPE_BF16, 1, {100}, {1}, 0, 0,
+     100, 1, 2 * 100},
+    {"F=1: no ring", 1, 1, 2, FSDP_PREFETCH_BACKWARD, FSDP_DTYPE_FP32, 5, {100, 40, 40, 40, 40},
+     {1}, 0, 40, 100, 1, 0},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    FsdpRuntimeOptions o = {0};
+    o.reshard_after_forward = cases[i].raf;
+    o.limit_all_gathers = cases[i].L;
+    o.prefetch = cases[i].pf;
+    o.param_dtype = cases[i].dt;
+    o.reduce_dtype = FSDP_DTYPE_FP32;
+    o.grad_accum = 1;
+    o.accum_comm = 1;
+    FsdpGatherRing r;
+    FsdpGatherRingPlan(&o, cases[i].F, cases[i].P, cases[i].root, cases[i].n, &r);
+    CHECK(r.slots == cases[i].slots && r.slot_numel == cases[i].slot_numel &&
+              r.root_numel == cases[i].root_numel && r.bytes == cases[i].bytes &&
+              r.max_in_flight == cases[i].in_flight,
+          "gather ring, %s: slots %d x %lld + root %lld = %llu bytes, %d in flight; expected "
+          "%d x %lld + %lld = %llu bytes, %d in flight",
+          cases[i].what, r.slots, (long long)r.slot_numel, (long long)r.root_numel,
+          (unsigned long long)r.bytes, r.max_in_flight, cases[i].slots,
+          (long long)cases[i].slot_numel, (long long)cases[i].root_numel,
+          (unsigned long long)cases[i].bytes, cases[i].in_flight);
+  }
 }
 
 static int test_equivalence(void)
@@ -166,8 +242,10 @@ static int test_equivalence(void)
   int Fs[3] = {W, W >= 4 ? 2 : 1, 1};
   int Gs[3] = {0, W >= 4 ? 2 : 0, 0};
   for (int i = 0; i < 3; i++)
-    for (int raf = 1; raf >= 0; raf--) cfgs[nc++] = (Config){Fs[i], Gs[i], raf, 2, 0};
-  if (W >= 4) cfgs[nc++] = (Config){W, 2, 1, 2, 0}; /* full sharding across two emulated nodes */
+    /* 2 blocks, prefetch backward, L = 2: RAF holds the block computing and
+     * the one prefetched (2); NRAF holds both blocks (2) */
+    for (int raf = 1; raf >= 0; raf--) cfgs[nc++] = (Config){Fs[i], Gs[i], raf, 2, 2};
+  if (W >= 4) cfgs[nc++] = (Config){W, 2, 1, 2, 2}; /* full sharding across two emulated nodes */
   for (int k = 0; k < nc; k++) {
     Config *c = &cfgs[k];
     snprintf(opts, sizeof opts, "%s -batch_size 2 -sharding_factor %d -ranks_per_node %d -reshard_after_forward %d",
@@ -193,7 +271,9 @@ static int test_equivalence(void)
   /* prefetch changes when gathers are issued, never what is computed or moved */
   const char *pf[3] = {"none", "backward", "both"};
   for (int k = 0; k < 3; k++) {
-    Config c = {W, 0, 1, 2, k == 0};
+    /* none: only the block computing (1); backward L=2, both L=3: it and
+     * the one prefetched (2) */
+    Config c = {W, 0, 1, 2, k == 0 ? 1 : 2};
     snprintf(opts, sizeof opts, "%s -batch_size 2 -prefetch %s -limit_all_gathers %d", common, pf[k], k + 1);
     FsdpTrainer tr = test_make_trainer(MPI_COMM_WORLD, opts, &db);
     for (int s = 0; s < STEPS; s++) {
@@ -207,7 +287,9 @@ static int test_equivalence(void)
   }
   /* more blocks than gather slots: the ring size differs between RAF and NRAF */
   for (int raf = 0; raf <= 1; raf++) {
-    Config c = {W, 0, raf, 5, 0};
+    /* 5 blocks, prefetch backward, L = 2: NRAF keeps all 5 through forward;
+     * RAF holds the block computing and the one prefetched (2) */
+    Config c = {W, 0, raf, 5, raf ? 2 : 5};
     snprintf(opts, sizeof opts, "-model tiny -n_layer 5 -steps 2 -log_every 0 -batch_size 1 -reshard_after_forward %d", raf);
     FsdpTrainer tr = test_make_trainer(MPI_COMM_WORLD, opts, &db);
     for (int s = 0; s < 2; s++) TCALL(FsdpTrainerStep(tr, NULL));
@@ -239,7 +321,10 @@ int main(int argc, char **argv)
   TCALL(FsdpInitialize(&argc, &argv));
   int learning = argc > 1 && strcmp(argv[1], "learning") == 0;
   if (learning) test_learning();
-  else test_equivalence();
+  else {
+    test_gather_ring();
+    test_equivalence();
+  }
   int rc = test_finish(learning ? "test_train learning" : "test_train");
   FsdpFinalize();
   return rc;

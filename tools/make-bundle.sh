@@ -50,6 +50,11 @@ done
 [[ -n $bindir && -n $libdir && -n $out ]] || { usage >&2; exit 2; }
 [[ -x $bindir/fsdp-train ]] || die "$bindir/fsdp-train not found (run make install-exec first)"
 compgen -G "$libdir/libfsdp.so*" >/dev/null || die "no libfsdp.so in $libdir"
+# The bundle carries OpenMPI's launcher and components: an fsdp built against
+# another MPI (configure --with-mpi=mpich) would start as singletons under it.
+libfsdp=$(compgen -G "$libdir/libfsdp.so*" | head -1)
+ldd "$libfsdp" | grep -q 'libmpi\.so' ||
+    die "$libfsdp is not linked against OpenMPI (libmpi.so): bundles are made of OpenMPI builds only (configure --with-mpi=openmpi)"
 for t in ldd objdump orterun orted; do
     command -v "$t" >/dev/null || die "$t not found (need binutils and openmpi-bin)"
 done

@@ -8,8 +8,8 @@
  * (nothing here reads errno) lets it. */
 #include <math.h>
 
-#include "kernels.h"
-#include "kernels_cpu.h"
+#include "kernels/kernels.h"
+#include "kernels/cpu/kernels_cpu.h"
 
 /* Elements per OpenMP task. */
 #define ADAMW_CHUNK ((size_t)16384)

@@ -13,8 +13,8 @@
 
 #include <cblas.h>
 
-#include "kernels.h"
-#include "kernels_cpu.h"
+#include "kernels/kernels.h"
+#include "kernels/cpu/kernels_cpu.h"
 
 #define ATT_ROWS 64 /* query rows per causal block */
 

@@ -2,8 +2,8 @@
  * Row bodies are FSDP_CPU_CLONES functions [Note: ISA clones]. */
 #include <math.h>
 
-#include "kernels.h"
-#include "kernels_cpu.h"
+#include "kernels/kernels.h"
+#include "kernels/cpu/kernels_cpu.h"
 
 /* One row: p = softmax(z); returns log(sum e^(z - max)) + max. */
 FSDP_CPU_CLONES

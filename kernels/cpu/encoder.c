@@ -1,6 +1,6 @@
 /* encoder.c: token + position embedding (CPU). */
-#include "kernels.h"
-#include "kernels_cpu.h"
+#include "kernels/kernels.h"
+#include "kernels/cpu/kernels_cpu.h"
 
 /* out (B,T,C) = wte (V,C)[inp[b,t]] + wpe (maxT,C)[t]. */
 void encoder_forward_cpu(float *out, const int *inp, const float *wte,

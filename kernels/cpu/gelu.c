@@ -5,8 +5,8 @@
  * vectorizable [Note: vectorizable inner loops]; its absolute error near
  * u = 0 (~1 ulp of 1) is harmless because GELU multiplies by 0.5 x and
  * adds 1 first.  It saturates to +-1 for large |u| without overflow. */
-#include "kernels.h"
-#include "kernels_cpu.h"
+#include "kernels/kernels.h"
+#include "kernels/cpu/kernels_cpu.h"
 
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_CUBE 0.044715f
@@ -46,23 +46,25 @@ static void gelu_backward_span(float *dinp, const float *inp,
 }
 
 /* out (N) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
-void gelu_forward_cpu(float *out, const float *inp, int N)
+void gelu_forward_cpu(float *out, const float *inp, size_t N)
 {
-  int nchunk = (N + GELU_CHUNK - 1) / GELU_CHUNK;
+  size_t nchunk = (N + GELU_CHUNK - 1) / GELU_CHUNK;
   #pragma omp parallel for schedule(static)
-  for (int k = 0; k < nchunk; k++) {
-    int i0 = k * GELU_CHUNK, n = N - i0 < GELU_CHUNK ? N - i0 : GELU_CHUNK;
+  for (size_t k = 0; k < nchunk; k++) {
+    size_t i0 = k * GELU_CHUNK;
+    int n = N - i0 < GELU_CHUNK ? (int)(N - i0) : GELU_CHUNK;
     gelu_forward_span(out + i0, inp + i0, n);
   }
 }
 
 /* dinp (N) += dout * gelu'(inp). */
-void gelu_backward_cpu(float *dinp, const float *inp, const float *dout, int N)
+void gelu_backward_cpu(float *dinp, const float *inp, const float *dout, size_t N)
 {
-  int nchunk = (N + GELU_CHUNK - 1) / GELU_CHUNK;
+  size_t nchunk = (N + GELU_CHUNK - 1) / GELU_CHUNK;
   #pragma omp parallel for schedule(static)
-  for (int k = 0; k < nchunk; k++) {
-    int i0 = k * GELU_CHUNK, n = N - i0 < GELU_CHUNK ? N - i0 : GELU_CHUNK;
+  for (size_t k = 0; k < nchunk; k++) {
+    size_t i0 = k * GELU_CHUNK;
+    int n = N - i0 < GELU_CHUNK ? (int)(N - i0) : GELU_CHUNK;
     gelu_backward_span(dinp + i0, inp + i0, dout + i0, n);
   }
 }

@@ -53,14 +53,14 @@ void attention_backward_cpu(float *dqkv, float *dpreatt, float *datt,
                             const float *att, int B, int T, int C, int NH);
 
 /* gelu.c */
-void gelu_forward_cpu(float *out, const float *inp, int N);
-void gelu_backward_cpu(float *dinp, const float *inp, const float *dout, int N);
+void gelu_forward_cpu(float *out, const float *inp, size_t N);
+void gelu_backward_cpu(float *dinp, const float *inp, const float *dout, size_t N);
 
 /* residual.c */
 void residual_forward_cpu(float *out, const float *inp1, const float *inp2,
-                          int N);
+                          size_t N);
 void residual_backward_cpu(float *dinp1, float *dinp2, const float *dout,
-                           int N);
+                           size_t N);
 
 /* crossentropy.c */
 void crossentropy_forward_cpu(float *losses, float *probs,

@@ -2,8 +2,8 @@
  * bodies are FSDP_CPU_CLONES functions [Note: ISA clones]. */
 #include <math.h>
 
-#include "kernels.h"
-#include "kernels_cpu.h"
+#include "kernels/kernels.h"
+#include "kernels/cpu/kernels_cpu.h"
 
 #define LAYERNORM_EPS 1e-5f
 

@@ -5,8 +5,8 @@
 #include <omp.h>
 #endif
 
-#include "kernels.h"
-#include "kernels_cpu.h"
+#include "kernels/kernels.h"
+#include "kernels/cpu/kernels_cpu.h"
 
 /* [Note: one thread pool] OpenMP threads the kernels, and a pthreads
  * OpenBLAS would thread sgemm with a pool of its own: both pools spin

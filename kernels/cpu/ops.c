@@ -5,8 +5,8 @@
 
 #include <strings.h>
 
-#include "kernels.h"
-#include "kernels_cpu.h"
+#include "kernels/kernels.h"
+#include "kernels/cpu/kernels_cpu.h"
 
 static const FsdpKernelOps cpu_ops = {
   .name = "cpu",

@@ -30,9 +30,9 @@
 #include <stdint.h>
 
 extern "C" {
-#include "error.h"
+#include "base/error.h"
 }
-#include "kernels_cuda.h"
+#include "kernels/cuda/kernels_cuda.h"
 
 /* ---- state shared by the launchers (ops.cu) -------------------------------- */
 
@@ -137,7 +137,7 @@ static inline unsigned grid_stride_blocks(size_t n, int block)
 /* ---- element types ------------------------------------------------------- */
 
 /* bf16 and fp16 are stored as uint16_t in the C interface; conversions here
- * round exactly like lib/dtype.h (nearest even; NaN stays a quiet NaN with
+ * round exactly like lib/base/dtype.h (nearest even; NaN stays a quiet NaN with
  * its sign), so a device cast equals the host cast bit for bit. */
 __device__ __forceinline__ float bf16_bits_to_float(uint16_t h)
 {
@@ -152,7 +152,7 @@ __device__ __forceinline__ uint16_t float_to_bf16_bits(float f)
   return (uint16_t)(u >> 16);
 }
 
-/* Bit manipulation as in lib/dtype.h (subnormals normalized, NaN payload
+/* Bit manipulation as in lib/base/dtype.h (subnormals normalized, NaN payload
  * and sign kept), not the hardware conversion, whose NaN is unspecified. */
 __device__ __forceinline__ float fp16_bits_to_float(uint16_t h)
 {

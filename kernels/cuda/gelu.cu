@@ -36,24 +36,22 @@ __global__ void gelu_backward_kernel(float *dinp, const float *inp, const float 
 
 /* ---- launchers ----------------------------------------------------------- */
 
-extern "C" void gelu_forward_cuda(float *out, const float *inp, int N)
+extern "C" void gelu_forward_cuda(float *out, const float *inp, size_t N)
 {
   CUDA_LAUNCHER_BEGIN();
-  CUDA_KASSERT(N >= 0);
   if (N == 0) return;
   const int block = 256;
-  gelu_forward_kernel<<<grid_stride_blocks((size_t)N, block), block, 0, cuda_state.stream>>>(
-      out, inp, (size_t)N);
+  gelu_forward_kernel<<<grid_stride_blocks(N, block), block, 0, cuda_state.stream>>>(
+      out, inp, N);
   CUDA_CHECK_LAUNCH();
 }
 
-extern "C" void gelu_backward_cuda(float *dinp, const float *inp, const float *dout, int N)
+extern "C" void gelu_backward_cuda(float *dinp, const float *inp, const float *dout, size_t N)
 {
   CUDA_LAUNCHER_BEGIN();
-  CUDA_KASSERT(N >= 0);
   if (N == 0) return;
   const int block = 256;
-  gelu_backward_kernel<<<grid_stride_blocks((size_t)N, block), block, 0, cuda_state.stream>>>(
-      dinp, inp, dout, (size_t)N);
+  gelu_backward_kernel<<<grid_stride_blocks(N, block), block, 0, cuda_state.stream>>>(
+      dinp, inp, dout, N);
   CUDA_CHECK_LAUNCH();
 }

@@ -20,15 +20,15 @@
  * default stream) and returns at once; only sum_squares (which returns a
  * host double) and FsdpKernelsCudaSynchronize wait.  Errors: see [Note:
  * CUDA kernel errors] in common.cuh.  Not thread-safe: the compute thread
- * launches.  bf16/fp16 buffers are uint16_t bit patterns (lib/dtype.h). */
+ * launches.  bf16/fp16 buffers are uint16_t bit patterns (lib/base/dtype.h). */
 #ifndef FSDP_KERNELS_CUDA_H
 #define FSDP_KERNELS_CUDA_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dtype.h"
-#include "kernels.h"
+#include "base/dtype.h"
+#include "kernels/kernels.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -84,10 +84,10 @@ void attention_forward_cuda(float *out, float *preatt, float *att,
 void attention_backward_cuda(float *dqkv, float *dpreatt, float *datt,
                              const float *dout, const float *qkv,
                              const float *att, int B, int T, int C, int NH);
-void gelu_forward_cuda(float *out, const float *inp, int N);
-void gelu_backward_cuda(float *dinp, const float *inp, const float *dout, int N);
-void residual_forward_cuda(float *out, const float *inp1, const float *inp2, int N);
-void residual_backward_cuda(float *dinp1, float *dinp2, const float *dout, int N);
+void gelu_forward_cuda(float *out, const float *inp, size_t N);
+void gelu_backward_cuda(float *dinp, const float *inp, const float *dout, size_t N);
+void residual_forward_cuda(float *out, const float *inp1, const float *inp2, size_t N);
+void residual_backward_cuda(float *dinp1, float *dinp2, const float *dout, size_t N);
 void crossentropy_forward_cuda(float *losses, float *probs, const float *logits,
                                const int *targets, int N, int V);
 void crossentropy_softmax_backward_cuda(float *dlogits, const float *probs,
@@ -124,6 +124,10 @@ void add_scaled_cuda(float *dst, const void *src, FsdpDtype dt, float scale,
                      size_t n);
 /* x (dtype dt) *= scale in place, in fp32 (one rounding for bf16/fp16). */
 void scale_inplace_cuda(void *x, FsdpDtype dt, float scale, size_t n);
+/* The same on a given cudaStream_t (lib/comm/coll_nccl.c: the NCCL comm stream);
+ * returns FSDP_SUCCESS or the launch error (not recorded). */
+int scale_inplace_on_stream_cuda(void *x, FsdpDtype dt, float scale, size_t n,
+                                 void *stream);
 /* *d_out (one double on the device) = sum of x[i]^2 in double, by a
  * two-stage reduction whose partition depends on n only (deterministic).
  * Does not wait. */

@@ -1,6 +1,6 @@
 /* precision.cu: dtype casts, "add scaled into fp32", in-place scaling and
  * the inf/NaN check (CUDA) -- what the FSDP runtime does around
- * low-precision gathers and reductions.  Rounding matches lib/dtype.h bit
+ * low-precision gathers and reductions.  Rounding matches lib/base/dtype.h bit
  * for bit (common.cuh). */
 #include "common.cuh"
 
@@ -29,7 +29,7 @@ __global__ void add_scaled_kernel(float *dst, const void *__restrict__ src, int 
 }
 
 /* x *= scale.  A NaN stays the NaN it was, quieted, as the host loop of
- * coll.c leaves it (x86 keeps a NaN operand's payload; the GPU would
+ * coll_mpi.c leaves it (x86 keeps a NaN operand's payload; the GPU would
  * return its canonical NaN instead). */
 __global__ void scale_inplace_kernel(void *x, int dt, float scale, size_t n)
 {
@@ -105,6 +105,24 @@ extern "C" void scale_inplace_cuda(void *x, FsdpDtype dt, float scale, size_t n)
   scale_inplace_kernel<<<grid_stride_blocks(n, PRECISION_BLOCK), PRECISION_BLOCK, 0,
                          cuda_state.stream>>>(x, (int)dt, scale, n);
   CUDA_CHECK_LAUNCH();
+}
+
+/* For lib/comm/coll_nccl.c's NCCL path (post-scaling a reduction on the comm
+ * stream, from the thread that launched it): a launch error is returned
+ * through the fsdp convention at once instead of being recorded. */
+extern "C" int scale_inplace_on_stream_cuda(void *x, FsdpDtype dt, float scale, size_t n,
+                                            void *stream)
+{
+  if ((int)dt < 0 || dt >= FSDP_NDTYPES)
+    FSDP_ERROR(FSDP_ERR_INTERNAL, "scale_inplace_on_stream_cuda: bad dtype %d", (int)dt);
+  if (n == 0 || scale == 1.0f) return FSDP_SUCCESS;
+  scale_inplace_kernel<<<grid_stride_blocks(n, PRECISION_BLOCK), PRECISION_BLOCK, 0,
+                         (cudaStream_t)stream>>>(x, (int)dt, scale, n);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess)
+    FSDP_ERROR(FSDP_ERR_CUDA, "scaling a reduced buffer of %zu elements: launch failed: %s", n,
+               cudaGetErrorString(e));
+  return FSDP_SUCCESS;
 }
 
 extern "C" void nonfinite_check_cuda(int *d_flag, const void *x, FsdpDtype dt, size_t n)

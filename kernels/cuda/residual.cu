@@ -25,24 +25,22 @@ __global__ void residual_backward_kernel(float *dinp1, float *dinp2, const float
 
 /* ---- launchers ----------------------------------------------------------- */
 
-extern "C" void residual_forward_cuda(float *out, const float *inp1, const float *inp2, int N)
+extern "C" void residual_forward_cuda(float *out, const float *inp1, const float *inp2, size_t N)
 {
   CUDA_LAUNCHER_BEGIN();
-  CUDA_KASSERT(N >= 0);
   if (N == 0) return;
   const int block = 256;
-  residual_forward_kernel<<<grid_stride_blocks((size_t)N, block), block, 0,
-                            cuda_state.stream>>>(out, inp1, inp2, (size_t)N);
+  residual_forward_kernel<<<grid_stride_blocks(N, block), block, 0,
+                            cuda_state.stream>>>(out, inp1, inp2, N);
   CUDA_CHECK_LAUNCH();
 }
 
-extern "C" void residual_backward_cuda(float *dinp1, float *dinp2, const float *dout, int N)
+extern "C" void residual_backward_cuda(float *dinp1, float *dinp2, const float *dout, size_t N)
 {
   CUDA_LAUNCHER_BEGIN();
-  CUDA_KASSERT(N >= 0);
   if (N == 0) return;
   const int block = 256;
-  residual_backward_kernel<<<grid_stride_blocks((size_t)N, block), block, 0,
-                             cuda_state.stream>>>(dinp1, dinp2, dout, (size_t)N);
+  residual_backward_kernel<<<grid_stride_blocks(N, block), block, 0,
+                             cuda_state.stream>>>(dinp1, dinp2, dout, N);
   CUDA_CHECK_LAUNCH();
 }

@@ -31,6 +31,8 @@ nc_log() { echo "netcluster: $*"; }
 
 # Can this machine build the cluster?  Prints the reason and returns 1 if not.
 nc_check() {
+  # nc_mpirun starts OpenMPI's daemons through nsrsh: no recipe for another MPI.
+  if [ "${FSDP_MPI:-openmpi}" != openmpi ]; then nc_log "SKIP: the emulated nodes launch with OpenMPI only; this build uses $FSDP_MPI"; return 1; fi
   if [ "$(id -u)" != 0 ]; then nc_log "SKIP: network namespaces need root (CAP_NET_ADMIN)"; return 1; fi
   local c
   if ! command -v ip >/dev/null 2>&1 || ! command -v tc >/dev/null 2>&1; then

@@ -24,6 +24,20 @@ slurm_log() { echo "slurm-test: $*"; }
 # Packages: slurm-wlm (slurmctld, slurmd, the pmix plugin) and munge.  As
 # root with apt-get they are installed if missing; otherwise a reason is
 # printed and the caller skips.
+# slurm_mpi_launchers: the jobscripts' launchers for the MPI this build
+# uses (FSDP_MPI from ctest): OpenMPI's srun --mpi=pmix and mpirun as they
+# are; MPICH's srun --mpi=pmi2 and hydra's mpirun first in PATH.
+slurm_mpi_launchers() {
+  if [ "${FSDP_MPI:-openmpi}" = mpich ]; then
+    export FSDP_SRUN_MPI=pmi2
+    mkdir -p "$SLURM_TEST_DIR/mpich-bin"
+    ln -sf "$(command -v mpirun.mpich || command -v mpirun)" "$SLURM_TEST_DIR/mpich-bin/mpirun"
+    # hydra starts hydra_pmi_proxy from the folder its mpirun was run from
+    ln -sf "$(command -v hydra_pmi_proxy)" "$SLURM_TEST_DIR/mpich-bin/hydra_pmi_proxy"
+    export PATH="$SLURM_TEST_DIR/mpich-bin:$PATH"
+  fi
+}
+
 slurm_require() {
   local missing=""
   for c in slurmctld slurmd sbatch squeue munged; do command -v "$c" >/dev/null 2>&1 || missing="$missing $c"; done

@@ -24,6 +24,7 @@ src=$(cd "$here/../.." && pwd)
 . "$here/cluster.sh"
 slurm_require || exit 77
 slurm_start || exit 77
+slurm_mpi_launchers
 t=$SLURM_TEST_DIR
 fails=0
 checks=0

@@ -28,6 +28,7 @@ fi
 . "$here/cluster.sh"
 slurm_require || exit 77
 slurm_start || exit 77
+slurm_mpi_launchers
 t=$SLURM_TEST_DIR
 fails=0
 checks=0

@@ -1,0 +1,376 @@
+/* coll.c: collectives over a backend, with byte accounting (see coll.h):
+ * what every back-end shares -- argument checks, counting at issue, the
+ * async variants, scalar reductions, the scale rule -- and the dispatch to
+ * the back-end's file ([Note: collective backends] in coll_backend.h):
+ * coll_mpi.c, coll_nccl.c.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include "comm/coll.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "comm/coll_backend.h"
+
+const char *const FsdpCollKindNames[FSDP_COLL_NKINDS] = {"all-gather", "reduce-scatter",
+                                                         "all-reduce"};
+
+struct FsdpColl_ {
+  const CollBackendOps *ops;
+  void *state; /* the back-end's own */
+  FsdpCommCounters counters; /* touched on the issuing thread only */
+};
+
+/* ---- shared helpers ------------------------------------------------------ */
+
+const char *FsdpCollGroupName(const FsdpGroup *g)
+{
+  return (g && g->name) ? g->name : "unnamed";
+}
+
+/* [Note: scaled reductions] A reduction with scale s (1/W for a gradient
+ * mean) multiplies every input by pre before the sum and the sum by
+ * post = s / pre after it, with pre = 2^-ceil(log2(1/s) / 2), a power of
+ * two near sqrt(s): for W a power of two exactly PyTorch's gradient pre-
+ * and post-division factors (W = 8: 1/4 and 1/2).  Sum-then-divide
+ * overflows once the sum of W gradients passes the dtype's range (65504
+ * in fp16, whatever the mean), divide-then-sum underflows small gradients
+ * by the full 1/W; the split halves both exponents' exposure.  Both
+ * back-ends use the rule for every dtype: MPI scales the send buffer in
+ * place before the collective (so reduce-scatter's send is scratch) and
+ * the result after it; NCCL uses ncclPreMulSum(pre) and scales the result
+ * on the communication stream.  Multiplying by powers of two is exact, so
+ * the result equals sum-then-scale bit for bit wherever neither overflows
+ * nor underflows. */
+void FsdpCollSplitScale(float scale, float *pre, float *post)
+{
+  *pre = 1.0f;
+  *post = scale;
+  if (!(scale > 0.0f && scale < 1.0f)) return; /* 1, >1, 0, negative, NaN: as given */
+  int k = (int)ceil(-log2((double)scale) / 2.0);
+  *pre = ldexpf(1.0f, -k);
+  *post = ldexpf(scale, k); /* scale / pre, exact */
+}
+
+/* Checks every backend shares; done at issue so that a bad call fails on
+ * the calling thread, before anything is counted or enqueued.  Every rank
+ * of g passes the same count, dt and group, so a usage error here is
+ * raised on all of them (no hang). */
+static int coll_check(FsdpColl c, FsdpCollKind kind, const FsdpGroup *g,
+                      const void *a, const void *b, size_t count, FsdpDtype dt)
+{
+  if (!c) FSDP_ERROR(FSDP_ERR_INTERNAL, "%s: NULL FsdpColl", FsdpCollKindNames[kind]);
+  if (!g || g->comm == MPI_COMM_NULL || g->size < 1)
+    FSDP_ERROR(FSDP_ERR_STATE, "%s on the %s comm: the group has no communicator",
+               FsdpCollKindNames[kind], FsdpCollGroupName(g));
+  if ((int)dt < 0 || dt >= FSDP_NDTYPES)
+    FSDP_ERROR(FSDP_ERR_INTERNAL, "%s on the %s comm (%d ranks): bad dtype %d",
+               FsdpCollKindNames[kind], FsdpCollGroupName(g), g->size, (int)dt);
+  /* Counts above INT_MAX are fine ([Note: chunked collectives] in
+   * coll_mpi.c); only a
+   * buffer larger than the address space is refused. */
+  if (count > SIZE_MAX / FsdpDtypeSize(dt) / (size_t)g->size)
+    FSDP_ERROR(FSDP_ERR_USAGE,
+               "%s on the %s comm (%d ranks): %zu elements per rank make a buffer "
+               "larger than the address space",
+               FsdpCollKindNames[kind], FsdpCollGroupName(g), g->size, count);
+  if (count > 0 && (!a || !b))
+    FSDP_ERROR(FSDP_ERR_INTERNAL, "%s on the %s comm (%d ranks): NULL buffer",
+               FsdpCollKindNames[kind], FsdpCollGroupName(g), g->size);
+  return FSDP_SUCCESS;
+}
+
+void FsdpCollVolume(FsdpCollKind kind, const FsdpGroup *g, size_t total_elems,
+                    size_t elem_size, uint64_t *bytes, uint64_t *intra, uint64_t *inter)
+{
+  uint64_t n = (uint64_t)(g && g->size > 0 ? g->size : 1);
+  uint64_t pi = (uint64_t)(g && g->peers_intra > 0 ? g->peers_intra : 0);
+  uint64_t pe = (uint64_t)(g && g->peers_inter > 0 ? g->peers_inter : 0);
+  uint64_t vol = (uint64_t)total_elems * (uint64_t)elem_size; /* P*K or S*K */
+  uint64_t f = kind == FSDP_COLL_ALL_REDUCE ? 2 : 1;
+  /* Multiply before dividing: exact whenever n divides the product (always
+   * for all-gather and reduce-scatter, where P = n * count).  For an
+   * all-reduce whose S*K is not a multiple of n, intra + inter may then
+   * differ from bytes by the truncation (< 2 bytes). */
+  if (bytes) *bytes = f * (n - 1) * vol / n;
+  if (intra) *intra = f * pi * vol / n;
+  if (inter) *inter = f * pe * vol / n;
+}
+
+static void coll_count(FsdpColl c, FsdpCollKind kind, const FsdpGroup *g,
+                       size_t total_elems, FsdpDtype dt)
+{
+  uint64_t b = 0, bi = 0, be = 0;
+  FsdpCollVolume(kind, g, total_elems, FsdpDtypeSize(dt), &b, &bi, &be);
+  c->counters.calls[kind]++;
+  c->counters.bytes[kind] += b;
+  c->counters.intra_bytes += bi;
+  c->counters.inter_bytes += be;
+}
+
+/* ---- lifecycle ----------------------------------------------------------- */
+
+/* The back-end of each FsdpCollBackend; NULL when this build has none. */
+static const CollBackendOps *coll_ops_of(FsdpCollBackend backend)
+{
+  switch (backend) {
+  case FSDP_COLL_BACKEND_MPI: return FsdpCollMpiOps();
+  case FSDP_COLL_BACKEND_NCCL: return FsdpCollNcclOps();
+  }
+  return NULL;
+}
+
+int FsdpCollCreate(FsdpCollBackend backend, FsdpColl *out)
+{
+  if (!out) FSDP_ERROR(FSDP_ERR_INTERNAL, "FsdpCollCreate: NULL output handle");
+  *out = NULL;
+  if (backend != FSDP_COLL_BACKEND_MPI && backend != FSDP_COLL_BACKEND_NCCL)
+    FSDP_ERROR(FSDP_ERR_INTERNAL, "unknown collective backend %d", (int)backend);
+  const CollBackendOps *ops = coll_ops_of(backend);
+  if (!ops) /* only NCCL can be left out of a build */
+    FSDP_ERROR(FSDP_ERR_USAGE, "the NCCL collective backend needs fsdp built with CUDA "
+                               "(configure --with-cuda); this build has no CUDA support: "
+                               "use -device cpu (MPI collectives)");
+  FsdpColl c = calloc(1, sizeof *c);
+  FSDP_CHECK_ALLOC(c, sizeof *c);
+  c->ops = ops;
+  int err = ops->create(&c->state);
+  if (err) {
+    free(c);
+    return FsdpErrorTrace(__FILE__, __LINE__, __func__, err);
+  }
+  *out = c;
+  return FSDP_SUCCESS;
+}
+
+int FsdpCollDestroy(FsdpColl *pc)
+{
+  if (!pc || !*pc) return FSDP_SUCCESS;
+  FsdpColl c = *pc;
+  int err = c->ops->destroy(c->state);
+  free(c);
+  *pc = NULL;
+  if (err) return FsdpErrorTrace(__FILE__, __LINE__, __func__, err);
+  return FSDP_SUCCESS;
+}
+
+/* ---- blocking collectives ------------------------------------------------ */
+
+int FsdpCollAllGather(FsdpColl c, const FsdpGroup *g, const void *send, void *recv,
+                      size_t count, FsdpDtype dt)
+{
+  FSDP_CALL(coll_check(c, FSDP_COLL_ALL_GATHER, g, send, recv, count, dt));
+  coll_count(c, FSDP_COLL_ALL_GATHER, g, (size_t)g->size * count, dt);
+  FSDP_CALL(c->ops->all_gather(c->state, g, send, recv, count, dt));
+  return FSDP_SUCCESS;
+}
+
+int FsdpCollReduceScatter(FsdpColl c, const FsdpGroup *g, void *send, void *recv,
+                          size_t count, FsdpDtype dt, float scale)
+{
+  FSDP_CALL(coll_check(c, FSDP_COLL_REDUCE_SCATTER, g, send, recv, count, dt));
+  coll_count(c, FSDP_COLL_REDUCE_SCATTER, g, (size_t)g->size * count, dt);
+  FSDP_CALL(c->ops->reduce_scatter(c->state, g, send, recv, count, dt, scale));
+  return FSDP_SUCCESS;
+}
+
+int FsdpCollAllReduce(FsdpColl c, const FsdpGroup *g, void *buf, size_t count,
+                      FsdpDtype dt, float scale)
+{
+  FSDP_CALL(coll_check(c, FSDP_COLL_ALL_REDUCE, g, buf, buf, count, dt));
+  coll_count(c, FSDP_COLL_ALL_REDUCE, g, count, dt);
+  FSDP_CALL(c->ops->all_reduce(c->state, g, buf, count, dt, scale));
+  return FSDP_SUCCESS;
+}
+
+/* ---- collectives issued on a stream -------------------------------------- */
+
+/* The task argument: copied into the stream slot at enqueue, group
+ * included, so neither the caller's struct nor its FsdpGroup need outlive
+ * the call (the communicator and the buffers must). */
+typedef struct {
+  FsdpColl c;
+  FsdpGroup g;
+  FsdpCollKind kind;
+  void *send; /* const for all-gather (never written); scratch for reduce-scatter */
+  void *recv;
+  size_t count;
+  FsdpDtype dt;
+  float scale;
+} CollTask;
+
+_Static_assert(sizeof(CollTask) <= FSDP_STREAM_ARG_BYTES, "CollTask fits a stream slot");
+
+static int coll_task_run(void *arg)
+{
+  CollTask *t = (CollTask *)arg;
+  switch (t->kind) {
+  case FSDP_COLL_ALL_GATHER:
+    FSDP_CALL(t->c->ops->all_gather(t->c->state, &t->g, t->send, t->recv, t->count, t->dt));
+    break;
+  case FSDP_COLL_REDUCE_SCATTER:
+    FSDP_CALL(t->c->ops->reduce_scatter(t->c->state, &t->g, t->send, t->recv, t->count, t->dt,
+                                        t->scale));
+    break;
+  case FSDP_COLL_ALL_REDUCE:
+    FSDP_CALL(t->c->ops->all_reduce(t->c->state, &t->g, t->recv, t->count, t->dt, t->scale));
+    break;
+  default: FSDP_ERROR(FSDP_ERR_INTERNAL, "bad collective kind %d", (int)t->kind);
+  }
+  return FSDP_SUCCESS;
+}
+
+static int coll_issue(FsdpColl c, FsdpCollKind kind, const FsdpGroup *g, const void *send,
+                      void *recv, size_t count, FsdpDtype dt, float scale, FsdpStream s,
+                      FsdpEvent *ev)
+{
+  if (ev) *ev = FSDP_EVENT_NULL;
+  FSDP_CALL(coll_check(c, kind, g, send, recv, count, dt));
+  if (!s)
+    FSDP_ERROR(FSDP_ERR_INTERNAL, "%s on the %s comm (%d ranks): NULL stream",
+               FsdpCollKindNames[kind], FsdpCollGroupName(g), g->size);
+  if (c->ops->issue_async) {
+    FSDP_CALL(c->ops->issue_async(c->state, kind, g, send, recv, count, dt, scale, s, ev));
+    coll_count(c, kind, g, kind == FSDP_COLL_ALL_REDUCE ? count : (size_t)g->size * count, dt);
+    return FSDP_SUCCESS;
+  }
+  CollTask t = {c, *g, kind, (void *)send, recv, count, dt, scale};
+  FSDP_CALL(FsdpStreamEnqueue(s, FsdpCollKindNames[kind], coll_task_run, &t, sizeof t, ev));
+  coll_count(c, kind, g, kind == FSDP_COLL_ALL_REDUCE ? count : (size_t)g->size * count, dt);
+  return FSDP_SUCCESS;
+}
+
+int FsdpCollAllGatherAsync(FsdpColl c, const FsdpGroup *g, const void *send, void *recv,
+                           size_t count, FsdpDtype dt, FsdpStream s, FsdpEvent *ev)
+{
+  FSDP_CALL(coll_issue(c, FSDP_COLL_ALL_GATHER, g, send, recv, count, dt, 1.0f, s, ev));
+  return FSDP_SUCCESS;
+}
+
+int FsdpCollReduceScatterAsync(FsdpColl c, const FsdpGroup *g, void *send, void *recv,
+                               size_t count, FsdpDtype dt, float scale, FsdpStream s,
+                               FsdpEvent *ev)
+{
+  FSDP_CALL(coll_issue(c, FSDP_COLL_REDUCE_SCATTER, g, send, recv, count, dt, scale, s, ev));
+  return FSDP_SUCCESS;
+}
+
+int FsdpCollAllReduceAsync(FsdpColl c, const FsdpGroup *g, void *buf, size_t count,
+                           FsdpDtype dt, float scale, FsdpStream s, FsdpEvent *ev)
+{
+  FSDP_CALL(coll_issue(c, FSDP_COLL_ALL_REDUCE, g, buf, buf, count, dt, scale, s, ev));
+  return FSDP_SUCCESS;
+}
+
+/* ---- device streams and NCCL communicators ------------------------------- */
+
+int FsdpCollSetCudaStreams(FsdpColl c, void *comm_stream, void *compute_stream)
+{
+  if (!c) FSDP_ERROR(FSDP_ERR_INTERNAL, "FsdpCollSetCudaStreams: NULL FsdpColl");
+  if (!c->ops->set_cuda_streams) return FSDP_SUCCESS;
+  FSDP_CALL(c->ops->set_cuda_streams(c->state, comm_stream, compute_stream));
+  return FSDP_SUCCESS;
+}
+
+void *FsdpCollCudaStream(FsdpColl c)
+{
+  return c && c->ops->cuda_stream ? c->ops->cuda_stream(c->state) : NULL;
+}
+
+int FsdpCollAttach(FsdpColl c, const FsdpGroup *g)
+{
+  if (!c) FSDP_ERROR(FSDP_ERR_INTERNAL, "FsdpCollAttach: NULL FsdpColl");
+  if (!c->ops->attach) return FSDP_SUCCESS;
+  FSDP_CALL(c->ops->attach(c->state, g));
+  return FSDP_SUCCESS;
+}
+
+int FsdpCollWaitDevice(FsdpColl c, FsdpEvent ev, void *cuda_stream)
+{
+  if (!c) FSDP_ERROR(FSDP_ERR_INTERNAL, "FsdpCollWaitDevice: NULL FsdpColl");
+  int handled = 0;
+  if (c->ops->wait_device) FSDP_CALL(c->ops->wait_device(c->state, ev, cuda_stream, &handled));
+  /* MPI backend, or a collective too old to be tracked: wait on the host. */
+  if (!handled) FSDP_CALL(FsdpEventWait(ev));
+  return FSDP_SUCCESS;
+}
+
+int FsdpCollNcclCommCreate(const FsdpGroup *g, void **nccl_comm)
+{
+  const CollBackendOps *nccl = FsdpCollNcclOps();
+  if (!nccl) {
+    if (nccl_comm) *nccl_comm = NULL;
+    FSDP_ERROR(FSDP_ERR_USAGE, "NCCL communicators need fsdp built with CUDA (configure "
+                               "--with-cuda); use -device cpu (MPI collectives)");
+  }
+  FSDP_CALL(nccl->nccl_comm_create(g, nccl_comm));
+  return FSDP_SUCCESS;
+}
+
+int FsdpCollNcclCommDestroy(void **nccl_comm)
+{
+  if (!nccl_comm || !*nccl_comm) return FSDP_SUCCESS;
+  const CollBackendOps *nccl = FsdpCollNcclOps();
+  if (!nccl) { /* without NCCL no communicator was made: nothing to free */
+    *nccl_comm = NULL;
+    return FSDP_SUCCESS;
+  }
+  FSDP_CALL(nccl->nccl_comm_destroy(nccl_comm));
+  return FSDP_SUCCESS;
+}
+
+/* ---- scalars and counters ------------------------------------------------ */
+
+static int coll_scalar(FsdpColl c, const FsdpGroup *g, double *vals, int n, MPI_Op op,
+                       const char *what)
+{
+  if (!c) FSDP_ERROR(FSDP_ERR_INTERNAL, "%s: NULL FsdpColl", what);
+  if (!g || g->comm == MPI_COMM_NULL)
+    FSDP_ERROR(FSDP_ERR_STATE, "%s on the %s comm: the group has no communicator", what,
+               FsdpCollGroupName(g));
+  if (n < 0 || (n > 0 && !vals))
+    FSDP_ERROR(FSDP_ERR_INTERNAL, "%s on the %s comm (%d ranks): bad arguments", what,
+               FsdpCollGroupName(g), g->size);
+  c->counters.scalar_calls++;
+  int err = MPI_Allreduce(MPI_IN_PLACE, vals, n, MPI_DOUBLE, op, g->comm);
+  if (err != MPI_SUCCESS) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(err, msg, &len);
+    FSDP_ERROR(FSDP_ERR_MPI, "%s on the %s comm (%d ranks): MPI_Allreduce failed: %s", what,
+               FsdpCollGroupName(g), g->size, msg);
+  }
+  return FSDP_SUCCESS;
+}
+
+int FsdpCollScalarSum(FsdpColl c, const FsdpGroup *g, double *vals, int n)
+{
+  FSDP_CALL(coll_scalar(c, g, vals, n, MPI_SUM, "scalar sum"));
+  return FSDP_SUCCESS;
+}
+
+int FsdpCollScalarMax(FsdpColl c, const FsdpGroup *g, double *vals, int n)
+{
+  FSDP_CALL(coll_scalar(c, g, vals, n, MPI_MAX, "scalar max"));
+  return FSDP_SUCCESS;
+}
+
+void FsdpCollGetCounters(FsdpColl c, FsdpCommCounters *out)
+{
+  if (!out) return;
+  if (!c) {
+    memset(out, 0, sizeof *out);
+    return;
+  }
+  *out = c->counters;
+}
+
+void FsdpCollResetCounters(FsdpColl c)
+{
+  if (c) memset(&c->counters, 0, sizeof c->counters);
+}

@@ -1,0 +1,297 @@
+/* coll_mpi.c: the MPI collective back-end, on host buffers (always
+ * built; [Note: collective backends] in coll_backend.h).
+ *
+ * [Note: low-precision sums over MPI] MPI has no bf16/fp16 type, so both
+ * travel as a committed 2-byte contiguous datatype and are summed by a
+ * user-defined commutative MPI_Op that converts each pair of operands to
+ * fp32, adds, and rounds the pair sum back (round to nearest even).  The
+ * MPI library combines the n contributions pairwise, so a sum of n values
+ * is rounded n - 1 times (each time to 8 (bf16) or 11 (fp16) significant
+ * bits of a partial sum), in an order MPI picks.  The scale is applied in
+ * two parts, to the inputs in place before and to the received result in
+ * place after ([Note: scaled reductions]), element by element in fp32 (no
+ * fp32 temporary buffer is needed).  With a power-of-two scale (1/W for W
+ * a power of two) both roundings are exact barring underflow.  fp32 uses
+ * MPI_FLOAT / MPI_SUM (our own fp32 op on chunks) and scales the same way.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+
+#include "base/error.h"
+#include "comm/coll_backend.h"
+
+/* The back-end's state: the MPI objects for 2-byte sums and the chunk
+ * limit. */
+typedef struct {
+  MPI_Datatype half_type; /* 2 contiguous bytes: one bf16 or fp16 */
+  MPI_Op sum_bf16, sum_fp16, sum_fp32; /* sum_fp32: chunked collectives only */
+  size_t max_count; /* most elements per rank in one MPI call ([Note: chunked collectives]) */
+} CollMpi;
+
+/* Multiply count elements of dt in place by scale, in fp32 (one rounding
+ * per element for bf16/fp16, see [Note: low-precision sums over MPI]). */
+static void coll_scale_inplace(void *buf, size_t count, FsdpDtype dt, float scale)
+{
+  if (scale == 1.0f || count == 0) return;
+  if (dt == FSDP_DTYPE_FP32) {
+    float *x = (float *)buf;
+#pragma omp parallel for schedule(static) if (count > 65536)
+    for (size_t i = 0; i < count; i++) x[i] *= scale;
+  } else if (dt == FSDP_DTYPE_BF16) {
+    uint16_t *x = (uint16_t *)buf;
+#pragma omp parallel for schedule(static) if (count > 65536)
+    for (size_t i = 0; i < count; i++) x[i] = FsdpFloatToBf16(FsdpBf16ToFloat(x[i]) * scale);
+  } else {
+    uint16_t *x = (uint16_t *)buf;
+#pragma omp parallel for schedule(static) if (count > 65536)
+    for (size_t i = 0; i < count; i++) x[i] = FsdpFloatToFp16(FsdpFp16ToFloat(x[i]) * scale);
+  }
+}
+
+/* MPI failure inside a collective: name the collective and the group. */
+#define COLL_CALL_MPI(kind, g, what, expr)                                          \
+  do {                                                                             \
+    int coll_mpi_err_ = (expr);                                                    \
+    if (coll_mpi_err_ != MPI_SUCCESS) {                                            \
+      char coll_mpi_msg_[MPI_MAX_ERROR_STRING];                                    \
+      int coll_mpi_len_ = 0;                                                       \
+      MPI_Error_string(coll_mpi_err_, coll_mpi_msg_, &coll_mpi_len_);              \
+      FSDP_ERROR(FSDP_ERR_MPI, "%s on the %s comm (%d ranks): %s failed: %s",      \
+                 FsdpCollKindNames[kind], FsdpCollGroupName(g), (g)->size, what,          \
+                 coll_mpi_msg_);                                                   \
+    }                                                                              \
+  } while (0)
+
+/* [Note: chunked collectives] MPI counts are ints, and a unit can hold more
+ * than INT_MAX elements per rank (gpt-175b with -wrap 2 at a small
+ * sharding factor).  A collective whose per-rank count exceeds
+ * m->max_count runs as a sequence of MPI calls on chunks of at most
+ * max_count elements, in the same order on every rank.  max_count is
+ * COLL_MPI_MAX_COUNT, or FSDP_COLL_MAX_COUNT from the environment (tests
+ * set a few dozen to exercise this path with small buffers).  All-reduce chunks are plain sub-ranges of the buffer.
+ * All-gather and reduce-scatter must keep the FlatParameter layout (rank
+ * r's shard at r*count), so chunk [off, off+len) of every shard travels as
+ * ONE element of a derived datatype: len contiguous elements, resized to an
+ * extent of count elements.  A buffer pointer at off then reaches chunk
+ * off of rank r's block at r * extent: MPI places (all-gather) or reads
+ * (reduce-scatter) every rank's chunk where it belongs, with no copies.
+ * Reductions on such a datatype use our own sum ops for every dtype
+ * (fp32 too: MPI's predefined ops are only defined on predefined types),
+ * which walk the datatype's elements by their extent. */
+
+/* The 2-byte or 4-byte elements of one MPI element of a datatype built on
+ * them, and its extent in bytes: a user op receives *len such elements. */
+static void mpi_op_layout(MPI_Datatype type, size_t elem_size, size_t *per, size_t *stride)
+{
+  MPI_Count bytes = 0; /* a chunk of fp32 may pass 2^31 bytes */
+  MPI_Aint lb = 0, extent = 0;
+  MPI_Type_size_x(type, &bytes);
+  MPI_Type_get_extent(type, &lb, &extent);
+  *per = (size_t)bytes / elem_size;
+  *stride = (size_t)extent;
+}
+
+/* User ops: inout[i] = round(in[i] + inout[i]) computed in fp32, over *len
+ * elements of *type (a base element, or a chunk datatype). */
+#define COLL_DEFINE_SUM_OP(fname, T, load, store)                                  \
+  static void fname(void *in, void *inout, int *len, MPI_Datatype *type)           \
+  {                                                                                \
+    size_t per = 0, stride = 0;                                                    \
+    mpi_op_layout(*type, sizeof(T), &per, &stride);                                \
+    size_t blocks = (size_t)*len;                                                  \
+    if (stride == per * sizeof(T)) { /* contiguous: one loop */                    \
+      per *= blocks;                                                               \
+      blocks = 1;                                                                  \
+    }                                                                              \
+    for (size_t j = 0; j < blocks; j++) {                                          \
+      const T *a = (const T *)((const char *)in + j * stride);                     \
+      T *b = (T *)((char *)inout + j * stride);                                    \
+      for (size_t i = 0; i < per; i++) b[i] = store(load(a[i]) + load(b[i]));      \
+    }                                                                              \
+  }
+
+static inline float coll_id(float x) { return x; }
+COLL_DEFINE_SUM_OP(mpi_sum_fp32, float, coll_id, coll_id)
+COLL_DEFINE_SUM_OP(mpi_sum_bf16, uint16_t, FsdpBf16ToFloat, FsdpFloatToBf16)
+COLL_DEFINE_SUM_OP(mpi_sum_fp16, uint16_t, FsdpFp16ToFloat, FsdpFloatToFp16)
+
+static MPI_Datatype mpi_type(const CollMpi *m, FsdpDtype dt)
+{
+  return dt == FSDP_DTYPE_FP32 ? MPI_FLOAT : m->half_type;
+}
+
+/* chunked: a derived datatype is involved, so fp32 uses our own op too. */
+static MPI_Op mpi_sum(const CollMpi *m, FsdpDtype dt, int chunked)
+{
+  if (dt == FSDP_DTYPE_FP32) return chunked ? m->sum_fp32 : MPI_SUM;
+  return dt == FSDP_DTYPE_BF16 ? m->sum_bf16 : m->sum_fp16;
+}
+
+/* The chunk datatype of [Note: chunked collectives]: len elements of dt,
+ * extent count elements. */
+static int mpi_chunk_type(const CollMpi *m, FsdpDtype dt, size_t len, size_t count, MPI_Datatype *out)
+{
+  MPI_Datatype run = MPI_DATATYPE_NULL;
+  size_t k = FsdpDtypeSize(dt);
+  FSDP_CALL_MPI(MPI_Type_contiguous((int)len, mpi_type(m, dt), &run));
+  int err = MPI_Type_create_resized(run, 0, (MPI_Aint)(count * k), out);
+  MPI_Type_free(&run);
+  FSDP_CALL_MPI(err);
+  FSDP_CALL_MPI(MPI_Type_commit(out));
+  return FSDP_SUCCESS;
+}
+
+static int mpi_all_gather(void *state, const FsdpGroup *g, const void *send, void *recv,
+                          size_t count, FsdpDtype dt)
+{
+  const CollMpi *m = state;
+  MPI_Datatype t = mpi_type(m, dt);
+  size_t k = FsdpDtypeSize(dt);
+  /* The FlatParameter's own shard already sits in the unsharded buffer. */
+  int in_place = send == (const char *)recv + (size_t)g->rank * count * k;
+  if (count <= m->max_count) {
+    COLL_CALL_MPI(FSDP_COLL_ALL_GATHER, g, "MPI_Allgather",
+                  MPI_Allgather(in_place ? MPI_IN_PLACE : send, (int)count, t, recv, (int)count,
+                                t, g->comm));
+    return FSDP_SUCCESS;
+  }
+  for (size_t off = 0; off < count; off += m->max_count) {
+    size_t len = count - off < m->max_count ? count - off : m->max_count;
+    MPI_Datatype chunk = MPI_DATATYPE_NULL;
+    FSDP_CALL(mpi_chunk_type(m, dt, len, count, &chunk));
+    int err = MPI_Allgather(in_place ? MPI_IN_PLACE : (const char *)send + off * k, (int)len, t,
+                            (char *)recv + off * k, 1, chunk, g->comm);
+    MPI_Type_free(&chunk);
+    COLL_CALL_MPI(FSDP_COLL_ALL_GATHER, g, "MPI_Allgather (chunked)", err);
+  }
+  return FSDP_SUCCESS;
+}
+
+static int mpi_reduce_scatter(void *state, const FsdpGroup *g, void *send, void *recv,
+                              size_t count, FsdpDtype dt, float scale)
+{
+  const CollMpi *m = state;
+  float pre = 1.0f, post = 1.0f;
+  FsdpCollSplitScale(scale, &pre, &post);
+  size_t k = FsdpDtypeSize(dt);
+  coll_scale_inplace(send, (size_t)g->size * count, dt, pre);
+  if (count <= m->max_count) {
+    COLL_CALL_MPI(FSDP_COLL_REDUCE_SCATTER, g, "MPI_Reduce_scatter_block",
+                  MPI_Reduce_scatter_block(send, recv, (int)count, mpi_type(m, dt),
+                                           mpi_sum(m, dt, 0), g->comm));
+  } else {
+    for (size_t off = 0; off < count; off += m->max_count) {
+      size_t len = count - off < m->max_count ? count - off : m->max_count;
+      MPI_Datatype chunk = MPI_DATATYPE_NULL;
+      FSDP_CALL(mpi_chunk_type(m, dt, len, count, &chunk));
+      int err = MPI_Reduce_scatter_block((char *)send + off * k, (char *)recv + off * k, 1,
+                                         chunk, mpi_sum(m, dt, 1), g->comm);
+      MPI_Type_free(&chunk);
+      COLL_CALL_MPI(FSDP_COLL_REDUCE_SCATTER, g, "MPI_Reduce_scatter_block (chunked)", err);
+    }
+  }
+  coll_scale_inplace(recv, count, dt, post);
+  return FSDP_SUCCESS;
+}
+
+static int mpi_all_reduce(void *state, const FsdpGroup *g, void *buf, size_t count,
+                          FsdpDtype dt, float scale)
+{
+  const CollMpi *m = state;
+  float pre = 1.0f, post = 1.0f;
+  FsdpCollSplitScale(scale, &pre, &post);
+  size_t k = FsdpDtypeSize(dt);
+  coll_scale_inplace(buf, count, dt, pre);
+  for (size_t off = 0; off < count; off += m->max_count) {
+    size_t len = count - off < m->max_count ? count - off : m->max_count;
+    COLL_CALL_MPI(FSDP_COLL_ALL_REDUCE, g, "MPI_Allreduce",
+                  MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * k, (int)len, mpi_type(m, dt),
+                                mpi_sum(m, dt, 0), g->comm));
+  }
+  coll_scale_inplace(buf, count, dt, post);
+  return FSDP_SUCCESS;
+}
+
+/* The default per-call limit: 2^29 elements keeps every message and chunk
+ * datatype at or below 2 GiB even in fp32, below the 2^31 bytes where MPI
+ * libraries have kept int byte counts internally; a collective that large
+ * takes seconds, so the extra calls cost nothing measurable. */
+#define COLL_MPI_MAX_COUNT ((size_t)1 << 29)
+
+/* FSDP_COLL_MAX_COUNT: see [Note: chunked collectives]. */
+static int coll_max_count_from_env(size_t *out)
+{
+  *out = COLL_MPI_MAX_COUNT;
+  const char *env = getenv("FSDP_COLL_MAX_COUNT");
+  if (!env || !env[0]) return FSDP_SUCCESS;
+  char *end = NULL;
+  errno = 0;
+  long long v = strtoll(env, &end, 10);
+  if (errno || end == env || *end != '\0' || v < 1 || v > INT_MAX)
+    FSDP_ERROR(FSDP_ERR_USAGE,
+               "environment variable FSDP_COLL_MAX_COUNT: '%s' is not an integer in [1, %d] "
+               "(the most elements per rank in one MPI call)",
+               env, INT_MAX);
+  *out = (size_t)v;
+  return FSDP_SUCCESS;
+}
+
+/* Frees what mpi_create made; every object is freed even after a
+ * failure, the first failure is returned. */
+static int mpi_destroy(void *state)
+{
+  CollMpi *m = state;
+  if (!m) return FSDP_SUCCESS;
+  int err = MPI_SUCCESS, e;
+  if (m->sum_fp32 != MPI_OP_NULL && (e = MPI_Op_free(&m->sum_fp32)) != MPI_SUCCESS) err = e;
+  if (m->sum_fp16 != MPI_OP_NULL && (e = MPI_Op_free(&m->sum_fp16)) != MPI_SUCCESS) err = e;
+  if (m->sum_bf16 != MPI_OP_NULL && (e = MPI_Op_free(&m->sum_bf16)) != MPI_SUCCESS) err = e;
+  if (m->half_type != MPI_DATATYPE_NULL && (e = MPI_Type_free(&m->half_type)) != MPI_SUCCESS)
+    err = e;
+  free(m);
+  FSDP_CALL_MPI(err);
+  return FSDP_SUCCESS;
+}
+
+static int mpi_setup(CollMpi *m)
+{
+  FSDP_CALL_MPI(MPI_Type_contiguous(2, MPI_BYTE, &m->half_type));
+  FSDP_CALL_MPI(MPI_Type_commit(&m->half_type));
+  FSDP_CALL_MPI(MPI_Op_create(mpi_sum_bf16, 1, &m->sum_bf16));
+  FSDP_CALL_MPI(MPI_Op_create(mpi_sum_fp16, 1, &m->sum_fp16));
+  FSDP_CALL_MPI(MPI_Op_create(mpi_sum_fp32, 1, &m->sum_fp32));
+  FSDP_CALL(coll_max_count_from_env(&m->max_count));
+  return FSDP_SUCCESS;
+}
+
+static int mpi_create(void **state)
+{
+  *state = NULL;
+  CollMpi *m = calloc(1, sizeof *m);
+  FSDP_CHECK_ALLOC(m, sizeof *m);
+  m->half_type = MPI_DATATYPE_NULL;
+  m->sum_bf16 = m->sum_fp16 = m->sum_fp32 = MPI_OP_NULL;
+  int err = mpi_setup(m);
+  if (err) {
+    mpi_destroy(m);
+    return FsdpErrorTrace(__FILE__, __LINE__, __func__, err);
+  }
+  *state = m;
+  return FSDP_SUCCESS;
+}
+
+static const CollBackendOps coll_ops_mpi = {
+    .name = "MPI",
+    .create = mpi_create,
+    .destroy = mpi_destroy,
+    .all_gather = mpi_all_gather,
+    .reduce_scatter = mpi_reduce_scatter,
+    .all_reduce = mpi_all_reduce,
+};
+
+const CollBackendOps *FsdpCollMpiOps(void) { return &coll_ops_mpi; }

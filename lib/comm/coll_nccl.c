@@ -1,0 +1,441 @@
+/* coll_nccl.c: the NCCL collective back-end, on device buffers (built by
+ * configure --with-cuda; [Note: collective backends] in coll_backend.h).
+ *
+ * [Note: NCCL collectives and streams] With the NCCL backend the buffers
+ * are device pointers and every collective runs on a CUDA communication
+ * stream (the coll's own high-priority non-blocking stream, or one given
+ * with FsdpCollSetCudaStreams).  At issue, the comm stream first waits (on
+ * the device) for everything already launched on the compute stream, so a
+ * reduce-scatter reads a finished gradient and an all-gather never
+ * overwrites a ring buffer that compute still reads -- the
+ * `comm_stream.wait_stream(current_stream)` of PyTorch FSDP.  NCCL calls
+ * are themselves asynchronous, so the async variants launch on the calling
+ * thread (no CPU stream task runs NCCL), record a CUDA event, and enqueue
+ * on the FsdpStream a task that waits for that event while polling
+ * ncclCommGetAsyncError (a failed peer becomes an error, not a hang).  So
+ * the FsdpEvent keeps its meaning (complete = the data is there) and the
+ * CPU runtime works unchanged; FsdpCollWaitDevice makes a CUDA stream wait
+ * for the same collective on the device instead, without blocking the
+ * host (the paper's mechanism).  Blocking variants launch, then wait the
+ * same way.  Sums: ncclSum; a scale other than 1 is split as on MPI
+ * ([Note: scaled reductions]): ncclPreMulSum multiplies each input by the
+ * pre factor (rounded to dt) before summing, and a kernel on the comm
+ * stream multiplies the result by the post factor.  NCCL counts are
+ * size_t, so NCCL collectives are never chunked.  NCCL communicators are
+ * made per MPI communicator by broadcasting an ncclUniqueId over it
+ * (FsdpCollNcclCommCreate), either at setup (FsdpCollAttach, collective)
+ * or lazily at the first collective issued on a group (every rank issues
+ * it in the same order, so the bootstrap broadcast is matched).
+ *
+ * [Note: aborting NCCL with the job] A failure on one rank ends the job
+ * (error.h, [Note: ending the job]); a kernel of a collective already
+ * launched here would otherwise wait forever for the dead peer and keep
+ * the process from exiting.  So the back-end registers an abort hook that
+ * calls ncclCommAbort on each of its communicators.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/error.h"
+#include "comm/coll_backend.h"
+#include "device/cuda_call.h"
+#include "device/cuda_util.h"
+#include "kernels/cuda/kernels_cuda.h"
+
+#define COLL_NCCL_MAX_COMMS 16 /* MPI communicators with an NCCL twin */
+#define COLL_NCCL_EVENTS 64    /* async collectives tracked for device waits */
+
+typedef struct {
+  MPI_Comm comm; /* the key: the group's MPI communicator */
+  ncclComm_t nccl;
+} CollNcclComm;
+
+/* One async NCCL collective: its CUDA event and the FsdpEvent it got. */
+typedef struct {
+  cudaEvent_t done;
+  FsdpEvent ev;
+  int used;
+} CollNcclSlot;
+
+/* The back-end's state ([Note: NCCL collectives and streams]). */
+typedef struct {
+  cudaStream_t comm_stream, own_stream, compute_stream;
+  cudaEvent_t compute_ready; /* recorded on compute_stream at each issue */
+  cudaEvent_t blocking_done; /* for the blocking variants */
+  CollNcclComm comms[COLL_NCCL_MAX_COMMS];
+  /* Written by the compute thread after comms[ncomms] is filled; read by
+   * the abort hook on any thread ([Note: aborting NCCL with the job]). */
+  atomic_int ncomms;
+  CollNcclSlot slots[COLL_NCCL_EVENTS];
+  uint64_t nslots_used;
+  int hook_added;
+} CollNccl;
+
+/* Standalone NCCL communicator for an MPI group (coll.h:
+ * FsdpCollNcclCommCreate). */
+static int nccl_comm_create(const FsdpGroup *g, void **nccl_comm)
+{
+  if (!nccl_comm) FSDP_ERROR(FSDP_ERR_INTERNAL, "FsdpCollNcclCommCreate: NULL output");
+  *nccl_comm = NULL;
+  if (!g || g->comm == MPI_COMM_NULL || g->size < 1)
+    FSDP_ERROR(FSDP_ERR_STATE, "creating an NCCL communicator for the %s comm: the group has "
+                               "no MPI communicator", FsdpCollGroupName(g));
+  /* Rank 0 sends its status with the id, so a failed ncclGetUniqueId
+   * fails every rank instead of leaving them waiting in the bootstrap. */
+  struct {
+    int status;
+    ncclUniqueId id;
+  } msg;
+  memset(&msg, 0, sizeof msg);
+  if (g->rank == 0) msg.status = (int)ncclGetUniqueId(&msg.id);
+  FSDP_CALL_MPI(MPI_Bcast(&msg, (int)sizeof msg, MPI_BYTE, 0, g->comm));
+  if (msg.status != (int)ncclSuccess)
+    FSDP_ERROR(FSDP_ERR_NCCL, "creating the NCCL communicator of the %s comm (%d ranks): "
+                              "ncclGetUniqueId failed on its rank 0: %s",
+               FsdpCollGroupName(g), g->size, ncclGetErrorString((ncclResult_t)msg.status));
+  ncclComm_t comm = NULL;
+  ncclResult_t r = ncclCommInitRank(&comm, g->size, msg.id, g->rank);
+  int bad = r != ncclSuccess, any_bad = 0;
+  FSDP_CALL_MPI(MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, g->comm));
+  if (bad)
+    FSDP_ERROR(FSDP_ERR_NCCL, "creating the NCCL communicator of the %s comm (%d ranks): "
+                              "ncclCommInitRank failed: %s",
+               FsdpCollGroupName(g), g->size, ncclGetErrorString(r));
+  if (any_bad) {
+    ncclCommDestroy(comm);
+    FSDP_ERROR(FSDP_ERR_NCCL, "creating the NCCL communicator of the %s comm (%d ranks): "
+                              "ncclCommInitRank failed on another rank",
+               FsdpCollGroupName(g), g->size);
+  }
+  *nccl_comm = comm;
+  return FSDP_SUCCESS;
+}
+
+static int nccl_comm_destroy(void **nccl_comm)
+{
+  if (!nccl_comm || !*nccl_comm) return FSDP_SUCCESS;
+  ncclComm_t comm = (ncclComm_t)*nccl_comm;
+  *nccl_comm = NULL;
+  FSDP_CALL_NCCL(ncclCommDestroy(comm));
+  return FSDP_SUCCESS;
+}
+
+/* The NCCL twin of g's MPI communicator, created on first use (collective
+ * on g: see [Note: NCCL collectives and streams]). */
+static int nccl_comm_of(CollNccl *c, const FsdpGroup *g, ncclComm_t *out)
+{
+  for (int i = 0; i < c->ncomms; i++)
+    if (c->comms[i].comm == g->comm) {
+      *out = c->comms[i].nccl;
+      return FSDP_SUCCESS;
+    }
+  if (c->ncomms == COLL_NCCL_MAX_COMMS)
+    FSDP_ERROR(FSDP_ERR_INTERNAL, "NCCL backend: more than %d communicators (the %s comm)",
+               COLL_NCCL_MAX_COMMS, FsdpCollGroupName(g));
+  void *nc = NULL;
+  FSDP_CALL(nccl_comm_create(g, &nc));
+  c->comms[c->ncomms].comm = g->comm;
+  c->comms[c->ncomms].nccl = (ncclComm_t)nc;
+  c->ncomms++;
+  *out = (ncclComm_t)nc;
+  return FSDP_SUCCESS;
+}
+
+static ncclDataType_t nccl_type(FsdpDtype dt)
+{
+  return dt == FSDP_DTYPE_FP32 ? ncclFloat32 : dt == FSDP_DTYPE_BF16 ? ncclBfloat16 : ncclFloat16;
+}
+
+/* NCCL failure inside a collective: name the collective and the group. */
+#define COLL_CALL_NCCL(kind, g, comm, expr)                                          \
+  do {                                                                               \
+    ncclResult_t coll_nccl_r_ = (expr);                                              \
+    if (coll_nccl_r_ != ncclSuccess) {                                               \
+      const char *coll_nccl_last_ = (comm) ? ncclGetLastError(comm) : NULL;          \
+      FSDP_ERROR(FSDP_ERR_NCCL, "%s on the %s comm (%d ranks): %s failed: %s%s%s",   \
+                 FsdpCollKindNames[kind], FsdpCollGroupName(g), (g)->size, #expr,           \
+                 ncclGetErrorString(coll_nccl_r_),                                   \
+                 coll_nccl_last_ && coll_nccl_last_[0] ? ": " : "",                  \
+                 coll_nccl_last_ ? coll_nccl_last_ : "");                           \
+    }                                                                                \
+  } while (0)
+
+/* Launch one collective on the comm stream, after the compute stream's
+ * work so far; returns at once.  *comm_out: the NCCL communicator used. */
+static int nccl_launch(CollNccl *c, FsdpCollKind kind, const FsdpGroup *g, const void *send,
+                       void *recv, size_t count, FsdpDtype dt, float scale, ncclComm_t *comm_out)
+{
+  ncclComm_t comm = NULL;
+  FSDP_CALL(nccl_comm_of(c, g, &comm));
+  *comm_out = comm;
+  FSDP_CALL_CUDA(cudaEventRecord(c->compute_ready, c->compute_stream));
+  FSDP_CALL_CUDA(cudaStreamWaitEvent(c->comm_stream, c->compute_ready, 0));
+  ncclDataType_t t = nccl_type(dt);
+  if (kind == FSDP_COLL_ALL_GATHER) {
+    /* In place when send is this rank's slot of recv: NCCL detects it. */
+    COLL_CALL_NCCL(kind, g, comm, ncclAllGather(send, recv, count, t, comm, c->comm_stream));
+    return FSDP_SUCCESS;
+  }
+  /* [Note: scaled reductions]: pre before the sum, post after it. */
+  float pre = 1.0f, post = 1.0f;
+  FsdpCollSplitScale(scale, &pre, &post);
+  ncclRedOp_t op = ncclSum;
+  int premul = pre != 1.0f;
+  if (premul) {
+    float f32 = pre;
+    uint16_t h16 = dt == FSDP_DTYPE_BF16 ? FsdpFloatToBf16(pre) : FsdpFloatToFp16(pre);
+    void *scalar = dt == FSDP_DTYPE_FP32 ? (void *)&f32 : (void *)&h16;
+    COLL_CALL_NCCL(kind, g, comm,
+                   ncclRedOpCreatePreMulSum(&op, scalar, t, ncclScalarHostImmediate, comm));
+  }
+  ncclResult_t r;
+  if (kind == FSDP_COLL_REDUCE_SCATTER)
+    r = ncclReduceScatter(send, recv, count, t, op, comm, c->comm_stream);
+  else
+    r = ncclAllReduce(recv, recv, count, t, op, comm, c->comm_stream);
+  /* An operator may be destroyed once the last call using it returned. */
+  if (premul) ncclRedOpDestroy(op, comm);
+  COLL_CALL_NCCL(kind, g, comm, r);
+  if (post != 1.0f)
+    FSDP_CALL(scale_inplace_on_stream_cuda(recv, dt, post, count, (void *)c->comm_stream));
+  return FSDP_SUCCESS;
+}
+
+/* Wait (host) for a CUDA event, polling the communicator's async error so
+ * that a failed peer or a broken link ends the wait with an error. */
+static int nccl_wait(FsdpCollKind kind, const char *gname, int gsize, ncclComm_t comm,
+                     cudaEvent_t ev)
+{
+  const struct timespec nap = {0, 20000}; /* 20 us */
+  for (;;) {
+    cudaError_t e = cudaEventQuery(ev);
+    if (e == cudaSuccess) return FSDP_SUCCESS;
+    if (e != cudaErrorNotReady)
+      FSDP_ERROR(FSDP_ERR_CUDA, "%s on the %s comm (%d ranks): waiting for completion: %s",
+                 FsdpCollKindNames[kind], gname, gsize, cudaGetErrorString(e));
+    ncclResult_t ae = ncclSuccess;
+    ncclResult_t r = ncclCommGetAsyncError(comm, &ae);
+    if (r == ncclSuccess && ae != ncclSuccess && ae != ncclInProgress) {
+      const char *last = ncclGetLastError(comm);
+      FSDP_ERROR(FSDP_ERR_NCCL, "%s on the %s comm (%d ranks): NCCL failed: %s%s%s",
+                 FsdpCollKindNames[kind], gname, gsize, ncclGetErrorString(ae),
+                 last && last[0] ? ": " : "", last ? last : "");
+    }
+    nanosleep(&nap, NULL);
+  }
+}
+
+static int nccl_blocking(CollNccl *c, FsdpCollKind kind, const FsdpGroup *g, const void *send,
+                         void *recv, size_t count, FsdpDtype dt, float scale)
+{
+  ncclComm_t comm = NULL;
+  FSDP_CALL(nccl_launch(c, kind, g, send, recv, count, dt, scale, &comm));
+  FSDP_CALL_CUDA(cudaEventRecord(c->blocking_done, c->comm_stream));
+  FSDP_CALL(nccl_wait(kind, FsdpCollGroupName(g), g->size, comm, c->blocking_done));
+  return FSDP_SUCCESS;
+}
+
+static int nccl_all_gather(void *state, const FsdpGroup *g, const void *send, void *recv,
+                           size_t count, FsdpDtype dt)
+{
+  CollNccl *c = state;
+  FSDP_CALL(nccl_blocking(c, FSDP_COLL_ALL_GATHER, g, send, recv, count, dt, 1.0f));
+  return FSDP_SUCCESS;
+}
+
+static int nccl_reduce_scatter(void *state, const FsdpGroup *g, void *send, void *recv,
+                               size_t count, FsdpDtype dt, float scale)
+{
+  CollNccl *c = state;
+  FSDP_CALL(nccl_blocking(c, FSDP_COLL_REDUCE_SCATTER, g, send, recv, count, dt, scale));
+  return FSDP_SUCCESS;
+}
+
+static int nccl_all_reduce(void *state, const FsdpGroup *g, void *buf, size_t count,
+                           FsdpDtype dt, float scale)
+{
+  CollNccl *c = state;
+  FSDP_CALL(nccl_blocking(c, FSDP_COLL_ALL_REDUCE, g, buf, buf, count, dt, scale));
+  return FSDP_SUCCESS;
+}
+
+/* The CPU stream task of an async NCCL collective: wait for its event. */
+typedef struct {
+  ncclComm_t comm;
+  cudaEvent_t done;
+  FsdpCollKind kind;
+  int gsize;
+  const char *gname; /* static storage (group names are literals) */
+} NcclWaitTask;
+
+static int nccl_wait_task_run(void *arg)
+{
+  NcclWaitTask *t = (NcclWaitTask *)arg;
+  FSDP_CALL(nccl_wait(t->kind, t->gname, t->gsize, t->comm, t->done));
+  return FSDP_SUCCESS;
+}
+
+static int nccl_issue_async(void *state, FsdpCollKind kind, const FsdpGroup *g,
+                            const void *send, void *recv, size_t count, FsdpDtype dt, float scale,
+                            FsdpStream s, FsdpEvent *ev)
+{
+  CollNccl *c = state;
+  /* Reusing a slot (its collective was issued COLL_NCCL_EVENTS calls ago)
+   * re-records its event: a wait task of the old collective still pending
+   * then waits for the newer one, which finishes later on the same comm
+   * stream -- later, never wrong -- and FsdpCollWaitDevice no longer finds
+   * the old FsdpEvent, so it waits on the host instead. */
+  CollNcclSlot *slot = &c->slots[c->nslots_used % COLL_NCCL_EVENTS];
+  ncclComm_t comm = NULL;
+  FSDP_CALL(nccl_launch(c, kind, g, send, recv, count, dt, scale, &comm));
+  FSDP_CALL_CUDA(cudaEventRecord(slot->done, c->comm_stream));
+  NcclWaitTask t = {comm, slot->done, kind, g->size, FsdpCollGroupName(g)};
+  FsdpEvent fev = FSDP_EVENT_NULL;
+  FSDP_CALL(FsdpStreamEnqueue(s, FsdpCollKindNames[kind], nccl_wait_task_run, &t, sizeof t, &fev));
+  slot->ev = fev;
+  slot->used = 1;
+  c->nslots_used++;
+  if (ev) *ev = fev;
+  return FSDP_SUCCESS;
+}
+
+static int nccl_setup(CollNccl *c)
+{
+  int gpus = 0;
+  FSDP_CALL(FsdpCudaDeviceCount(&gpus));
+  if (gpus == 0)
+    FSDP_ERROR(FSDP_ERR_USAGE, "the NCCL collective backend needs a GPU, and none is usable "
+                               "(%s): use -device cpu (MPI collectives)",
+               FsdpCudaProbeMessage());
+  int lo = 0, hi = 0;
+  FSDP_CALL_CUDA(cudaDeviceGetStreamPriorityRange(&lo, &hi));
+  FSDP_CALL_CUDA(cudaStreamCreateWithPriority(&c->own_stream, cudaStreamNonBlocking, hi));
+  c->comm_stream = c->own_stream;
+  c->compute_stream = NULL; /* the legacy default stream until told */
+  FSDP_CALL_CUDA(cudaEventCreateWithFlags(&c->compute_ready, cudaEventDisableTiming));
+  FSDP_CALL_CUDA(cudaEventCreateWithFlags(&c->blocking_done, cudaEventDisableTiming));
+  for (int i = 0; i < COLL_NCCL_EVENTS; i++)
+    FSDP_CALL_CUDA(cudaEventCreateWithFlags(&c->slots[i].done, cudaEventDisableTiming));
+  return FSDP_SUCCESS;
+}
+
+/* Best effort, every step attempted; the first failure is returned. */
+static int nccl_teardown(CollNccl *c)
+{
+  int err = FSDP_SUCCESS;
+  /* The FsdpStreams of async collectives were drained by the caller (the
+   * FsdpColl outlives every collective issued with it, coll.h); the device
+   * side finishes here. */
+  if (c->comm_stream) cudaStreamSynchronize(c->comm_stream);
+  for (int i = 0; i < c->ncomms; i++) {
+    ncclResult_t r = ncclCommDestroy(c->comms[i].nccl);
+    if (r != ncclSuccess && !err)
+      err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_NCCL,
+                           "ncclCommDestroy failed: %s", ncclGetErrorString(r));
+  }
+  c->ncomms = 0;
+  for (int i = 0; i < COLL_NCCL_EVENTS; i++)
+    if (c->slots[i].done) cudaEventDestroy(c->slots[i].done);
+  if (c->blocking_done) cudaEventDestroy(c->blocking_done);
+  if (c->compute_ready) cudaEventDestroy(c->compute_ready);
+  if (c->own_stream) cudaStreamDestroy(c->own_stream);
+  return err;
+}
+
+/* [Note: aborting NCCL with the job]; runs on whichever thread ends the
+ * job, so it reads only communicators already published (ncomms). */
+static void nccl_abort_hook(void *ctx)
+{
+  CollNccl *c = ctx;
+  int n = atomic_load(&c->ncomms);
+  for (int i = 0; i < n; i++) ncclCommAbort(c->comms[i].nccl);
+}
+
+static int nccl_destroy(void *state)
+{
+  CollNccl *c = state;
+  if (!c) return FSDP_SUCCESS;
+  if (c->hook_added) FsdpErrorRemoveAbortHook(nccl_abort_hook, c);
+  int err = nccl_teardown(c);
+  free(c);
+  if (err) return FsdpErrorTrace(__FILE__, __LINE__, __func__, err);
+  return FSDP_SUCCESS;
+}
+
+static int nccl_create(void **state)
+{
+  *state = NULL;
+  CollNccl *c = calloc(1, sizeof *c);
+  FSDP_CHECK_ALLOC(c, sizeof *c);
+  int err = nccl_setup(c);
+  if (!err) err = FsdpErrorAddAbortHook(nccl_abort_hook, c);
+  if (err) {
+    nccl_destroy(c);
+    return FsdpErrorTrace(__FILE__, __LINE__, __func__, err);
+  }
+  c->hook_added = 1;
+  *state = c;
+  return FSDP_SUCCESS;
+}
+
+static int nccl_set_cuda_streams(void *state, void *comm_stream, void *compute_stream)
+{
+  CollNccl *c = state;
+  c->comm_stream = comm_stream ? (cudaStream_t)comm_stream : c->own_stream;
+  c->compute_stream = (cudaStream_t)compute_stream;
+  return FSDP_SUCCESS;
+}
+
+static void *nccl_cuda_stream(void *state) { return (void *)((CollNccl *)state)->comm_stream; }
+
+static int nccl_attach(void *state, const FsdpGroup *g)
+{
+  if (!g || g->comm == MPI_COMM_NULL)
+    FSDP_ERROR(FSDP_ERR_STATE, "FsdpCollAttach: the %s group has no communicator",
+               FsdpCollGroupName(g));
+  ncclComm_t comm = NULL;
+  FSDP_CALL(nccl_comm_of(state, g, &comm));
+  return FSDP_SUCCESS;
+}
+
+/* Only the COLL_NCCL_EVENTS most recent async collectives have an event
+ * to wait for on the device; older ones are left to the host. */
+static int nccl_wait_device(void *state, FsdpEvent ev, void *cuda_stream, int *handled)
+{
+  CollNccl *c = state;
+  *handled = 0;
+  if (!ev.stream) return FSDP_SUCCESS;
+  for (int i = 0; i < COLL_NCCL_EVENTS; i++) {
+    CollNcclSlot *slot = &c->slots[i];
+    if (slot->used && slot->ev.stream == ev.stream && slot->ev.seq == ev.seq) {
+      FSDP_CALL_CUDA(cudaStreamWaitEvent((cudaStream_t)cuda_stream, slot->done, 0));
+      *handled = 1;
+      return FSDP_SUCCESS;
+    }
+  }
+  return FSDP_SUCCESS;
+}
+
+static const CollBackendOps coll_ops_nccl = {
+    .name = "NCCL",
+    .create = nccl_create,
+    .destroy = nccl_destroy,
+    .all_gather = nccl_all_gather,
+    .reduce_scatter = nccl_reduce_scatter,
+    .all_reduce = nccl_all_reduce,
+    .issue_async = nccl_issue_async,
+    .set_cuda_streams = nccl_set_cuda_streams,
+    .cuda_stream = nccl_cuda_stream,
+    .attach = nccl_attach,
+    .wait_device = nccl_wait_device,
+    .nccl_comm_create = nccl_comm_create,
+    .nccl_comm_destroy = nccl_comm_destroy,
+};
+
+const CollBackendOps *FsdpCollNcclOps(void) { return &coll_ops_nccl; }

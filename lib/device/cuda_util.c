@@ -1,0 +1,437 @@
+/* cuda_util.c: GPU detection and selection, streams and events, tagged
+ * device memory and pools (see cuda_util.h).  Built with configure
+ * --with-cuda only; cuda_none.c stands in for it otherwise. */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include "device/cuda_util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device/cuda_call.h"
+
+static char g_probe_msg[256];
+
+const char *FsdpCudaProbeMessage(void) { return g_probe_msg; }
+
+int FsdpCudaBuilt(void) { return 1; }
+
+/* ---- detection and selection --------------------------------------------- */
+
+int FsdpCudaDeviceCount(int *count)
+{
+  if (!count) FSDP_ERROR(FSDP_ERR_INTERNAL, "FsdpCudaDeviceCount: NULL count");
+  *count = 0;
+  g_probe_msg[0] = '\0';
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    /* No driver, an old driver, no device, a device in a bad state: all
+     * mean "no usable GPU here", which is an answer, not an error. */
+    snprintf(g_probe_msg, sizeof g_probe_msg, "%s", cudaGetErrorString(e));
+    (void)cudaGetLastError(); /* reset the runtime's last-error slot */
+    return FSDP_SUCCESS;
+  }
+  if (n == 0) snprintf(g_probe_msg, sizeof g_probe_msg, "no CUDA device is visible");
+  *count = n;
+  return FSDP_SUCCESS;
+}
+
+int FsdpCudaDeviceDescribe(int device, char *buf, size_t size)
+{
+  if (!buf || size == 0) return FSDP_SUCCESS;
+  struct cudaDeviceProp p;
+  FSDP_CALL_CUDA(cudaGetDeviceProperties(&p, device));
+  int drv = 0, rt = 0;
+  FSDP_CALL_CUDA(cudaDriverGetVersion(&drv));
+  FSDP_CALL_CUDA(cudaRuntimeGetVersion(&rt));
+  snprintf(buf, size, "%s (sm_%d%d, %.1f GiB, driver %d.%d, runtime %d.%d)", p.name, p.major,
+           p.minor, (double)p.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), drv / 1000,
+           (drv % 1000) / 10, rt / 1000, (rt % 1000) / 10);
+  return FSDP_SUCCESS;
+}
+
+
+/* What the rank with the worst shortage tells everyone (one broadcast). */
+typedef struct {
+  int ranks_on_node, gpus;
+  char host[MPI_MAX_PROCESSOR_NAME];
+  char probe[256];
+} NodeReport;
+
+int FsdpCudaSelectDevice(MPI_Comm comm, int local_rank, int ranks_on_node, int *device)
+{
+  if (device) *device = -1;
+  if (local_rank < 0 || ranks_on_node < 1 || local_rank >= ranks_on_node)
+    FSDP_ERROR(FSDP_ERR_INTERNAL, "FsdpCudaSelectDevice: local rank %d of %d", local_rank,
+               ranks_on_node);
+  int gpus = 0;
+  FSDP_CALL(FsdpCudaDeviceCount(&gpus));
+  /* Agree on the worst node before anyone fails: every rank raises the
+   * same usage error, rank 0 prints it ([Note: usage errors]). */
+  struct {
+    int shortage, rank;
+  } mine, worst;
+  FSDP_CALL_MPI(MPI_Comm_rank(comm, &mine.rank));
+  mine.shortage = ranks_on_node > gpus ? ranks_on_node - gpus : 0;
+  FSDP_CALL_MPI(MPI_Allreduce(&mine, &worst, 1, MPI_2INT, MPI_MAXLOC, comm));
+  if (worst.shortage > 0) {
+    NodeReport rep;
+    memset(&rep, 0, sizeof rep);
+    if (mine.rank == worst.rank) {
+      int len = 0;
+      rep.ranks_on_node = ranks_on_node;
+      rep.gpus = gpus;
+      if (MPI_Get_processor_name(rep.host, &len) != MPI_SUCCESS) snprintf(rep.host, sizeof rep.host, "?");
+      snprintf(rep.probe, sizeof rep.probe, "%s", g_probe_msg);
+    }
+    FSDP_CALL_MPI(MPI_Bcast(&rep, (int)sizeof rep, MPI_BYTE, worst.rank, comm));
+    rep.host[sizeof rep.host - 1] = rep.probe[sizeof rep.probe - 1] = '\0';
+    if (rep.gpus == 0)
+      FSDP_ERROR(FSDP_ERR_USAGE,
+                 "-device cuda: no usable GPU on node %s (%s): run on GPU nodes or use "
+                 "-device cpu",
+                 rep.host, rep.probe[0] ? rep.probe : "no device");
+    FSDP_ERROR(FSDP_ERR_USAGE,
+               "%d ranks on node %s but only %d GPUs: -device cuda uses one GPU per rank; "
+               "start at most %d ranks per node (e.g. mpirun --map-by ppr:%d:node) or use "
+               "-device cpu",
+               rep.ranks_on_node, rep.host, rep.gpus, rep.gpus, rep.gpus);
+  }
+  /* A device that is there but cannot be made current (exclusive mode,
+   * in use, broken) fails on its rank; the others learn it here instead of
+   * hanging in the next collective. */
+  cudaError_t e = cudaSetDevice(local_rank);
+  if (e == cudaSuccess) e = cudaFree(NULL); /* create the context now */
+  int bad = e != cudaSuccess, any_bad = 0;
+  FSDP_CALL_MPI(MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, comm));
+  if (bad)
+    FSDP_ERROR(FSDP_ERR_CUDA, "selecting GPU %d (local rank %d of %d): %s", local_rank,
+               local_rank, ranks_on_node, cudaGetErrorString(e));
+  if (any_bad)
+    FSDP_ERROR(FSDP_ERR_CUDA, "GPU selection failed on another rank (see its message)");
+  if (device) *device = local_rank;
+  return FSDP_SUCCESS;
+}
+
+/* ---- streams and events --------------------------------------------------- */
+
+int FsdpCudaStreamCreate(int high_priority, void **stream)
+{
+  if (!stream) FSDP_ERROR(FSDP_ERR_INTERNAL, "FsdpCudaStreamCreate: NULL stream");
+  *stream = NULL;
+  int lo = 0, hi = 0;
+  FSDP_CALL_CUDA(cudaDeviceGetStreamPriorityRange(&lo, &hi));
+  cudaStream_t s;
+  FSDP_CALL_CUDA(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, high_priority ? hi : lo));
+  *stream = (void *)s;
+  return FSDP_SUCCESS;
+}
+
+int FsdpCudaStreamDestroy(void **stream)
+{
+  if (!stream || !*stream) return FSDP_SUCCESS;
+  cudaStream_t s = (cudaStream_t)*stream;
+  *stream = NULL;
+  FSDP_CALL_CUDA(cudaStreamDestroy(s));
+  return FSDP_SUCCESS;
+}
+
+int FsdpCudaStreamSynchronize(void *stream)
+{
+  FSDP_CALL_CUDA(cudaStreamSynchronize((cudaStream_t)stream));
+  return FSDP_SUCCESS;
+}
+
+int FsdpCudaEventCreate(void **event)
+{
+  if (!event) FSDP_ERROR(FSDP_ERR_INTERNAL, "FsdpCudaEventCreate: NULL event");
+  cudaEvent_t e;
+  FSDP_CALL_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  *event = (void *)e;
+  return FSDP_SUCCESS;
+}
+
+int FsdpCudaEventDestroy(void **event)
+{
+  if (!event || !*event) return FSDP_SUCCESS;
+  cudaEvent_t e = (cudaEvent_t)*event;
+  *event = NULL;
+  FSDP_CALL_CUDA(cudaEventDestroy(e));
+  return FSDP_SUCCESS;
+}
+
+int FsdpCudaEventRecord(void *event, void *stream)
+{
+  FSDP_CALL_CUDA(cudaEventRecord((cudaEvent_t)event, (cudaStream_t)stream));
+  return FSDP_SUCCESS;
+}
+
+int FsdpCudaStreamWaitEvent(void *stream, void *event)
+{
+  FSDP_CALL_CUDA(cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)event, 0));
+  return FSDP_SUCCESS;
+}
+
+int FsdpCudaEventQuery(void *event, int *done)
+{
+  cudaError_t e = cudaEventQuery((cudaEvent_t)event);
+  if (e == cudaErrorNotReady) {
+    *done = 0;
+    return FSDP_SUCCESS;
+  }
+  FSDP_CALL_CUDA(e);
+  *done = 1;
+  return FSDP_SUCCESS;
+}
+
+int FsdpCudaEventSynchronize(void *event)
+{
+  FSDP_CALL_CUDA(cudaEventSynchronize((cudaEvent_t)event));
+  return FSDP_SUCCESS;
+}
+
+/* ---- device memory -------------------------------------------------------- */
+
+/* Blocks of FsdpCudaMalloc, for the size and tag at free.  Allocation is
+ * rare (setup) and happens on the compute thread only, like FsdpMalloc. */
+typedef struct {
+  void *ptr;
+  size_t bytes;
+  FsdpMemTag tag;
+} DevBlock;
+
+static DevBlock *g_blocks;
+static size_t g_nblocks, g_capblocks;
+static FsdpCudaMemStats g_stats;
+
+static void stats_add(FsdpMemTag tag, size_t bytes)
+{
+  g_stats.allocated += bytes;
+  if (g_stats.allocated > g_stats.peak) g_stats.peak = g_stats.allocated;
+  g_stats.tag_allocated[tag] += bytes;
+  if (g_stats.tag_allocated[tag] > g_stats.tag_peak[tag])
+    g_stats.tag_peak[tag] = g_stats.tag_allocated[tag];
+  g_stats.num_allocs++;
+}
+
+static void stats_sub(FsdpMemTag tag, size_t bytes)
+{
+  g_stats.allocated -= bytes;
+  g_stats.tag_allocated[tag] -= bytes;
+}
+
+/* cudaMalloc with one retry after synchronizing the device, counted. */
+static int dev_malloc(FsdpMemTag tag, size_t bytes, void **out)
+{
+  void *p = NULL;
+  cudaError_t e = cudaMalloc(&p, bytes);
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    g_stats.alloc_retries++;
+    cudaDeviceSynchronize();
+    e = cudaMalloc(&p, bytes);
+  }
+  if (e != cudaSuccess && e != cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    FSDP_ERROR(FSDP_ERR_CUDA, "allocating %zu device bytes for %s: %s", bytes,
+               FsdpMemTagName(tag), cudaGetErrorString(e));
+  }
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    g_stats.alloc_failures++;
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    FSDP_ERROR(FSDP_ERR_MEM,
+               "out of device memory allocating %zu bytes for %s: %s (device: %zu of %zu bytes "
+               "free; this process holds %zu)",
+               bytes, FsdpMemTagName(tag), cudaGetErrorString(e), free_b, total_b,
+               g_stats.reserved);
+  }
+  g_stats.reserved += bytes;
+  *out = p;
+  return FSDP_SUCCESS;
+}
+
+int FsdpCudaMalloc(FsdpMemTag tag, size_t bytes, void *ptr)
+{
+  if (!ptr || (int)tag < 0 || tag >= FSDP_MEM_NTAGS)
+    FSDP_ERROR(FSDP_ERR_INTERNAL, "FsdpCudaMalloc: bad arguments");
+  *(void **)ptr = NULL;
+  if (bytes == 0) return FSDP_SUCCESS;
+  if (g_nblocks == g_capblocks) {
+    size_t cap = g_capblocks ? 2 * g_capblocks : 64;
+    DevBlock *nb = realloc(g_blocks, cap * sizeof *nb);
+    FSDP_CHECK_ALLOC(nb, cap * sizeof *nb);
+    g_blocks = nb;
+    g_capblocks = cap;
+  }
+  void *p = NULL;
+  FSDP_CALL(dev_malloc(tag, bytes, &p));
+  /* Zeroed before return: the caller may fill it from any stream next. */
+  cudaError_t e = cudaMemsetAsync(p, 0, bytes, 0);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(0);
+  if (e != cudaSuccess) {
+    cudaFree(p);
+    g_stats.reserved -= bytes;
+    FSDP_ERROR(FSDP_ERR_CUDA, "zeroing %zu device bytes for %s: %s", bytes, FsdpMemTagName(tag),
+               cudaGetErrorString(e));
+  }
+  g_blocks[g_nblocks++] = (DevBlock){p, bytes, tag};
+  stats_add(tag, bytes);
+  *(void **)ptr = p;
+  return FSDP_SUCCESS;
+}
+
+int FsdpCudaFree(void *ptr)
+{
+  if (!ptr || !*(void **)ptr) return FSDP_SUCCESS;
+  void *p = *(void **)ptr;
+  *(void **)ptr = NULL;
+  size_t i = 0;
+  while (i < g_nblocks && g_blocks[i].ptr != p) i++;
+  if (i == g_nblocks)
+    FSDP_ERROR(FSDP_ERR_INTERNAL, "FsdpCudaFree: %p was not allocated by FsdpCudaMalloc", p);
+  DevBlock b = g_blocks[i];
+  g_blocks[i] = g_blocks[--g_nblocks];
+  stats_sub(b.tag, b.bytes);
+  g_stats.reserved -= b.bytes;
+  FSDP_CALL_CUDA(cudaFree(p));
+  if (g_nblocks == 0) {
+    free(g_blocks);
+    g_blocks = NULL;
+    g_capblocks = 0;
+  }
+  return FSDP_SUCCESS;
+}
+
+int FsdpCudaMallocHost(size_t bytes, void *ptr)
+{
+  if (!ptr) FSDP_ERROR(FSDP_ERR_INTERNAL, "FsdpCudaMallocHost: NULL ptr");
+  *(void **)ptr = NULL;
+  if (bytes == 0) return FSDP_SUCCESS;
+  void *p = NULL;
+  cudaError_t e = cudaMallocHost(&p, bytes);
+  if (e != cudaSuccess)
+    FSDP_ERROR(FSDP_ERR_MEM, "out of pinned host memory allocating %zu bytes: %s", bytes,
+               cudaGetErrorString(e));
+  memset(p, 0, bytes);
+  *(void **)ptr = p;
+  return FSDP_SUCCESS;
+}
+
+int FsdpCudaFreeHost(void *ptr)
+{
+  if (!ptr || !*(void **)ptr) return FSDP_SUCCESS;
+  void *p = *(void **)ptr;
+  *(void **)ptr = NULL;
+  FSDP_CALL_CUDA(cudaFreeHost(p));
+  return FSDP_SUCCESS;
+}
+
+int FsdpCudaMemcpyAsync(void *dst, const void *src, size_t bytes, void *stream)
+{
+  if (bytes == 0) return FSDP_SUCCESS;
+  FSDP_CALL_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, (cudaStream_t)stream));
+  return FSDP_SUCCESS;
+}
+
+int FsdpCudaMemsetAsync(void *dst, int value, size_t bytes, void *stream)
+{
+  if (bytes == 0) return FSDP_SUCCESS;
+  FSDP_CALL_CUDA(cudaMemsetAsync(dst, value, bytes, (cudaStream_t)stream));
+  return FSDP_SUCCESS;
+}
+
+/* ---- pools ------------------------------------------------------------------ */
+
+#define POOL_ALIGN ((size_t)256)
+
+struct FsdpCudaPool_ {
+  char *base;
+  size_t size, used;
+  FsdpMemTag tag; /* of the reservation */
+  size_t tag_used[FSDP_MEM_NTAGS];
+};
+
+int FsdpCudaPoolCreate(FsdpMemTag tag, size_t bytes, FsdpCudaPool *out)
+{
+  if (!out || (int)tag < 0 || tag >= FSDP_MEM_NTAGS)
+    FSDP_ERROR(FSDP_ERR_INTERNAL, "FsdpCudaPoolCreate: bad arguments");
+  *out = NULL;
+  FsdpCudaPool p = calloc(1, sizeof *p);
+  FSDP_CHECK_ALLOC(p, sizeof *p);
+  p->tag = tag;
+  p->size = (bytes + POOL_ALIGN - 1) / POOL_ALIGN * POOL_ALIGN;
+  if (p->size) {
+    int err = dev_malloc(tag, p->size, (void **)&p->base);
+    if (err) {
+      free(p);
+      return FsdpErrorTrace(__FILE__, __LINE__, __func__, err);
+    }
+  }
+  *out = p;
+  return FSDP_SUCCESS;
+}
+
+int FsdpCudaPoolAlloc(FsdpCudaPool p, FsdpMemTag tag, size_t bytes, void *ptr)
+{
+  if (!p || !ptr || (int)tag < 0 || tag >= FSDP_MEM_NTAGS)
+    FSDP_ERROR(FSDP_ERR_INTERNAL, "FsdpCudaPoolAlloc: bad arguments");
+  *(void **)ptr = NULL;
+  if (bytes == 0) return FSDP_SUCCESS;
+  size_t need = (bytes + POOL_ALIGN - 1) / POOL_ALIGN * POOL_ALIGN;
+  if (need > p->size - p->used) {
+    g_stats.alloc_failures++;
+    FSDP_ERROR(FSDP_ERR_MEM,
+               "device pool (%s, %zu bytes) cannot hold %zu more bytes for %s (%zu in use): "
+               "the memory plan is wrong",
+               FsdpMemTagName(p->tag), p->size, bytes, FsdpMemTagName(tag), p->used);
+  }
+  *(void **)ptr = p->base + p->used;
+  p->used += need;
+  p->tag_used[tag] += need;
+  stats_add(tag, need);
+  return FSDP_SUCCESS;
+}
+
+int FsdpCudaPoolReset(FsdpCudaPool p)
+{
+  if (!p) return FSDP_SUCCESS;
+  for (int t = 0; t < FSDP_MEM_NTAGS; t++) {
+    stats_sub((FsdpMemTag)t, p->tag_used[t]);
+    p->tag_used[t] = 0;
+  }
+  p->used = 0;
+  return FSDP_SUCCESS;
+}
+
+size_t FsdpCudaPoolUsed(FsdpCudaPool p) { return p ? p->used : 0; }
+size_t FsdpCudaPoolSize(FsdpCudaPool p) { return p ? p->size : 0; }
+
+int FsdpCudaPoolDestroy(FsdpCudaPool *pp)
+{
+  if (!pp || !*pp) return FSDP_SUCCESS;
+  FsdpCudaPool p = *pp;
+  *pp = NULL;
+  FsdpCudaPoolReset(p);
+  g_stats.reserved -= p->size;
+  cudaError_t e = p->base ? cudaFree(p->base) : cudaSuccess;
+  free(p);
+  FSDP_CALL_CUDA(e);
+  return FSDP_SUCCESS;
+}
+
+void FsdpCudaMemGetStats(FsdpCudaMemStats *s)
+{
+  if (s) *s = g_stats;
+}
+
+void FsdpCudaMemResetPeaks(void)
+{
+  g_stats.peak = g_stats.allocated;
+  for (int t = 0; t < FSDP_MEM_NTAGS; t++) g_stats.tag_peak[t] = g_stats.tag_allocated[t];
+}

@@ -1,0 +1,119 @@
+/* cuda_util.h: GPU detection and selection, streams and events, and
+ * tagged device memory with the statistics the run reports (allocated, peak, reserved, allocation
+ * retries and failures).
+ *
+ * The CUDA back-end's own interface (cuda_util.c, built by configure
+ * --with-cuda).  A build without CUDA links cuda_none.c instead, which
+ * keeps only what a caller needs to find out that no GPU is usable:
+ * FsdpCudaBuilt (0), FsdpCudaDeviceCount (0 devices) and
+ * FsdpCudaProbeMessage (why); shared code asks device.h
+ * (FsdpDeviceKindAvailable) and needs none of it.  Handles are void
+ * pointers (cudaStream_t, cudaEvent_t) so that this header needs no CUDA
+ * header; the error adapters for CUDA / cuBLAS / NCCL status codes are in
+ * cuda_call.h (not installed).
+ *
+ * [Note: one GPU per rank] Rank r of a node uses device r (its rank in the
+ * node communicator).  More ranks on a node than GPUs is a usage error
+ * (FsdpCudaSelectDevice), raised on every rank at once so the job stops
+ * instead of hanging; sharing a GPU between ranks belongs to the MPI
+ * backend with host staging, not to NCCL (one NCCL rank per device).
+ */
+#ifndef FSDP_CUDA_UTIL_H
+#define FSDP_CUDA_UTIL_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/error.h"
+#include "base/mem.h"
+#include "device/device.h"
+
+/* 1 if this build has the CUDA back-end (FsdpDeviceKindAvailable). */
+int FsdpCudaBuilt(void);
+
+/* ---- detection and selection --------------------------------------------- */
+
+/* Not collective.  *count = number of usable CUDA devices; 0 (and
+ * FSDP_SUCCESS) when the build has no CUDA, no driver is loaded, the driver
+ * is older than the runtime, or no device is visible.  The reason for a 0
+ * is kept for FsdpCudaProbeMessage. */
+int FsdpCudaDeviceCount(int *count);
+
+/* Why the last FsdpCudaDeviceCount found no device ("" after a success),
+ * e.g. "CUDA driver version is insufficient for CUDA runtime version". */
+const char *FsdpCudaProbeMessage(void);
+
+/* Collective on comm (all ranks of the job, e.g. world).  Picks the device
+ * of this rank, local_rank among ranks_on_node ranks of its node ([Note:
+ * one GPU per rank]), and makes it current (cudaSetDevice).  When any node
+ * has more ranks than GPUs, or no GPU at all, every rank returns the same
+ * FSDP_ERR_USAGE naming the first such node: "4 ranks on node gpu07 but
+ * only 2 GPUs: ...".  *device (may be NULL) gets the device index. */
+int FsdpCudaSelectDevice(MPI_Comm comm, int local_rank, int ranks_on_node, int *device);
+
+/* Not collective.  One line about a device for logs and run files:
+ * "NVIDIA H200 (sm_90, 139.8 GiB, driver 13.0, runtime 13.0)". */
+int FsdpCudaDeviceDescribe(int device, char *buf, size_t size);
+
+/* ---- streams and events (cudaStream_t / cudaEvent_t as void *) ----------- */
+
+/* A non-blocking stream (no implicit sync with the legacy default stream);
+ * high_priority for the communication stream, so collectives are scheduled
+ * ahead of compute kernels that are ready at the same time. */
+int FsdpCudaStreamCreate(int high_priority, void **stream);
+int FsdpCudaStreamDestroy(void **stream); /* accepts NULL; sets it to NULL */
+int FsdpCudaStreamSynchronize(void *stream);
+/* Events without timing (cheapest kind), for ordering streams. */
+int FsdpCudaEventCreate(void **event);
+int FsdpCudaEventDestroy(void **event);
+int FsdpCudaEventRecord(void *event, void *stream);
+/* stream waits on the device for event's last record (the host goes on). */
+int FsdpCudaStreamWaitEvent(void *stream, void *event);
+int FsdpCudaEventQuery(void *event, int *done);
+int FsdpCudaEventSynchronize(void *event);
+
+/* ---- device memory -------------------------------------------------------- */
+
+/* Device memory statistics (device.h: FsdpDeviceMemStats). */
+typedef FsdpDeviceMemStats FsdpCudaMemStats;
+
+/* Not collective.  bytes of device memory under tag, 256-byte aligned,
+ * zeroed (complete on return, so any stream may use the block at once);
+ * *(void **)ptr gets the block (NULL for bytes == 0).  On failure
+ * (after one retry) FSDP_ERR_MEM naming the tag, the size and the free and
+ * total device memory. */
+int FsdpCudaMalloc(FsdpMemTag tag, size_t bytes, void *ptr);
+/* Frees a block of FsdpCudaMalloc; takes &ptr, accepts NULL. */
+int FsdpCudaFree(void *ptr);
+/* Pinned host memory (for device <-> host staging: checkpoints, host
+ * collectives); counted apart from device memory, freed with
+ * FsdpCudaFreeHost. */
+int FsdpCudaMallocHost(size_t bytes, void *ptr);
+int FsdpCudaFreeHost(void *ptr);
+/* Copies of any direction (unified addressing), ordered on stream. */
+int FsdpCudaMemcpyAsync(void *dst, const void *src, size_t bytes, void *stream);
+int FsdpCudaMemsetAsync(void *dst, int value, size_t bytes, void *stream);
+
+/* [Note: device memory planned once] A pool is one cudaMalloc made at
+ * setup, carved by bump allocation into the buffers the plan needs
+ * (shards, the gathered-buffer ring, gradient buffers, activations); it
+ * never frees single blocks, only everything at once (Reset), so it cannot
+ * fragment and a step never calls cudaMalloc.  A request the pool cannot
+ * satisfy is FSDP_ERR_MEM naming the tag, the request and the pool's
+ * size: the plan was wrong, which is a bug to report, not to retry. */
+typedef struct FsdpCudaPool_ *FsdpCudaPool;
+int FsdpCudaPoolCreate(FsdpMemTag tag, size_t bytes, FsdpCudaPool *pool);
+/* 256-byte aligned, not zeroed. */
+int FsdpCudaPoolAlloc(FsdpCudaPool pool, FsdpMemTag tag, size_t bytes, void *ptr);
+int FsdpCudaPoolReset(FsdpCudaPool pool); /* every block of the pool is free */
+size_t FsdpCudaPoolUsed(FsdpCudaPool pool);
+size_t FsdpCudaPoolSize(FsdpCudaPool pool);
+int FsdpCudaPoolDestroy(FsdpCudaPool *pool);
+
+/* Statistics over FsdpCudaMalloc and the pools (pool blocks count as
+ * allocated under their tag; the pool's whole size as reserved). */
+void FsdpCudaMemGetStats(FsdpCudaMemStats *s);
+void FsdpCudaMemResetPeaks(void);
+
+#endif

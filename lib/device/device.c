@@ -1,0 +1,127 @@
+/* device.c: device.h over the back-end chosen at set-up ([Note: one file
+ * per back-end] in device_backend.h). */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include "device/device.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "device/device_backend.h"
+
+/* Before FsdpDeviceSetUp (and after Finalize) buffers live on the CPU. */
+static FsdpDeviceKind g_kind = FSDP_DEVICE_CPU;
+static const FsdpDeviceBackend *g_backend = NULL; /* NULL: the CPU's */
+
+/* What -device calls each kind and what configure calls its back-end,
+ * for the message when a kind is not built. */
+static const struct {
+  const char *option, *name;
+} kKindNames[] = {[FSDP_DEVICE_CPU] = {"cpu", "CPU"}, [FSDP_DEVICE_CUDA] = {"cuda", "CUDA"}};
+
+static const FsdpDeviceBackend *BackendOf(FsdpDeviceKind kind)
+{
+  switch (kind) {
+  case FSDP_DEVICE_CPU: return FsdpDeviceCpuBackend();
+  case FSDP_DEVICE_CUDA: return FsdpDeviceCudaBackend();
+  }
+  return NULL;
+}
+
+static const FsdpDeviceBackend *Current(void)
+{
+  return g_backend ? g_backend : FsdpDeviceCpuBackend();
+}
+
+int FsdpDeviceKindAvailable(FsdpDeviceKind kind) { return BackendOf(kind) != NULL; }
+
+int FsdpDeviceSetUp(FsdpDeviceKind kind, FsdpTopo topo)
+{
+  if ((int)kind < 0 || kind > FSDP_DEVICE_CUDA)
+    FSDP_ERROR(FSDP_ERR_INTERNAL, "FsdpDeviceSetUp: unknown device kind %d", (int)kind);
+  const FsdpDeviceBackend *b = BackendOf(kind);
+  /* Every rank asks for the same kind, so every rank raises this. */
+  if (!b)
+    FSDP_ERROR(FSDP_ERR_USAGE,
+               "option -device %s: this build has no %s back-end (configure --with-%s); use "
+               "-device cpu",
+               kKindNames[kind].option, kKindNames[kind].name, kKindNames[kind].option);
+  FSDP_CALL(b->set_up(topo));
+  g_kind = kind;
+  g_backend = b;
+  return FSDP_SUCCESS;
+}
+
+int FsdpDeviceFinalize(void)
+{
+  const FsdpDeviceBackend *b = Current();
+  g_kind = FSDP_DEVICE_CPU;
+  g_backend = NULL;
+  FSDP_CALL(b->finalize());
+  return FSDP_SUCCESS;
+}
+
+FsdpDeviceKind FsdpDeviceGetKind(void) { return g_kind; }
+void *FsdpDeviceComputeStream(void) { return Current()->compute_stream(); }
+const FsdpKernelOps *FsdpDeviceKernels(void) { return Current()->kernels(); }
+int FsdpDeviceDescribe(char *buf, size_t size) { return Current()->describe(buf, size); }
+
+int FsdpDeviceGetMemStats(FsdpDeviceMemStats *s)
+{
+  if (!s) return 0;
+  memset(s, 0, sizeof *s);
+  return Current()->mem_stats(s);
+}
+
+int FsdpDeviceAlloc(FsdpMemTag tag, size_t bytes, void *ptr)
+{
+  return Current()->alloc(tag, bytes, ptr);
+}
+
+int FsdpDeviceFree(void *ptr) { return Current()->free(ptr); }
+
+int FsdpDeviceZero(void *p, size_t bytes)
+{
+  if (!p || !bytes) return FSDP_SUCCESS;
+  return Current()->zero(p, bytes);
+}
+
+int FsdpDeviceCopyToHost(void *dst, const void *src, size_t bytes)
+{
+  if (!bytes) return FSDP_SUCCESS;
+  return Current()->copy(dst, src, bytes);
+}
+
+int FsdpDeviceCopyFromHost(void *dst, const void *src, size_t bytes)
+{
+  if (!bytes) return FSDP_SUCCESS;
+  return Current()->copy(dst, src, bytes);
+}
+
+int FsdpDeviceCastFromFloat(FsdpDtype to, const float *src, void *dst, size_t n)
+{
+  return Current()->cast_from_float(to, src, dst, n);
+}
+
+int FsdpDeviceCastToFloat(FsdpDtype from, const void *src, float *dst, size_t n)
+{
+  return Current()->cast_to_float(from, src, dst, n);
+}
+
+int FsdpDeviceAddScaled(float *dst, const void *src, FsdpDtype dt, float scale, size_t n)
+{
+  return Current()->add_scaled(dst, src, dt, scale, n);
+}
+
+int FsdpDeviceAnyNonFinite(const float *x, size_t n, int *bad)
+{
+  *bad = 0;
+  if (!n) return FSDP_SUCCESS;
+  return Current()->any_nonfinite(x, n, bad);
+}
+
+int FsdpDeviceCheck(void) { return Current()->check(); }
+int FsdpDeviceSynchronize(void) { return Current()->synchronize(); }

@@ -1,0 +1,97 @@
+/* device.h: where a rank's buffers live and the few buffer operations the
+ * runtime, the model and the optimizer do outside the compute kernels
+ * (zeroing, copies to and from the host, dtype casts, landing reduced
+ * gradients, the overflow check).
+ *
+ * One device per process (one GPU per rank, or the CPU), chosen once by
+ * FsdpDeviceSetUp: every FsdpDevice* call then acts on it.  With the CPU
+ * these are plain memory operations; with CUDA they are launches on the
+ * compute stream (asynchronous; copies to the host and the overflow check
+ * wait for it).  The compute kernels come from FsdpDeviceKernels().
+ * Each back-end is one file (device_cpu.c, device_cuda.c: [Note: one file
+ * per back-end] in device_backend.h); which exist is configure's choice,
+ * asked at run time with FsdpDeviceKindAvailable.
+ *
+ * [Note: CUDA streams in the runtime] With CUDA the runtime launches
+ * everything from the compute thread: kernels and casts on the compute
+ * stream, NCCL collectives on the collectives' communication stream, which
+ * first waits on the device for the compute stream (coll_nccl.c, [Note: NCCL
+ * collectives and streams]).  A reduced gradient that must be landed into
+ * the fp32 shard (low-precision reduction, per-micro-step accumulation) is
+ * landed on the compute stream after it waits, on the device, for the
+ * collective.  The compute thread waits on the host only where the CPU
+ * runtime waits (gathered buffer needed, gradient slot reused, end of
+ * backward), through the same FsdpEvents.
+ */
+#ifndef FSDP_DEVICE_H
+#define FSDP_DEVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/dtype.h"
+#include "kernels/kernels.h"
+#include "base/mem.h"
+#include "comm/topo.h"
+
+typedef enum { FSDP_DEVICE_CPU, FSDP_DEVICE_CUDA } FsdpDeviceKind;
+
+/* 1 if this build has the back-end of kind (the CPU always; CUDA with
+ * configure --with-cuda), whether or not a device is usable here. */
+int FsdpDeviceKindAvailable(FsdpDeviceKind kind);
+
+/* Collective on the topology's world.  CPU: nothing to do.  CUDA: picks
+ * the GPU from the rank's position in its node (a usage error on every
+ * rank when a node has more ranks than GPUs, or no GPU, or the build has no
+ * CUDA), creates the compute stream and initializes the kernels. */
+int FsdpDeviceSetUp(FsdpDeviceKind kind, FsdpTopo topo);
+/* Not collective.  Releases what SetUp made; safe without SetUp. */
+int FsdpDeviceFinalize(void);
+
+FsdpDeviceKind FsdpDeviceGetKind(void);
+const FsdpKernelOps *FsdpDeviceKernels(void);
+/* CUDA: the compute stream (cudaStream_t); CPU: NULL. */
+void *FsdpDeviceComputeStream(void);
+/* One line describing the device ("cpu (OpenBLAS core SkylakeX)", GPU name). */
+int FsdpDeviceDescribe(char *buf, size_t size);
+
+/* Device memory statistics of this process, in bytes.  reserved is what
+ * was obtained from the driver (cudaMalloc), allocated what is handed out
+ * (the two differ inside pools); peak is the highest allocated.
+ * alloc_retries counts allocations that failed once and succeeded after
+ * the device was synchronized (freed memory returned); alloc_failures
+ * those that failed for good.  [Note: device memory planned once]
+ * (cuda_util.h): both stay 0 when every buffer is planned before step 1. */
+typedef struct {
+  size_t allocated, peak, reserved;
+  size_t tag_allocated[FSDP_MEM_NTAGS], tag_peak[FSDP_MEM_NTAGS];
+  uint64_t num_allocs, alloc_retries, alloc_failures;
+} FsdpDeviceMemStats;
+
+/* Not collective.  1 and *s filled when the device keeps memory statistics
+ * of its own (CUDA); 0 and *s zeroed on the CPU, whose buffers are host
+ * memory (FsdpMemGetStats). */
+int FsdpDeviceGetMemStats(FsdpDeviceMemStats *s);
+
+/* Zeroed allocation on the device (FsdpMalloc on the CPU); free takes the
+ * address of the pointer and accepts NULL. */
+int FsdpDeviceAlloc(FsdpMemTag tag, size_t bytes, void *ptr);
+int FsdpDeviceFree(void *ptr);
+
+/* Buffer operations on the device, in compute-stream order. */
+int FsdpDeviceZero(void *p, size_t bytes);
+int FsdpDeviceCopyToHost(void *host_dst, const void *dev_src, size_t bytes); /* waits */
+int FsdpDeviceCopyFromHost(void *dev_dst, const void *host_src, size_t bytes);
+int FsdpDeviceCastFromFloat(FsdpDtype to, const float *src, void *dst, size_t n);
+int FsdpDeviceCastToFloat(FsdpDtype from, const void *src, float *dst, size_t n);
+/* dst (fp32) += scale * src (dtype dt). */
+int FsdpDeviceAddScaled(float *dst, const void *src, FsdpDtype dt, float scale, size_t n);
+/* *bad = 1 if any of x[0..n) is inf or NaN (waits). */
+int FsdpDeviceAnyNonFinite(const float *x, size_t n, int *bad);
+/* Report kernel launch errors recorded since the last check, without
+ * waiting (CPU: nothing). */
+int FsdpDeviceCheck(void);
+/* Wait for the compute stream and report launch errors (CPU: nothing). */
+int FsdpDeviceSynchronize(void);
+
+#endif

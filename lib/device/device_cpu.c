@@ -1,0 +1,106 @@
+/* device_cpu.c: the CPU back-end of device.h -- buffers are host memory,
+ * operations are plain loops, the kernels are kernels/cpu. */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "device/device_backend.h"
+
+static int CpuSetUp(FsdpTopo topo)
+{
+  (void)topo;
+  return FSDP_SUCCESS;
+}
+
+static int CpuFinalize(void) { return FSDP_SUCCESS; }
+static void *CpuComputeStream(void) { return NULL; }
+
+static int CpuDescribe(char *buf, size_t size)
+{
+  snprintf(buf, size, "cpu (OpenBLAS core %s)", FsdpKernelsCpuBlasCore());
+  return FSDP_SUCCESS;
+}
+
+static int CpuMemStats(FsdpDeviceMemStats *s)
+{
+  (void)s;
+  return 0;
+}
+
+static int CpuZero(void *p, size_t bytes)
+{
+  memset(p, 0, bytes);
+  return FSDP_SUCCESS;
+}
+
+static int CpuCopy(void *dst, const void *src, size_t bytes)
+{
+  if (dst != src) memcpy(dst, src, bytes);
+  return FSDP_SUCCESS;
+}
+
+static int CpuCastFromFloat(FsdpDtype to, const float *src, void *dst, size_t n)
+{
+  FsdpDtypeFromFloat(to, src, dst, n);
+  return FSDP_SUCCESS;
+}
+
+static int CpuCastToFloat(FsdpDtype from, const void *src, float *dst, size_t n)
+{
+  FsdpDtypeToFloat(from, src, dst, n);
+  return FSDP_SUCCESS;
+}
+
+static int CpuAddScaled(float *dst, const void *src, FsdpDtype dt, float scale, size_t n)
+{
+  if (dt == FSDP_DTYPE_FP32) {
+    const float *s = src;
+    for (size_t i = 0; i < n; i++) dst[i] += scale * s[i];
+  } else {
+    const uint16_t *s = src;
+    if (dt == FSDP_DTYPE_BF16)
+      for (size_t i = 0; i < n; i++) dst[i] += scale * FsdpBf16ToFloat(s[i]);
+    else
+      for (size_t i = 0; i < n; i++) dst[i] += scale * FsdpFp16ToFloat(s[i]);
+  }
+  return FSDP_SUCCESS;
+}
+
+static int CpuAnyNonFinite(const float *x, size_t n, int *bad)
+{
+  for (size_t i = 0; i < n; i++)
+    if (!isfinite(x[i])) {
+      *bad = 1;
+      break;
+    }
+  return FSDP_SUCCESS;
+}
+
+/* Nothing is launched, so there is nothing to check or wait for. */
+static int CpuNothingPending(void) { return FSDP_SUCCESS; }
+
+static const FsdpDeviceBackend kCpuBackend = {
+    .set_up = CpuSetUp,
+    .finalize = CpuFinalize,
+    .kernels = FsdpKernelsCpu,
+    .compute_stream = CpuComputeStream,
+    .describe = CpuDescribe,
+    .alloc = FsdpMalloc,
+    .free = FsdpFree,
+    .zero = CpuZero,
+    .copy = CpuCopy,
+    .cast_from_float = CpuCastFromFloat,
+    .cast_to_float = CpuCastToFloat,
+    .add_scaled = CpuAddScaled,
+    .any_nonfinite = CpuAnyNonFinite,
+    .check = CpuNothingPending,
+    .synchronize = CpuNothingPending,
+    .mem_stats = CpuMemStats,
+};
+
+const FsdpDeviceBackend *FsdpDeviceCpuBackend(void) { return &kCpuBackend; }

@@ -1,0 +1,101 @@
+/* device_cuda.c: the CUDA back-end of device.h (configure --with-cuda):
+ * one GPU per rank (cuda_util.c), operations as launches on the compute
+ * stream, the kernels of kernels/cuda. */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include "base/error.h"
+#include "device/cuda_util.h"
+#include "device/device_backend.h"
+#include "kernels/cuda/kernels_cuda.h"
+
+static int g_gpu = -1;
+static void *g_stream = NULL; /* compute stream (cudaStream_t) */
+static int *g_flag = NULL;    /* device int of the overflow check, allocated once */
+
+static int CudaSetUp(FsdpTopo topo)
+{
+  const FsdpGroup *node = FsdpTopoNode(topo);
+  FSDP_CALL(FsdpCudaSelectDevice(FsdpTopoWorld(topo)->comm, node->rank, node->size, &g_gpu));
+  FSDP_CALL(FsdpCudaStreamCreate(0, &g_stream));
+  FSDP_CALL(FsdpKernelsCudaInit(g_gpu, g_stream));
+  /* allocated here, not per check: nothing is allocated after setup */
+  FSDP_CALL(FsdpCudaMalloc(FSDP_MEM_OTHER, sizeof(int), &g_flag));
+  return FSDP_SUCCESS;
+}
+
+static int CudaFinalize(void)
+{
+  FSDP_CALL(FsdpCudaFree(&g_flag));
+  FsdpKernelsCudaFinalize();
+  FSDP_CALL(FsdpCudaStreamDestroy(&g_stream));
+  return FSDP_SUCCESS;
+}
+
+static void *CudaComputeStream(void) { return g_stream; }
+static int CudaDescribe(char *buf, size_t size) { return FsdpCudaDeviceDescribe(g_gpu, buf, size); }
+
+static int CudaMemStats(FsdpDeviceMemStats *s)
+{
+  FsdpCudaMemGetStats(s);
+  return 1;
+}
+
+static int CudaZero(void *p, size_t bytes) { return FsdpCudaMemsetAsync(p, 0, bytes, g_stream); }
+
+/* Waiting for the stream makes the host side usable (or reusable) on return. */
+static int CudaCopy(void *dst, const void *src, size_t bytes)
+{
+  FSDP_CALL(FsdpCudaMemcpyAsync(dst, src, bytes, g_stream));
+  return FsdpCudaStreamSynchronize(g_stream);
+}
+
+static int CudaCastFromFloat(FsdpDtype to, const float *src, void *dst, size_t n)
+{
+  cast_from_float_cuda(dst, to, src, n);
+  return FSDP_SUCCESS;
+}
+
+static int CudaCastToFloat(FsdpDtype from, const void *src, float *dst, size_t n)
+{
+  cast_to_float_cuda(dst, src, from, n);
+  return FSDP_SUCCESS;
+}
+
+static int CudaAddScaled(float *dst, const void *src, FsdpDtype dt, float scale, size_t n)
+{
+  add_scaled_cuda(dst, src, dt, scale, n);
+  return FSDP_SUCCESS;
+}
+
+static int CudaAnyNonFinite(const float *x, size_t n, int *bad)
+{
+  int host = 0;
+  FSDP_CALL(FsdpCudaMemsetAsync(g_flag, 0, sizeof(int), g_stream));
+  nonfinite_check_cuda(g_flag, x, FSDP_DTYPE_FP32, n);
+  FSDP_CALL(CudaCopy(&host, g_flag, sizeof host));
+  *bad = host != 0;
+  return FSDP_SUCCESS;
+}
+
+static const FsdpDeviceBackend kCudaBackend = {
+    .set_up = CudaSetUp,
+    .finalize = CudaFinalize,
+    .kernels = FsdpKernelsCuda,
+    .compute_stream = CudaComputeStream,
+    .describe = CudaDescribe,
+    .alloc = FsdpCudaMalloc,
+    .free = FsdpCudaFree,
+    .zero = CudaZero,
+    .copy = CudaCopy,
+    .cast_from_float = CudaCastFromFloat,
+    .cast_to_float = CudaCastToFloat,
+    .add_scaled = CudaAddScaled,
+    .any_nonfinite = CudaAnyNonFinite,
+    .check = FsdpKernelsCudaCheck,
+    .synchronize = FsdpKernelsCudaSynchronize,
+    .mem_stats = CudaMemStats,
+};
+
+const FsdpDeviceBackend *FsdpDeviceCudaBackend(void) { return &kCudaBackend; }

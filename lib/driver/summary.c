@@ -1,0 +1,93 @@
+/* summary.c: the JSON summary members fsdp-train and fsdp-plan share (see
+ * summary.h, [Note: one writer for the shared keys]). */
+#include "driver/summary.h"
+
+#include "base/dtype.h"
+#include "base/error.h"
+#include "model/gpt.h"
+
+void FsdpSummaryRunMembers(FsdpJson j, const FsdpTrainOptions *o, const FsdpSummaryTopology *t)
+{
+  FsdpJsonInt(j, "world_size", t->world_size);
+  FsdpJsonInt(j, "sharding_factor", t->sharding_factor);
+  FsdpJsonInt(j, "replica_size", t->replica_size);
+  FsdpJsonInt(j, "ranks_per_node", t->ranks_per_node);
+  FsdpJsonInt(j, "nodes", t->nodes);
+  const GptConfig *c = &o->model;
+  FsdpJsonBeginObject(j, "model");
+  FsdpJsonString(j, "name", o->model_name);
+  FsdpJsonInt(j, "n_layer", c->n_layer);
+  FsdpJsonInt(j, "n_embd", c->n_embd);
+  FsdpJsonInt(j, "n_head", c->n_head);
+  FsdpJsonInt(j, "vocab_size", c->vocab_size);
+  FsdpJsonInt(j, "seq_len", c->seq_len);
+  FsdpJsonInt(j, "param_count", GptConfigParamCount(c));
+  FsdpJsonEndObject(j);
+  const FsdpRuntimeOptions *f = &o->fsdp;
+  FsdpJsonInt(j, "batch_size", o->batch_size);
+  FsdpJsonInt(j, "wrap", o->wrap);
+  FsdpJsonInt(j, "reshard_after_forward", f->reshard_after_forward);
+  FsdpJsonInt(j, "limit_all_gathers", f->limit_all_gathers);
+  FsdpJsonInt(j, "grad_accum", f->grad_accum);
+  FsdpJsonInt(j, "accum_comm", f->accum_comm);
+  FsdpJsonString(j, "prefetch", FsdpPrefetchNames[f->prefetch]);
+}
+
+void FsdpSummaryUnit(FsdpJson j, const char *name, FlatParam fp)
+{
+  FsdpJsonBeginObject(j, NULL);
+  FsdpJsonString(j, "name", name);
+  FsdpJsonInt(j, "numel", FlatParamNumel(fp));
+  FsdpJsonInt(j, "padded_numel", FlatParamPaddedNumel(fp));
+  FsdpJsonInt(j, "shard_numel", FlatParamShardNumel(fp));
+  FsdpJsonEndObject(j);
+}
+
+void FsdpSummaryBeginMemory(FsdpJson j, const FsdpSummaryMemory *m)
+{
+  FsdpJsonBeginObject(j, "memory");
+  FsdpJsonUint(j, "param_shard_bytes", m->param_shard);
+  FsdpJsonUint(j, "grad_shard_bytes", m->grad_shard);
+  FsdpJsonUint(j, "optim_state_bytes", m->optim_state);
+  FsdpJsonUint(j, "gather_buffer_bytes", m->gather_buffer);
+  FsdpJsonUint(j, "grad_buffer_bytes", m->grad_buffer);
+  FsdpJsonUint(j, "compute_buffer_bytes", m->compute_buffer);
+}
+
+void FsdpSummaryBeginComm(FsdpJson j, const FsdpCommCounters *c)
+{
+  static const char *const kKey[FSDP_COLL_NKINDS][2] = {
+      {"all_gather_bytes", "all_gather_calls"},
+      {"reduce_scatter_bytes", "reduce_scatter_calls"},
+      {"all_reduce_bytes", "all_reduce_calls"}};
+  FsdpJsonBeginObject(j, "comm_per_step");
+  for (int k = 0; k < FSDP_COLL_NKINDS; k++) FsdpJsonUint(j, kKey[k][0], c->bytes[k]);
+  for (int k = 0; k < FSDP_COLL_NKINDS; k++) FsdpJsonUint(j, kKey[k][1], c->calls[k]);
+  FsdpJsonUint(j, "intra_node_bytes", c->intra_bytes);
+  FsdpJsonUint(j, "inter_node_bytes", c->inter_bytes);
+}
+
+void FsdpSummaryBeginCommTime(FsdpJson j, int max_gathers_in_flight)
+{
+  FsdpJsonBeginObject(j, "comm_time_per_step");
+  FsdpJsonInt(j, "max_gathers_in_flight", max_gathers_in_flight);
+}
+
+void FsdpSummaryBeginPrecision(FsdpJson j, const FsdpRuntimeOptions *o)
+{
+  FsdpJsonBeginObject(j, "precision");
+  FsdpJsonString(j, "param_dtype", FsdpDtypeNames[o->param_dtype]);
+  FsdpJsonString(j, "reduce_dtype", FsdpDtypeNames[o->reduce_dtype]);
+}
+
+int FsdpSummaryPrint(FsdpJson *pj, FILE *out)
+{
+  int err = FsdpJsonFinish(*pj);
+  if (!err) {
+    fprintf(out, "%s\n", FsdpJsonText(*pj));
+    fflush(out);
+  }
+  FSDP_CALL(FsdpJsonDestroy(pj));
+  FSDP_CALL(err);
+  return FSDP_SUCCESS;
+}

@@ -1,0 +1,483 @@
+/* train.c: the training driver (see train.h). */
+#include "driver/train.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device/device.h"
+#include "base/error.h"
+#include "kernels/kernels.h"
+#include "base/mem.h"
+#include "driver/summary.h"
+
+static const char *const kSummaryNames[] = {"text", "json", NULL};
+static const char *const kDeviceNames[] = {"cpu", "cuda", NULL};
+
+struct FsdpTrainer_ {
+  MPI_Comm comm;
+  FsdpTrainOptions o;
+  int rank, W;
+  FsdpTopo topo;
+  FsdpColl coll;
+  FsdpRuntime rt;
+  GptModel model;
+  FsdpModelDesc desc; /* what checkpoints and the run file record and compare */
+  FsdpData data;
+  FsdpOptim optim;
+  const FsdpKernelOps *k;
+  int B, T;
+  int *inputs, *targets;
+  int64_t step;        /* optimizer steps done */
+  double *losses;      /* per step */
+  double *step_ms;     /* per step */
+  double last_norm, last_lr;
+  FsdpCommCounters comm_total;
+  FsdpTrace trace;
+  double exposed_s, busy_s;      /* summed over steps */
+  int scaler_on;                 /* fp16 anywhere: the sharded gradient scaler runs */
+  double scale;                  /* current loss scale */
+  int64_t good_steps, skipped;   /* scaler bookkeeping */
+  int64_t first_step;            /* 0, or the step resumed from */
+  int64_t data_base;             /* micro-batches consumed before first_step */
+  uint64_t last_intra, last_inter; /* this step's node-local / cross-node bytes */
+  FsdpMetrics metrics;
+  int device_set; /* FsdpDeviceSetUp succeeded: finalize at destroy */
+};
+
+int FsdpTrainOptionsFromDb(FsdpOpts db, FsdpTrainOptions *o)
+{
+  memset(o, 0, sizeof *o);
+  int64_t v;
+  int idx = 0;
+  const char *g = "Training";
+  FSDP_CALL(FsdpTopoOptionsFromDb(db, &o->topo));
+  FSDP_CALL(GptConfigFromDb(db, &o->model));
+  FSDP_CALL(FsdpOptsGetEnum(db, "Model", "model", "model preset", GptPresetNames, 1, &idx));
+  snprintf(o->model_name, sizeof o->model_name, "%s", GptPresetNames[idx]);
+  FSDP_CALL(FsdpOptsGetInt(db, "FSDP", "wrap", "transformer blocks per FSDP unit", 1, 1, 1 << 20, &v));
+  o->wrap = (int)v;
+  FSDP_CALL(FsdpRuntimeOptionsFromDb(db, &o->fsdp));
+  FSDP_CALL(FsdpOptimOptionsFromDb(db, &o->optim));
+  FSDP_CALL(FsdpOptsGetInt(db, g, "batch_size", "sequences per rank per micro-step (B)", 4, 1,
+                           1 << 24, &v));
+  o->batch_size = (int)v;
+  FSDP_CALL(FsdpOptsGetInt(db, g, "steps", "optimizer steps to run", 300, 1, INT64_MAX / 4, &o->steps));
+  FSDP_CALL(FsdpOptsGetInt(db, g, "seed", "seed of initialization and the built-in task", 1337, 0,
+                           INT64_MAX, &o->seed));
+  FSDP_CALL(FsdpOptsGetInt(db, g, "log_every", "print a progress line every N steps (0 = never)", 10,
+                           0, INT64_MAX / 4, &v));
+  o->log_every = (int)v;
+  FSDP_CALL(FsdpOptsGetString(db, g, "data", "token file in llm.c .bin layout (default: built-in task)",
+                              NULL, &o->data));
+  if (o->data && !o->data[0]) o->data = NULL;
+  FSDP_CALL(FsdpOptsGetEnum(db, g, "summary", "final summary: text, or json (one JSON object as the "
+                            "last line of stdout)", kSummaryNames, 0, &idx));
+  o->summary = (FsdpSummaryFormat)idx;
+  FSDP_CALL(FsdpOptsGetEnum(db, g, "device", "compute device: cpu, or cuda (needs a CUDA build)",
+                            kDeviceNames, 0, &o->device_cuda));
+  FSDP_CALL(FsdpOptsGetString(db, g, "trace",
+                              "write a timeline (Chrome trace-event JSON, opens in Perfetto) of "
+                              "compute and communication per rank to FILE",
+                              NULL, &o->trace));
+  if (o->trace && !o->trace[0]) o->trace = NULL;
+  FSDP_CALL(FsdpOptsGetDouble(db, "FSDP", "loss_scale",
+                              "initial loss scale of the sharded gradient scaler (used when "
+                              "-param_dtype or -reduce_dtype is fp16)",
+                              65536.0, 1e-30, 1e38, &o->loss_scale));
+  FSDP_CALL(FsdpOptsGetInt(db, "FSDP", "scaler_growth_interval",
+                           "steps without overflow before the loss scale doubles", 200, 1,
+                           INT64_MAX / 4, &o->scaler_growth_interval));
+  FSDP_CALL(FsdpCkptOptionsFromDb(db, &o->ckpt));
+  FSDP_CALL(FsdpMetricsOptionsFromDb(db, &o->metrics));
+  FsdpOptsToString(db, o->options_string, sizeof o->options_string);
+  o->optim.total_steps = o->steps;
+  return FSDP_SUCCESS;
+}
+
+int FsdpTrainerCreate(MPI_Comm comm, const FsdpTrainOptions *o, FsdpTrainer *out)
+{
+  *out = NULL;
+  FsdpTrainer tr = calloc(1, sizeof *tr);
+  FSDP_CHECK_ALLOC(tr, sizeof *tr);
+  *out = tr;
+  tr->comm = comm;
+  tr->o = *o;
+  FSDP_CALL_MPI(MPI_Comm_rank(comm, &tr->rank));
+  FSDP_CALL_MPI(MPI_Comm_size(comm, &tr->W));
+  tr->B = o->batch_size;
+  tr->T = o->model.seq_len;
+  FSDP_CALL(FsdpTopoCreate(comm, &o->topo, &tr->topo));
+  /* the device first: without a usable GPU -device cuda is a usage error
+   * on every rank before anything is allocated */
+  FSDP_CALL(FsdpDeviceSetUp(o->device_cuda ? FSDP_DEVICE_CUDA : FSDP_DEVICE_CPU, tr->topo));
+  tr->device_set = 1;
+  tr->k = FsdpDeviceKernels();
+  if (o->device_cuda) {
+    /* [Note: CUDA streams in the runtime] (device.h) */
+    FSDP_CALL(FsdpCollCreate(FSDP_COLL_BACKEND_NCCL, &tr->coll));
+    FSDP_CALL(FsdpCollSetCudaStreams(tr->coll, NULL, FsdpDeviceComputeStream()));
+    FSDP_CALL(FsdpCollAttach(tr->coll, FsdpTopoShard(tr->topo)));
+    FSDP_CALL(FsdpCollAttach(tr->coll, FsdpTopoReplica(tr->topo)));
+  } else {
+    FSDP_CALL(FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &tr->coll));
+  }
+  FSDP_CALL(GptModelCreate(&o->model, o->wrap, tr->B, tr->T, tr->k, (uint64_t)o->seed, &tr->model));
+  FSDP_CALL(GptConfigDescribe(&o->model, o->model_name, &tr->desc));
+  /* data first: a bad file is a usage error before any big allocation */
+  FSDP_CALL(FsdpDataCreate(comm, o->data, o->model.vocab_size, tr->T, tr->W * tr->B,
+                           (uint64_t)o->seed, &tr->data));
+  FSDP_CALL(FsdpRuntimeCreate(tr->topo, tr->coll, &o->fsdp, &tr->rt));
+  FSDP_CALL(GptModelRegister(tr->model, tr->rt));
+  FSDP_CALL(FsdpRuntimeSetUp(tr->rt));
+  FSDP_CALL(FsdpRuntimeInitShards(tr->rt, GptModelInit, tr->model));
+  FSDP_CALL(GptModelSetUp(tr->model));
+  FSDP_CALL(FsdpOptimCreate(tr->rt, tr->k, &o->optim, GptParamDecays, &tr->optim));
+  /* the timeline is always measured (exposed comm time for the summary);
+   * events are stored only with -trace */
+  FSDP_CALL(FsdpTraceCreate(comm, o->trace != NULL, &tr->trace));
+  FSDP_CALL(FsdpRuntimeSetTrace(tr->rt, tr->trace));
+  tr->scaler_on = o->fsdp.param_dtype == FSDP_DTYPE_FP16 || o->fsdp.reduce_dtype == FSDP_DTYPE_FP16;
+  tr->scale = tr->scaler_on ? o->loss_scale : 1.0;
+  /* resume: shards, moments and position from a checkpoint written at any
+   * (W, F); validated before anything is modified */
+  char path[4096];
+  int found = 0;
+  FSDP_CALL(FsdpCkptResolveResume(comm, &o->ckpt, path, sizeof path, &found));
+  if (found) {
+    FsdpCkptMeta meta;
+    FSDP_CALL(FsdpCkptLoad(tr->rt, tr->optim, path, &tr->desc, &meta));
+    if (meta.step >= o->steps)
+      FSDP_ERROR(FSDP_ERR_USAGE,
+                 "checkpoint %s is at step %lld, not before -steps %lld: nothing to do (raise "
+                 "-steps)",
+                 path, (long long)meta.step, (long long)o->steps);
+    /* 0: unknown (e.g. weights imported from llm.c) */
+    if (meta.global_batch != 0 && meta.global_batch != (int64_t)tr->W * tr->B * o->fsdp.grad_accum)
+      FsdpWarn(1, "checkpoint %s was written with a global batch of %lld sequences, this run uses "
+                  "%lld: the data order and the trajectory will differ",
+               path, (long long)meta.global_batch,
+               (long long)tr->W * tr->B * o->fsdp.grad_accum);
+    tr->step = tr->first_step = meta.step;
+    tr->data_base = meta.data_position;
+    if (tr->rank == 0) printf("resumed from %s at step %lld\n", path, (long long)meta.step);
+  }
+  if (o->metrics) {
+    char topo[512];
+    FSDP_CALL(FsdpTopoSummary(tr->topo, topo, sizeof topo));
+    FsdpMetricsInfo mi = {o->options_string, topo, &tr->desc,
+                          GptConfigParamCount(&o->model),
+                          (int64_t)tr->W * tr->B * tr->T * o->fsdp.grad_accum};
+    /* a resumed run appends to its run file; a fresh one never overwrites */
+    FSDP_CALL(FsdpMetricsCreate(comm, o->metrics, &mi, found, &tr->metrics));
+  }
+  size_t BT = (size_t)tr->B * tr->T;
+  FSDP_CALL(FsdpMalloc(FSDP_MEM_DATA, BT * sizeof(int), &tr->inputs));
+  FSDP_CALL(FsdpMalloc(FSDP_MEM_DATA, BT * sizeof(int), &tr->targets));
+  tr->losses = calloc((size_t)o->steps + 1, sizeof(double));
+  tr->step_ms = calloc((size_t)o->steps + 1, sizeof(double));
+  FSDP_CHECK_ALLOC(tr->losses, sizeof(double));
+  FSDP_CHECK_ALLOC(tr->step_ms, sizeof(double));
+  return FSDP_SUCCESS;
+}
+
+int FsdpTrainerDestroy(FsdpTrainer *ptr)
+{
+  if (!ptr || !*ptr) return FSDP_SUCCESS;
+  FsdpTrainer tr = *ptr;
+  FSDP_CALL(FsdpMetricsDestroy(&tr->metrics));
+  FSDP_CALL(FsdpOptimDestroy(&tr->optim));
+  FSDP_CALL(FsdpRuntimeDestroy(&tr->rt));
+  FSDP_CALL(FsdpTraceDestroy(&tr->trace));
+  FSDP_CALL(GptModelDestroy(&tr->model));
+  FSDP_CALL(FsdpDataDestroy(&tr->data));
+  FSDP_CALL(FsdpCollDestroy(&tr->coll));
+  if (tr->device_set) FSDP_CALL(FsdpDeviceFinalize());
+  FSDP_CALL(FsdpTopoDestroy(&tr->topo));
+  FSDP_CALL(FsdpFree(&tr->inputs));
+  FSDP_CALL(FsdpFree(&tr->targets));
+  free(tr->losses);
+  free(tr->step_ms);
+  free(tr);
+  *ptr = NULL;
+  return FSDP_SUCCESS;
+}
+
+int FsdpTrainerStep(FsdpTrainer tr, double *loss)
+{
+  if (tr->step >= tr->o.steps)
+    FSDP_ERROR(FSDP_ERR_STATE, "step %lld beyond -steps %lld", (long long)tr->step + 1,
+               (long long)tr->o.steps);
+  double t0 = FsdpWallTime();
+  FsdpCommCounters before;
+  FsdpCollGetCounters(tr->coll, &before);
+  double wait0 = FsdpTraceWaitSeconds(tr->trace), busy0 = FsdpTraceCommBusySeconds(tr->trace);
+  int K = tr->o.fsdp.grad_accum;
+  FsdpRuntimeSetStep(tr->rt, tr->step);
+  FSDP_CALL(FsdpRuntimeZeroGradShards(tr->rt));
+  double l = 0.0;
+  for (int m = 0; m < K; m++) {
+    /* [Note: global batch] (data.h): micro-step m of step s reads global
+     * micro-batch s*K + m, so K micro-steps of B see the samples of one
+     * step of K*B */
+    FSDP_CALL(FsdpDataGetBatch(tr->data, tr->data_base + (tr->step - tr->first_step) * K + m,
+                               tr->rank, tr->W, tr->inputs, tr->targets));
+    FSDP_CALL(GptModelSetBatch(tr->model, tr->inputs, tr->targets));
+    GptModelSetLossScale(tr->model, (float)(tr->scale / K));
+    FSDP_CALL(FsdpRuntimeForwardBackward(tr->rt, tr->model, m, K));
+    l += GptModelLoss(tr->model) / K;
+  }
+  FSDP_CALL(FsdpRuntimeFinishGradients(tr->rt));
+  double tb = FsdpTraceNow(tr->trace);
+  int overflow = 0;
+  if (tr->scaler_on) FSDP_CALL(FsdpOptimCheckOverflow(tr->optim, &overflow));
+  if (overflow) {
+    /* every rank saw the same reduced flag: all skip this step and halve */
+    tr->skipped++;
+    tr->good_steps = 0;
+    tr->scale *= 0.5;
+    tr->last_norm = NAN;
+    tr->last_lr = FsdpOptimLearningRate(&tr->o.optim, tr->step);
+  } else {
+    FsdpOptimSetGradScale(tr->optim, tr->scale);
+    FSDP_CALL(FsdpOptimStep(tr->optim, tr->step, &tr->last_norm, &tr->last_lr));
+    if (tr->scaler_on && ++tr->good_steps >= tr->o.scaler_growth_interval) {
+      tr->scale *= 2.0;
+      tr->good_steps = 0;
+    }
+  }
+  FsdpTraceCompute(tr->trace, overflow ? "optimizer (skipped: overflow)" : "optimizer", "optimizer",
+                   tr->step, -1, tb, FsdpTraceNow(tr->trace));
+  /* the loss is a mean over this rank's samples; the global batch mean is
+   * the mean over ranks (equal batch sizes) */
+  FSDP_CALL(FsdpCollScalarSum(tr->coll, FsdpTopoWorld(tr->topo), &l, 1));
+  l /= tr->W;
+  double t1 = FsdpWallTime();
+  FsdpCommCounters after;
+  FsdpCollGetCounters(tr->coll, &after);
+  for (int k = 0; k < FSDP_COLL_NKINDS; k++) {
+    tr->comm_total.calls[k] += after.calls[k] - before.calls[k];
+    tr->comm_total.bytes[k] += after.bytes[k] - before.bytes[k];
+  }
+  tr->last_intra = after.intra_bytes - before.intra_bytes;
+  tr->last_inter = after.inter_bytes - before.inter_bytes;
+  tr->comm_total.intra_bytes += tr->last_intra;
+  tr->comm_total.inter_bytes += tr->last_inter;
+  tr->comm_total.scalar_calls += after.scalar_calls - before.scalar_calls;
+  tr->exposed_s += FsdpTraceWaitSeconds(tr->trace) - wait0;
+  tr->busy_s += FsdpTraceCommBusySeconds(tr->trace) - busy0;
+  tr->losses[tr->step] = l;
+  tr->step_ms[tr->step] = (t1 - t0) * 1e3;
+  tr->step++;
+  if (loss) *loss = l;
+  if (!isfinite(l))
+    FSDP_ERROR(FSDP_ERR_USAGE, "loss became %f at step %lld: lower -lr or check the data", l,
+               (long long)tr->step);
+  return FSDP_SUCCESS;
+}
+
+static double Median(const double *x, int64_t n)
+{
+  if (n <= 0) return 0.0;
+  double *c = malloc((size_t)n * sizeof *c);
+  if (!c) return 0.0;
+  memcpy(c, x, (size_t)n * sizeof *c);
+  for (int64_t i = 1; i < n; i++) { /* insertion sort: n is small */
+    double v = c[i];
+    int64_t j = i - 1;
+    while (j >= 0 && c[j] > v) { c[j + 1] = c[j]; j--; }
+    c[j + 1] = v;
+  }
+  double m = (n % 2) ? c[n / 2] : 0.5 * (c[n / 2 - 1] + c[n / 2]);
+  free(c);
+  return m;
+}
+
+static void HumanCount(double v, char *buf, size_t n)
+{
+  if (v >= 1e9) snprintf(buf, n, "%.1fG", v / 1e9);
+  else if (v >= 1e6) snprintf(buf, n, "%.1fM", v / 1e6);
+  else if (v >= 1e3) snprintf(buf, n, "%.1fk", v / 1e3);
+  else snprintf(buf, n, "%.0f", v);
+}
+
+int FsdpTrainerRun(FsdpTrainer tr, FILE *out)
+{
+  int64_t tokens_per_step = (int64_t)tr->W * tr->B * tr->T;
+  while (tr->step < tr->o.steps) {
+    double loss = 0.0;
+    FSDP_CALL(FsdpTrainerStep(tr, &loss));
+    int64_t s = tr->step;
+    int log = tr->o.log_every > 0 && (s % tr->o.log_every == 0 || s == tr->first_step + 1 || s == tr->o.steps);
+    double ms = tr->step_ms[s - 1];
+    if (tr->metrics && log) { /* collective: every rank's memory goes into the row */
+      FsdpMetricsRow row = {s, loss, tr->last_lr, tr->last_norm, ms * 1e-3,
+                            tokens_per_step / (ms * 1e-3), (int64_t)tr->last_intra,
+                            (int64_t)tr->last_inter};
+      FSDP_CALL(FsdpMetricsAppendRow(tr->metrics, &row, NULL));
+    }
+    const FsdpCkptOptions *ck = &tr->o.ckpt;
+    if (ck->every > 0 && (s % ck->every == 0 || s == tr->o.steps)) {
+      FsdpCkptMeta m;
+      memset(&m, 0, sizeof m);
+      m.step = s;
+      m.data_position = tr->data_base + (s - tr->first_step) * tr->o.fsdp.grad_accum;
+      m.seed = tr->o.seed;
+      m.global_batch = (int64_t)tr->W * tr->B * tr->o.fsdp.grad_accum;
+      m.model = tr->desc;
+      m.optim = tr->o.optim;
+      char p[4096];
+      double secs = 0.0;
+      FSDP_CALL(FsdpCkptWriteStep(tr->rt, tr->optim, ck, &m, p, sizeof p, &secs));
+      /* "": the save failed and -checkpoint_on_error continue (warned) */
+      int written = p[0] != '\0';
+      if (tr->metrics)
+        FSDP_CALL(FsdpMetricsEvent(tr->metrics, s, written ? "checkpoint" : "ckpt_failed",
+                                   written ? p : ck->dir, secs));
+      if (written && tr->rank == 0 && tr->o.log_every > 0) {
+        fprintf(out, "checkpoint %s written in %.2f s\n", p, secs);
+        fflush(out);
+      }
+    }
+    if (tr->rank == 0 && log) {
+      char tps[32];
+      HumanCount(tokens_per_step / (ms * 1e-3), tps, sizeof tps);
+      fprintf(out, "step %lld/%lld | loss %.4f | lr %.1e | %.1f ms | %s tok/s | mem %.1f MiB\n",
+              (long long)s, (long long)tr->o.steps, loss, tr->last_lr, ms, tps,
+              FsdpMemCurrentTotal() / 1048576.0);
+      fflush(out);
+    }
+  }
+  if (tr->o.trace) {
+    FSDP_CALL(FsdpRuntimeFinishGradients(tr->rt)); /* the stream is idle */
+    FSDP_CALL(FsdpTraceWrite(tr->trace, tr->o.trace));
+    if (tr->rank == 0) fprintf(out, "trace written to %s\n", tr->o.trace);
+  }
+  return FSDP_SUCCESS;
+}
+
+void FsdpTrainerCommTotals(FsdpTrainer tr, FsdpCommCounters *c) { *c = tr->comm_total; }
+
+int FsdpTrainerScaler(FsdpTrainer tr, double *scale, int64_t *skipped)
+{
+  if (scale) *scale = tr->scale;
+  if (skipped) *skipped = tr->skipped;
+  return tr->scaler_on;
+}
+
+void FsdpTrainerCommTimes(FsdpTrainer tr, double *exposed_s, double *busy_s)
+{
+  *exposed_s = tr->exposed_s;
+  *busy_s = tr->busy_s;
+}
+
+FsdpTrace FsdpTrainerTrace(FsdpTrainer tr) { return tr->trace; }
+int64_t FsdpTrainerFirstStep(FsdpTrainer tr) { return tr->first_step; }
+
+int FsdpTrainerSummary(FsdpTrainer tr, FILE *out)
+{
+  FsdpRuntimeMemory mem;
+  FsdpRuntimeGetMemory(tr->rt, &mem);
+  uint64_t peak_p = 0, peak_g = 0;
+  FsdpRuntimePeakUnsharded(tr->rt, &peak_p, &peak_g);
+  /* peak RSS: the largest over ranks is what a node must hold per rank */
+  double rss = (double)FsdpMemPeakRSS();
+  FSDP_CALL(FsdpCollScalarMax(tr->coll, FsdpTopoWorld(tr->topo), &rss, 1));
+  if (tr->rank != 0) return FSDP_SUCCESS;
+  /* this job's steps: a resumed run starts at first_step */
+  int64_t n = tr->step - tr->first_step;
+  const double *losses = tr->losses + tr->first_step;
+  double med = Median(tr->step_ms + tr->first_step, n);
+  double tokens_per_s =
+      med > 0 ? (double)tr->W * tr->B * tr->T * tr->o.fsdp.grad_accum / (med * 1e-3) : 0.0;
+  const GptConfig *c = &tr->o.model;
+  uint64_t steps = n > 0 ? (uint64_t)n : 1;
+  const FsdpCommCounters *ct = &tr->comm_total;
+  if (tr->o.summary == FSDP_SUMMARY_TEXT) {
+    fprintf(out,
+            "summary: %lld steps | final loss %.4f | median step %.1f ms | %.0f tok/s | W %d F %d "
+            "R %d | params %lld | shard %.2f MiB/rank | gather buffers %.2f MiB/rank\n",
+            (long long)n, n ? losses[n - 1] : 0.0, med, tokens_per_s,
+            tr->W, FsdpTopoShard(tr->topo)->size, FsdpTopoReplica(tr->topo)->size,
+            (long long)GptConfigParamCount(c), mem.param_shard_bytes / 1048576.0,
+            mem.gather_buffer_bytes / 1048576.0);
+    return FSDP_SUCCESS;
+  }
+  /* [Note: one writer for the shared keys] (summary.h): the members
+   * fsdp-plan also writes come from there, this run's own follow them */
+  FsdpJson j = NULL;
+  FSDP_CALL(FsdpJsonCreate(&j));
+  FsdpJsonBeginObject(j, NULL);
+  FsdpSummaryTopology topo = {tr->W, FsdpTopoShard(tr->topo)->size,
+                              FsdpTopoReplica(tr->topo)->size, FsdpTopoRanksPerNode(tr->topo),
+                              FsdpTopoNumNodes(tr->topo)};
+  FsdpSummaryRunMembers(j, &tr->o, &topo);
+  FsdpJsonBeginArray(j, "units");
+  for (int u = 0; u < FsdpRuntimeNumUnits(tr->rt); u++)
+    FsdpSummaryUnit(j, FsdpRuntimeUnitName(tr->rt, u), FsdpRuntimeUnitFlatParam(tr->rt, u));
+  FsdpJsonEndArray(j);
+  FsdpJsonInt(j, "first_step", tr->first_step);
+  FsdpJsonInt(j, "steps", n);
+  FsdpJsonBeginArray(j, "losses");
+  for (int64_t i = 0; i < n; i++) FsdpJsonReal(j, NULL, losses[i]);
+  FsdpJsonEndArray(j);
+  FsdpJsonReal(j, "final_loss", n ? losses[n - 1] : 0.0);
+  FsdpJsonReal(j, "step_time_ms_median", med);
+  FsdpJsonReal(j, "tokens_per_s", tokens_per_s);
+  FsdpSummaryMemory sm = {mem.param_shard_bytes,   mem.grad_shard_bytes,
+                          FsdpOptimStateBytes(tr->optim), mem.gather_buffer_bytes,
+                          mem.grad_buffer_bytes,   mem.compute_buffer_bytes};
+  FsdpSummaryBeginMemory(j, &sm);
+  FsdpJsonUint(j, "peak_unsharded_param_bytes", peak_p);
+  FsdpJsonUint(j, "peak_unsharded_grad_bytes", peak_g);
+  FsdpJsonUint(j, "peak_rss_bytes", (uint64_t)rss);
+  FsdpJsonEndObject(j);
+  FsdpCommCounters per_step = *ct;
+  for (int k = 0; k < FSDP_COLL_NKINDS; k++) {
+    per_step.bytes[k] /= steps;
+    per_step.calls[k] /= steps;
+  }
+  per_step.intra_bytes /= steps;
+  per_step.inter_bytes /= steps;
+  per_step.scalar_calls /= steps;
+  FsdpSummaryBeginComm(j, &per_step);
+  FsdpJsonUint(j, "scalar_calls", per_step.scalar_calls);
+  FsdpJsonEndObject(j);
+  FsdpSummaryBeginCommTime(j, FsdpTraceMaxInFlight(tr->trace));
+  FsdpJsonReal(j, "exposed_ms", tr->exposed_s * 1e3 / steps);
+  FsdpJsonReal(j, "busy_ms", tr->busy_s * 1e3 / steps);
+  FsdpJsonReal(j, "overlap_fraction",
+               tr->busy_s > 0 ? fmax(0.0, 1.0 - tr->exposed_s / tr->busy_s) : 0.0);
+  FsdpJsonEndObject(j);
+  FsdpSummaryBeginPrecision(j, &tr->o.fsdp);
+  FsdpJsonReal(j, "loss_scale", tr->scale);
+  FsdpJsonInt(j, "skipped_steps", tr->skipped);
+  FsdpJsonEndObject(j);
+  FsdpDeviceMemStats cs;
+  if (FsdpDeviceGetMemStats(&cs)) {
+    /* memory planned before step 1 never needs a retry: show it */
+    FsdpJsonBeginObject(j, "device_memory");
+    FsdpJsonUint(j, "allocated_bytes", cs.allocated);
+    FsdpJsonUint(j, "peak_bytes", cs.peak);
+    FsdpJsonUint(j, "reserved_bytes", cs.reserved);
+    FsdpJsonUint(j, "num_allocs", cs.num_allocs);
+    FsdpJsonUint(j, "alloc_retries", cs.alloc_retries);
+    FsdpJsonUint(j, "alloc_failures", cs.alloc_failures);
+    FsdpJsonEndObject(j);
+  }
+  char dev[256];
+  FsdpDeviceDescribe(dev, sizeof dev);
+  FsdpJsonString(j, "device", dev);
+  FsdpJsonString(j, "blas_core", FsdpKernelsCpuBlasCore());
+  FsdpJsonEndObject(j);
+  FSDP_CALL(FsdpSummaryPrint(&j, out));
+  return FSDP_SUCCESS;
+}
+
+FsdpRuntime FsdpTrainerRuntime(FsdpTrainer tr) { return tr->rt; }
+GptModel FsdpTrainerModel(FsdpTrainer tr) { return tr->model; }
+FsdpOptim FsdpTrainerOptim(FsdpTrainer tr) { return tr->optim; }
+FsdpTopo FsdpTrainerTopo(FsdpTrainer tr) { return tr->topo; }
+int64_t FsdpTrainerStepsDone(FsdpTrainer tr) { return tr->step; }
+const double *FsdpTrainerLosses(FsdpTrainer tr) { return tr->losses; }
+double FsdpTrainerLastGradNorm(FsdpTrainer tr) { return tr->last_norm; }

@@ -1,0 +1,85 @@
+/* train.h: the training driver -- options -> topology -> model -> runtime
+ * -> loop -> summary (DESIGN §1).  fsdp-train is a thin main() around it;
+ * tests drive it directly on any communicator (e.g. MPI_COMM_SELF for a
+ * one-rank reference inside a 4-rank test). */
+#ifndef FSDP_TRAIN_H
+#define FSDP_TRAIN_H
+
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "io/ckpt.h"
+#include "comm/coll.h"
+#include "io/data.h"
+#include "io/metrics.h"
+#include "runtime/fsdp.h"
+#include "model/gpt.h"
+#include "runtime/optim.h"
+#include "comm/topo.h"
+
+typedef enum { FSDP_SUMMARY_TEXT, FSDP_SUMMARY_JSON } FsdpSummaryFormat;
+
+typedef struct {
+  FsdpTopoOptions topo;
+  FsdpRuntimeOptions fsdp;
+  FsdpOptimOptions optim;
+  GptConfig model;
+  char model_name[32];
+  int wrap, batch_size, log_every;
+  int64_t steps, seed;
+  const char *data; /* NULL: built-in task */
+  FsdpSummaryFormat summary;
+  int device_cuda;
+  const char *trace;          /* -trace FILE: Chrome trace-event timeline */
+  double loss_scale;          /* -loss_scale: initial fp16 loss scale */
+  int64_t scaler_growth_interval; /* -scaler_growth_interval: good steps before doubling */
+  FsdpCkptOptions ckpt;       /* -checkpoint_dir -checkpoint_every -checkpoint_keep -resume */
+  const char *metrics;        /* -metrics FILE: HDF5 run file */
+  char options_string[4096];  /* the options as given, for the run file */
+} FsdpTrainOptions;
+
+/* Not collective.  Reads every option of every component (so -help lists
+ * them all and FsdpOptsCheckUnknown can run afterwards). */
+int FsdpTrainOptionsFromDb(FsdpOpts db, FsdpTrainOptions *o);
+
+typedef struct FsdpTrainer_ *FsdpTrainer;
+
+/* Collective on comm.  Builds topology, model, runtime, data, optimizer,
+ * and initializes the parameter shards. */
+int FsdpTrainerCreate(MPI_Comm comm, const FsdpTrainOptions *o, FsdpTrainer *tr);
+/* Collective on comm. */
+int FsdpTrainerDestroy(FsdpTrainer *tr);
+
+/* Collective on comm.  One optimizer step; *loss gets the mean loss over
+ * the global batch (same on every rank). */
+int FsdpTrainerStep(FsdpTrainer tr, double *loss);
+
+/* Collective on comm.  Run o->steps steps, printing progress on rank 0
+ * every log_every steps to out. */
+int FsdpTrainerRun(FsdpTrainer tr, FILE *out);
+
+/* Collective on comm.  Rank 0 prints the summary (text, or one JSON line). */
+int FsdpTrainerSummary(FsdpTrainer tr, FILE *out);
+
+FsdpRuntime FsdpTrainerRuntime(FsdpTrainer tr);
+GptModel FsdpTrainerModel(FsdpTrainer tr);
+FsdpOptim FsdpTrainerOptim(FsdpTrainer tr);
+FsdpTopo FsdpTrainerTopo(FsdpTrainer tr);
+int64_t FsdpTrainerStepsDone(FsdpTrainer tr);
+const double *FsdpTrainerLosses(FsdpTrainer tr);
+double FsdpTrainerLastGradNorm(FsdpTrainer tr);
+/* Collective counters summed over the steps run so far (rank-local). */
+void FsdpTrainerCommTotals(FsdpTrainer tr, FsdpCommCounters *c);
+
+/* The sharded gradient scaler (fp16): whether it is active, its current
+ * scale and how many steps it skipped for an overflow. */
+int FsdpTrainerScaler(FsdpTrainer tr, double *scale, int64_t *skipped);
+/* Exposed communication (compute thread blocked on the stream) and stream
+ * busy time, seconds summed over the steps so far (rank-local). */
+void FsdpTrainerCommTimes(FsdpTrainer tr, double *exposed_s, double *busy_s);
+FsdpTrace FsdpTrainerTrace(FsdpTrainer tr);
+/* Step the run started from (0, or the resumed checkpoint's step). */
+int64_t FsdpTrainerFirstStep(FsdpTrainer tr);
+
+#endif

@@ -1,0 +1,239 @@
+/* ckpt.h: reshardable checkpoints in parallel HDF5 (DESIGN §4 "Files").
+ *
+ * File layout (format version FSDP_CKPT_VERSION; h5dump / h5py readable):
+ *   /                      attributes: format_version, program, created
+ *                          (ISO 8601), step, data_position, seed,
+ *                          global_batch, world_size, sharding_factor,
+ *                          ranks_per_node (the topology it was written at:
+ *                          informational, a checkpoint loads at any)
+ *   /model                 attributes: name (the preset), family
+ *                          ("gpt2"), the model description's attributes
+ *                          (model.h; GPT: n_layer, n_embd, n_head,
+ *                          vocab_size, seq_len, integers), num_parameters
+ *                          (tensors).  Every /model attribute but name,
+ *                          family and num_parameters belongs to the
+ *                          description: an integer, a float or a string.
+ *                          A file without family (written before there
+ *                          were families) is a gpt2 model.
+ *   /model/<name>          one fp32 dataset per original parameter, in its
+ *                          full logical shape (e.g. /model/wte [V, C])
+ *   /optim                 attributes: type ("adamw"), step_count (AdamW t,
+ *                          for bias correction), lr, lr_min, weight_decay,
+ *                          beta1, beta2, eps, grad_clip, warmup, total_steps
+ *   /optim/exp_avg/<name>     AdamW first moment, same shape as the parameter
+ *   /optim/exp_avg_sq/<name>  second moment
+ * Parameter names do not depend on -wrap, W or F: the same file loads at
+ * any world size, sharding factor, ranks per node and unit wrapping.
+ *
+ * [Note: checkpoint I/O] A shard is a contiguous range of a unit's flat
+ * parameter, so on each rank a parameter contributes at most one
+ * contiguous flat range (a piece, flatparam.h).  Every rank writes and
+ * reads exactly its pieces: the flat range is selected in the dataset's
+ * logical shape as a union of hyperslabs (partial first row, full middle
+ * rows, partial last row, recursively for higher ranks), which HDF5
+ * iterates in row-major order, i.e. in flat order, against a 1-D memory
+ * space pointing straight into the shard (no staging copy).  All transfers
+ * are collective (H5FD_MPIO_COLLECTIVE, collective metadata too); a rank
+ * with nothing for a dataset takes part with an empty selection.  With
+ * replicas (F < W) the R ranks holding the same shard split it into R
+ * equal sub-ranges and each writes one, so every element is written once
+ * and all W ranks share the write bandwidth.  On load every rank reads its
+ * whole shard (replicas read the same bytes; MPI-IO aggregates them).
+ *
+ * [Note: atomic checkpoints] Save writes `<path>.tmp-XXXXXX` (a unique
+ * name made by rank 0 with mkstemp and broadcast), closes it on every
+ * rank, then rank 0 fsyncs it, renames it to <path> and fsyncs the
+ * directory.  So a file named ckpt_*.h5 is always complete: a job killed
+ * while writing leaves only *.tmp-* files, which FsdpCkptFindLatest
+ * ignores and the next FsdpCkptPrune removes.  A save that fails (a full
+ * disk, an I/O error, on any rank) never hangs: all ranks agree on it,
+ * the temporary file is removed and the previous checkpoints stay as they
+ * were ([Note: failed saves] in ckpt.c).
+ *
+ * [Note: checkpoint validation] Load first validates on rank 0 alone with
+ * serial HDF5 (file exists, opens as HDF5 -- HDF5 refuses a file shorter
+ * than its recorded end, so a truncated copy fails here --, format
+ * version, model description equal to the expected one, every parameter
+ * present with the model's shape and nothing else: FsdpCkptCheck, whose
+ * structured report the trainer and fsdp-ckpt word each their own way),
+ * then broadcasts the
+ * verdict: every rank raises the same FSDP_ERR_USAGE with a message naming
+ * the file and the first problem, and no rank touches its shards or hangs.
+ * Only then do all ranks open the file with MPI-IO and read.  A load never
+ * writes to the file.
+ */
+#ifndef FSDP_CKPT_H
+#define FSDP_CKPT_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/fsdp.h"
+#include "model/model.h"
+#include "base/opts.h"
+#include "runtime/optim.h"
+
+#define FSDP_CKPT_VERSION 1
+
+/* What a checkpoint records besides tensors.  Save reads the fields marked
+ * (in); Load fills all of them from the file. */
+typedef struct {
+  int64_t step;          /* (in) optimizer steps done */
+  int64_t data_position; /* (in) micro-batches consumed: FsdpDataGetBatch's micro_step */
+  int64_t seed;          /* (in) -seed (initialization, built-in task) */
+  int64_t global_batch;  /* (in) sequences per optimizer step (informational) */
+  FsdpModelDesc model;   /* (in) family, preset (informational; stored as
+                            /model "name") and the attributes compared on load */
+  FsdpOptimOptions optim; /* (in) hyperparameters (informational: a resumed
+                             run uses its own options) */
+  int64_t optim_step;    /* AdamW step count: Save takes it from opt, Load
+                            sets it into opt and here */
+  int world_size, sharding_factor, ranks_per_node; /* Save: from the
+                            runtime's topology; Load: as written */
+  int format_version;    /* Load only */
+  char created[40];      /* Load only: ISO 8601 time of writing */
+} FsdpCkptMeta;
+
+/* Collective on the runtime's world (FsdpTopoWorld).  Write every
+ * parameter shard (and, when opt is not NULL, the AdamW moments) to path,
+ * atomically ([Note: atomic checkpoints]); an existing file of that name
+ * is replaced only once the new one is complete.  meta: see above.  When
+ * the file system fails on any rank, every rank returns FSDP_ERR_USAGE
+ * with one message (printed by rank 0: path, errno text, bytes needed and
+ * free) after removing the temporary file. */
+int FsdpCkptSave(FsdpRuntime rt, FsdpOptim opt, const char *path, const FsdpCkptMeta *meta);
+
+/* Collective on the runtime's world.  Validate path against the runtime's
+ * parameters (and expect, when not NULL) as in [Note: checkpoint
+ * validation], then read this rank's shard of every parameter (and of
+ * both moments when opt is not NULL; a file without /optim is then a
+ * usage error) and zero the shard padding; sets opt's step count.  *meta
+ * (may be NULL) gets the file's metadata.  Any problem with the file is
+ * FSDP_ERR_USAGE on every rank, before any shard is modified. */
+int FsdpCkptLoad(FsdpRuntime rt, FsdpOptim opt, const char *path, const FsdpModelDesc *expect,
+                 FsdpCkptMeta *meta);
+
+/* The first problem FsdpCkptCheck found in a checkpoint file. */
+typedef enum {
+  FSDP_CKPT_GOOD = 0,
+  FSDP_CKPT_BAD_FILE,   /* the file or its attributes: text holds the message */
+  FSDP_CKPT_NO_GROUP,   /* group is missing (an /optim one: no optimizer state) */
+  FSDP_CKPT_BAD_GROUP,  /* group is not a readable group */
+  FSDP_CKPT_MISSING,    /* parameter name has no dataset in group */
+  FSDP_CKPT_UNREADABLE, /* group/name is not a readable dataset */
+  FSDP_CKPT_NOT_FLOAT,  /* group/name is not floating-point (elem_size bytes) */
+  FSDP_CKPT_NOT_FP32,   /* floating-point of elem_size != 4 bytes (asked for fp32) */
+  FSDP_CKPT_SHAPE,      /* group/name has shape[ndim], the model want_shape[want_ndim] */
+  FSDP_CKPT_EXTRA,      /* group holds name, which is no parameter of the model */
+  FSDP_CKPT_COUNT       /* group holds entries links for expected parameters */
+} FsdpCkptFinding;
+
+#define FSDP_CKPT_MAX_RANK 32 /* dimensions of a dataset a report can hold (HDF5's) */
+
+typedef struct {
+  FsdpCkptFinding finding;
+  char text[1024];            /* BAD_FILE: the whole message, naming the file */
+  char group[32];             /* "/model", "/optim/exp_avg", "/optim/exp_avg_sq" */
+  char name[FSDP_MAX_NAME + 1]; /* the parameter or the extra entry */
+  int ndim, want_ndim;
+  int64_t shape[FSDP_CKPT_MAX_RANK], want_shape[FSDP_MAX_NDIM];
+  size_t elem_size;
+  int64_t entries, expected;
+} FsdpCkptReport;
+
+/* Which groups FsdpCkptCheck compares with the runtime's parameters. */
+enum {
+  FSDP_CKPT_CHECK_MODEL = 1, /* /model */
+  FSDP_CKPT_CHECK_OPTIM = 2, /* /optim/exp_avg and /optim/exp_avg_sq */
+  FSDP_CKPT_CHECK_FP32 = 4   /* datasets must be 32-bit floats (else any float) */
+};
+
+/* Not collective: serial HDF5, path opened read-only ([Note: checkpoint
+ * validation]).  Opens path and reads its metadata into *meta (may be
+ * NULL); compares the model description with expect (when not NULL);
+ * then, when rt is not NULL, checks that each group named in `checks`
+ * holds exactly the parameters rt registered (FsdpRuntimeUnitSpecs: also
+ * before set-up), with their shapes.  *report gets the first problem
+ * (finding FSDP_CKPT_GOOD: none).  Returns an error code only when it
+ * could not look (out of memory). */
+int FsdpCkptCheck(const char *path, FsdpRuntime rt, const FsdpModelDesc *expect, unsigned checks,
+                  FsdpCkptMeta *meta, FsdpCkptReport *report);
+
+/* Not collective.  The report as the trainer words it (FsdpCkptLoad's
+ * message): "checkpoint <path> has no parameter /model/wte", ... */
+void FsdpCkptReportString(const FsdpCkptReport *r, const char *path, char *buf, size_t size);
+
+/* "[64, 32]" into buf. */
+void FsdpCkptShapeString(int ndim, const int64_t *shape, char *buf, size_t size);
+
+/* Collective on comm.  Rank 0 reads the root, /model and /optim
+ * attributes of path and broadcasts them (no tensors are read).  A
+ * missing, non-HDF5 or non-checkpoint file is FSDP_ERR_USAGE on every
+ * rank.  For tools (fsdp-ckpt info) and resume logic. */
+int FsdpCkptReadMeta(MPI_Comm comm, const char *path, FsdpCkptMeta *meta);
+
+/* Not collective.  "dir/ckpt_%08lld.h5" into buf; FSDP_ERR_USAGE if it
+ * does not fit. */
+int FsdpCkptPath(const char *dir, int64_t step, char *buf, size_t size);
+
+/* Collective on comm.  Newest complete checkpoint in dir: the highest step
+ * among files named exactly ckpt_<digits>.h5 that pass a quick check
+ * (open as HDF5, a format_version this build reads); *.tmp-* files and
+ * files failing the check are skipped (rank 0 warns about the latter).
+ * *found = 0 (and path "") when there is none or dir does not exist. */
+int FsdpCkptFindLatest(MPI_Comm comm, const char *dir, char *path, size_t size, int *found);
+
+/* Collective on comm.  Rank 0 deletes the checkpoints in dir beyond the
+ * `keep` newest by step (keep <= 0 keeps all), counting only files that
+ * pass FsdpCkptFindLatest's quick check (others are left alone), and
+ * leftover *.tmp-* files of interrupted saves.  Call after a save
+ * completed; FsdpCkptWriteStep never deletes the file it just wrote, even
+ * when newer ones exist (a run resumed from an older -resume FILE). */
+int FsdpCkptPrune(MPI_Comm comm, const char *dir, int keep);
+
+/* Options, group "Checkpoint". */
+typedef struct {
+  const char *dir;     /* -checkpoint_dir D (default "checkpoints") */
+  int64_t every;       /* -checkpoint_every K: after every K-th step (0 = never) */
+  int keep;            /* -checkpoint_keep N: newest kept (0 = all) */
+  const char *resume;  /* -resume FILE|auto (NULL: start fresh) */
+  int64_t test_abort;  /* -checkpoint_test_abort N (testing): abort the job
+                          after N datasets of the next checkpoint */
+  int on_error;        /* -checkpoint_on_error stop|continue: what a failed
+                          save does (FSDP_CKPT_ON_ERROR_*) */
+} FsdpCkptOptions;
+
+enum { FSDP_CKPT_ON_ERROR_STOP, FSDP_CKPT_ON_ERROR_CONTINUE };
+
+/* Not collective.  Reads the options above. */
+int FsdpCkptOptionsFromDb(FsdpOpts db, FsdpCkptOptions *o);
+
+/* Collective on comm.  What to resume from: -resume FILE gives FILE
+ * (FsdpCkptLoad validates it); -resume auto gives the newest complete
+ * checkpoint in the directory, or *found = 0 to start fresh when there is
+ * none.  Without -resume, checkpointing (every > 0) into a directory that
+ * already holds checkpoints is a usage error (it would mix two runs and
+ * prune the other's files); *found = 0 otherwise. */
+int FsdpCkptResolveResume(MPI_Comm comm, const FsdpCkptOptions *o, char *path, size_t size,
+                          int *found);
+
+/* Collective on the runtime's world.  Periodic checkpoint: rank 0 creates
+ * o->dir if needed, then FsdpCkptSave to FsdpCkptPath(o->dir, meta->step),
+ * then FsdpCkptPrune(o->keep).  path/size (may be NULL/0) get the file
+ * name, *seconds (may be NULL) the wall time of the whole call.  A save
+ * the file system refused (directory, disk full, I/O error) is, with
+ * o->on_error STOP, FsdpCkptSave's FSDP_ERR_USAGE; with CONTINUE, rank 0
+ * warns once, nothing is pruned, and the call succeeds with path set to
+ * "" (not written). */
+int FsdpCkptWriteStep(FsdpRuntime rt, FsdpOptim opt, const FsdpCkptOptions *o,
+                      const FsdpCkptMeta *meta, char *path, size_t size, double *seconds);
+
+/* Not collective; testing only.  The next saves call MPI_Abort on the
+ * runtime's world after writing this many datasets (0 = off), to emulate
+ * a job killed mid-checkpoint.  (A failed write, e.g. a full disk, is
+ * emulated with the environment variable FSDP_TEST_CKPT_FAULT: [Note:
+ * storage fault injection] in ckpt.c.) */
+void FsdpCkptSetTestAbort(int64_t after_datasets);
+
+#endif

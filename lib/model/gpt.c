@@ -1,0 +1,576 @@
+/* gpt.c: GPT-2 forward and backward as FSDP stages (see gpt.h). */
+#include "model/gpt.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device/device.h"
+#include "base/error.h"
+#include "base/mem.h"
+
+const char *const GptPresetNames[] = {"tiny",     "small",       "gpt2",
+                                      "gpt2-medium", "gpt2-large", "gpt2-xl",
+                                      "gpt-175b", "custom",      NULL};
+
+/* n_layer, n_embd, n_head, vocab_size, seq_len per preset (custom last). */
+static const GptConfig kPresets[] = {
+    {2, 32, 4, 64, 16},          /* tiny: tests */
+    {4, 128, 4, 256, 64},        /* small: the demo */
+    {12, 768, 12, 50257, 1024},  /* gpt2 (124M) */
+    {24, 1024, 16, 50257, 1024}, /* gpt2-medium (350M) */
+    {36, 1280, 20, 50257, 1024}, /* gpt2-large (774M) */
+    {48, 1600, 25, 50257, 1024}, /* gpt2-xl (1.5B) */
+    {96, 12288, 96, 50257, 2048}, /* gpt-175b */
+};
+
+/* Parameters of one block, in registration order (see gpt.h). */
+enum {
+  BLK_LN1W, BLK_LN1B, BLK_QKVW, BLK_QKVB, BLK_ATTPROJW, BLK_ATTPROJB,
+  BLK_LN2W, BLK_LN2B, BLK_FCW, BLK_FCB, BLK_FCPROJW, BLK_FCPROJB, BLK_NPARAMS
+};
+enum { ROOT_WTE, ROOT_WPE, ROOT_LNFW, ROOT_LNFB, ROOT_NPARAMS };
+
+static const char *const kBlockParamNames[BLK_NPARAMS] = {
+    "ln_1.weight",      "ln_1.bias",         "attn.c_attn.weight",
+    "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias",
+    "ln_2.weight",      "ln_2.bias",         "mlp.c_fc.weight",
+    "mlp.c_fc.bias",    "mlp.c_proj.weight", "mlp.c_proj.bias"};
+
+/* Activations of one block kept from forward for backward. */
+typedef struct {
+  float *ln1, *ln1_mean, *ln1_rstd; /* (B,T,C) (B,T) (B,T) */
+  float *qkv;                       /* (B,T,3C) */
+  float *atty;                      /* (B,T,C) */
+  float *preatt, *att;              /* (B,NH,T,T) */
+  float *res2;                      /* (B,T,C) x + attn */
+  float *ln2, *ln2_mean, *ln2_rstd; /* (B,T,C) (B,T) (B,T) */
+  float *fch, *fch_gelu;            /* (B,T,4C) */
+  float *res3;                      /* (B,T,C) block output */
+} BlockActs;
+
+struct GptModel_ {
+  GptConfig cfg;
+  int wrap, B, T, nunits;
+  const FsdpKernelOps *k;
+  uint64_t seed;
+  float loss_scale;
+  /* specs: root then blocks (block i at 1 + i's unit) */
+  FsdpParamSpec root_specs[ROOT_NPARAMS];
+  FsdpParamSpec *unit_specs; /* per block unit: wrap * BLK_NPARAMS */
+  int first_block_stage;     /* stage index of the first block unit */
+  /* batch */
+  int *inputs, *targets; /* (B,T) */
+  /* activations */
+  float *encoded;  /* (B,T,C) */
+  BlockActs *acts; /* per layer */
+  float *lnf, *lnf_mean, *lnf_rstd; /* (B,T,C) (B,T) (B,T) */
+  float *logits, *probs;            /* (B,T,V) */
+  float *losses;                    /* (B,T) */
+  float *losses_host;               /* (B,T) host copy for the mean */
+  double loss;
+  /* backward scratch (shared by all blocks) */
+  float *dres;     /* (B,T,C) gradient flowing down the residual stream */
+  float *dln;      /* (B,T,C) */
+  float *datty;    /* (B,T,C) */
+  float *dqkv;     /* (B,T,3C) */
+  float *dpreatt, *datt; /* (B,NH,T,T) */
+  float *dfch, *dfch_gelu; /* (B,T,4C) */
+  float *dlogits;  /* (B,T,V) */
+};
+
+static void SpecSet(FsdpParamSpec *s, const char *name, int ndim, int64_t d0, int64_t d1)
+{
+  memset(s, 0, sizeof *s);
+  snprintf(s->name, sizeof s->name, "%s", name);
+  s->ndim = ndim;
+  s->shape[0] = d0;
+  s->shape[1] = d1;
+}
+
+int GptConfigValidate(const GptConfig *c)
+{
+  if (c->n_layer < 1) FSDP_ERROR(FSDP_ERR_USAGE, "option -n_layer: %d is not a positive integer", c->n_layer);
+  if (c->n_embd < 1) FSDP_ERROR(FSDP_ERR_USAGE, "option -n_embd: %d is not a positive integer", c->n_embd);
+  if (c->n_head < 1) FSDP_ERROR(FSDP_ERR_USAGE, "option -n_head: %d is not a positive integer", c->n_head);
+  if (c->n_embd % c->n_head != 0)
+    FSDP_ERROR(FSDP_ERR_USAGE,
+               "option -n_embd %d is not divisible by -n_head %d (each head "
+               "gets n_embd/n_head channels)",
+               c->n_embd, c->n_head);
+  if (c->vocab_size < 2 || c->vocab_size > 65536)
+    FSDP_ERROR(FSDP_ERR_USAGE,
+               "option -vocab_size: %d is out of range (expected 2..65536: "
+               "tokens are stored as uint16)",
+               c->vocab_size);
+  if (c->seq_len < 2) FSDP_ERROR(FSDP_ERR_USAGE, "option -seq_len: %d is too small (expected >= 2)", c->seq_len);
+  return FSDP_SUCCESS;
+}
+
+int GptConfigFromDb(FsdpOpts db, GptConfig *cfg)
+{
+  int preset = 0;
+  FSDP_CALL(FsdpOptsGetEnum(db, "Model", "model",
+                            "model preset (custom: set -n_layer -n_embd -n_head -vocab_size -seq_len)",
+                            GptPresetNames, 1, &preset));
+  GptConfig c = kPresets[preset < 7 ? preset : 0];
+  int64_t v;
+  /* Sizes may be overridden for any preset; custom starts from tiny. */
+  FSDP_CALL(FsdpOptsGetInt(db, "Model", "n_layer", "transformer blocks", c.n_layer, 1, 100000, &v));
+  c.n_layer = (int)v;
+  FSDP_CALL(FsdpOptsGetInt(db, "Model", "n_embd", "channels C", c.n_embd, 1, 1 << 20, &v));
+  c.n_embd = (int)v;
+  FSDP_CALL(FsdpOptsGetInt(db, "Model", "n_head", "attention heads (must divide n_embd)", c.n_head, 1, 1 << 16, &v));
+  c.n_head = (int)v;
+  FSDP_CALL(FsdpOptsGetInt(db, "Model", "vocab_size", "vocabulary size V", c.vocab_size, 2, 65536, &v));
+  c.vocab_size = (int)v;
+  FSDP_CALL(FsdpOptsGetInt(db, "Model", "seq_len", "maximum sequence length (positions in wpe)", c.seq_len, 2, 1 << 20, &v));
+  c.seq_len = (int)v;
+  FSDP_CALL(GptConfigValidate(&c));
+  *cfg = c;
+  return FSDP_SUCCESS;
+}
+
+int64_t GptConfigParamCount(const GptConfig *c)
+{
+  int64_t C = c->n_embd, V = c->vocab_size, T = c->seq_len, L = c->n_layer;
+  return V * C + T * C + 2 * C + L * (12 * C * C + 13 * C);
+}
+
+/* ---- initialization ------------------------------------------------------- */
+
+/* [Note: counter-based init] Each element's value is a pure function of
+ * (seed, parameter name, element index): the name is hashed (FNV-1a) and
+ * mixed with the seed into a key, and splitmix64 of (key, index) gives two
+ * uniforms for a Box-Muller normal.  No state is carried from element to
+ * element, so a rank can fill any slice of any parameter -- its shard --
+ * and get the values a one-rank run gets. */
+static uint64_t Mix64(uint64_t z)
+{
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static uint64_t HashName(const char *s)
+{
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+static double NormalAt(uint64_t key, int64_t index)
+{
+  uint64_t a = Mix64(key ^ Mix64(2 * (uint64_t)index));
+  uint64_t b = Mix64(key ^ Mix64(2 * (uint64_t)index + 1));
+  double u1 = ((double)(a >> 11) + 0.5) * (1.0 / 9007199254740992.0); /* (0,1) */
+  double u2 = (double)(b >> 11) * (1.0 / 9007199254740992.0);
+  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+static int EndsWith(const char *s, const char *suffix)
+{
+  size_t n = strlen(s), m = strlen(suffix);
+  return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+int GptModelInit(void *model, const FsdpParamSpec *spec, int64_t start, int64_t count, float *out)
+{
+  GptModel m = (GptModel)model;
+  const char *name = spec->name;
+  if (EndsWith(name, ".bias")) {
+    for (int64_t i = 0; i < count; i++) out[i] = 0.0f;
+    return FSDP_SUCCESS;
+  }
+  if (strstr(name, "ln_") != NULL) { /* ln_1/ln_2/ln_f weights */
+    for (int64_t i = 0; i < count; i++) out[i] = 1.0f;
+    return FSDP_SUCCESS;
+  }
+  double std = 0.02;
+  if (EndsWith(name, "c_proj.weight")) std = 0.02 / sqrt(2.0 * m->cfg.n_layer);
+  uint64_t key = Mix64(m->seed ^ HashName(name));
+  for (int64_t i = 0; i < count; i++) out[i] = (float)(std * NormalAt(key, start + i));
+  return FSDP_SUCCESS;
+}
+
+int GptParamDecays(const char *name, int decay_embeddings)
+{
+  if (EndsWith(name, ".bias")) return 0;
+  if (strstr(name, "ln_") != NULL) return 0;
+  if (strcmp(name, "wte") == 0 || strcmp(name, "wpe") == 0) return decay_embeddings;
+  return 1;
+}
+
+/* ---- model ---------------------------------------------------------------- */
+
+int GptModelCreate(const GptConfig *cfg, int wrap, int B, int T, const FsdpKernelOps *ops,
+                   uint64_t seed, GptModel *out)
+{
+  *out = NULL;
+  FSDP_CALL(GptConfigValidate(cfg));
+  if (wrap < 1) FSDP_ERROR(FSDP_ERR_USAGE, "option -wrap: %d is not a positive integer", wrap);
+  if (B < 1) FSDP_ERROR(FSDP_ERR_USAGE, "option -batch_size: %d is not a positive integer", B);
+  if (T < 1 || T > cfg->seq_len)
+    FSDP_ERROR(FSDP_ERR_USAGE, "sequence length %d must be in [1, seq_len = %d]", T, cfg->seq_len);
+  /* Kernels take the row count B*T as an int ([Note: 64-bit element
+   * counts] in kernels.h); its products with C, 4C and V are size_t. */
+  if ((int64_t)B * T > INT_MAX)
+    FSDP_ERROR(FSDP_ERR_USAGE,
+               "option -batch_size: %d sequences of %d tokens make %lld tokens per rank, "
+               "more than %d",
+               B, T, (long long)B * T, INT_MAX);
+  GptModel m = calloc(1, sizeof *m);
+  FSDP_CHECK_ALLOC(m, sizeof *m);
+  m->cfg = *cfg;
+  m->wrap = wrap;
+  m->B = B;
+  m->T = T;
+  m->k = ops;
+  m->seed = seed;
+  m->loss_scale = 1.0f;
+  int C = cfg->n_embd, L = cfg->n_layer;
+  m->nunits = 1 + (L + wrap - 1) / wrap;
+  SpecSet(&m->root_specs[ROOT_WTE], "wte", 2, cfg->vocab_size, C);
+  SpecSet(&m->root_specs[ROOT_WPE], "wpe", 2, cfg->seq_len, C);
+  SpecSet(&m->root_specs[ROOT_LNFW], "ln_f.weight", 1, C, 0);
+  SpecSet(&m->root_specs[ROOT_LNFB], "ln_f.bias", 1, C, 0);
+  m->unit_specs = calloc((size_t)L * BLK_NPARAMS, sizeof *m->unit_specs);
+  FSDP_CHECK_ALLOC(m->unit_specs, (size_t)L * BLK_NPARAMS * sizeof *m->unit_specs);
+  const int64_t shapes[BLK_NPARAMS][2] = {
+      {C, 0}, {C, 0}, {3 * C, C}, {3 * C, 0}, {C, C}, {C, 0},
+      {C, 0}, {C, 0}, {4 * C, C}, {4 * C, 0}, {C, 4 * C}, {C, 0}};
+  for (int l = 0; l < L; l++)
+    for (int p = 0; p < BLK_NPARAMS; p++) {
+      char name[FSDP_MAX_NAME];
+      snprintf(name, sizeof name, "h.%d.%s", l, kBlockParamNames[p]);
+      SpecSet(&m->unit_specs[l * BLK_NPARAMS + p], name, shapes[p][1] ? 2 : 1, shapes[p][0],
+              shapes[p][1]);
+    }
+  *out = m;
+  return FSDP_SUCCESS;
+}
+
+static int FreeActs(GptModel m)
+{
+  if (m->acts) {
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+      BlockActs *a = &m->acts[l];
+      float **bufs[] = {&a->ln1, &a->ln1_mean, &a->ln1_rstd, &a->qkv, &a->atty, &a->preatt,
+                        &a->att, &a->res2, &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->fch,
+                        &a->fch_gelu, &a->res3};
+      for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) FSDP_CALL(FsdpDeviceFree(bufs[i]));
+    }
+    free(m->acts);
+    m->acts = NULL;
+  }
+  float **bufs[] = {&m->encoded, &m->lnf, &m->lnf_mean, &m->lnf_rstd, &m->logits, &m->probs,
+                    &m->losses, &m->dres, &m->dln, &m->datty, &m->dqkv, &m->dpreatt,
+                    &m->datt, &m->dfch, &m->dfch_gelu, &m->dlogits};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) FSDP_CALL(FsdpDeviceFree(bufs[i]));
+  int **ibufs[] = {&m->inputs, &m->targets};
+  for (size_t i = 0; i < 2; i++) FSDP_CALL(FsdpDeviceFree(ibufs[i]));
+  FSDP_CALL(FsdpFree(&m->losses_host));
+  return FSDP_SUCCESS;
+}
+
+int GptModelDestroy(GptModel *pm)
+{
+  if (!pm || !*pm) return FSDP_SUCCESS;
+  GptModel m = *pm;
+  FSDP_CALL(FreeActs(m));
+  free(m->unit_specs);
+  free(m);
+  *pm = NULL;
+  return FSDP_SUCCESS;
+}
+
+static int Alloc(float **p, size_t n) { return FsdpDeviceAlloc(FSDP_MEM_ACTS, n * sizeof(float), p); }
+
+int GptModelSetUp(GptModel m)
+{
+  size_t B = (size_t)m->B, T = (size_t)m->T, C = (size_t)m->cfg.n_embd;
+  size_t NH = (size_t)m->cfg.n_head, V = (size_t)m->cfg.vocab_size, BT = B * T;
+  if (m->acts) FSDP_ERROR(FSDP_ERR_STATE, "GptModelSetUp called twice");
+  m->acts = calloc((size_t)m->cfg.n_layer, sizeof *m->acts);
+  FSDP_CHECK_ALLOC(m->acts, sizeof *m->acts);
+  for (int l = 0; l < m->cfg.n_layer; l++) {
+    BlockActs *a = &m->acts[l];
+    FSDP_CALL(Alloc(&a->ln1, BT * C));
+    FSDP_CALL(Alloc(&a->ln1_mean, BT));
+    FSDP_CALL(Alloc(&a->ln1_rstd, BT));
+    FSDP_CALL(Alloc(&a->qkv, BT * 3 * C));
+    FSDP_CALL(Alloc(&a->atty, BT * C));
+    FSDP_CALL(Alloc(&a->preatt, B * NH * T * T));
+    FSDP_CALL(Alloc(&a->att, B * NH * T * T));
+    FSDP_CALL(Alloc(&a->res2, BT * C));
+    FSDP_CALL(Alloc(&a->ln2, BT * C));
+    FSDP_CALL(Alloc(&a->ln2_mean, BT));
+    FSDP_CALL(Alloc(&a->ln2_rstd, BT));
+    FSDP_CALL(Alloc(&a->fch, BT * 4 * C));
+    FSDP_CALL(Alloc(&a->fch_gelu, BT * 4 * C));
+    FSDP_CALL(Alloc(&a->res3, BT * C));
+  }
+  FSDP_CALL(Alloc(&m->encoded, BT * C));
+  FSDP_CALL(Alloc(&m->lnf, BT * C));
+  FSDP_CALL(Alloc(&m->lnf_mean, BT));
+  FSDP_CALL(Alloc(&m->lnf_rstd, BT));
+  FSDP_CALL(Alloc(&m->logits, BT * V));
+  FSDP_CALL(Alloc(&m->probs, BT * V));
+  FSDP_CALL(Alloc(&m->losses, BT));
+  FSDP_CALL(Alloc(&m->dres, BT * C));
+  FSDP_CALL(Alloc(&m->dln, BT * C));
+  FSDP_CALL(Alloc(&m->datty, BT * C));
+  FSDP_CALL(Alloc(&m->dqkv, BT * 3 * C));
+  FSDP_CALL(Alloc(&m->dpreatt, B * NH * T * T));
+  FSDP_CALL(Alloc(&m->datt, B * NH * T * T));
+  FSDP_CALL(Alloc(&m->dfch, BT * 4 * C));
+  FSDP_CALL(Alloc(&m->dfch_gelu, BT * 4 * C));
+  FSDP_CALL(Alloc(&m->dlogits, BT * V));
+  FSDP_CALL(FsdpDeviceAlloc(FSDP_MEM_DATA, BT * sizeof(int), &m->inputs));
+  FSDP_CALL(FsdpDeviceAlloc(FSDP_MEM_DATA, BT * sizeof(int), &m->targets));
+  FSDP_CALL(FsdpMalloc(FSDP_MEM_OTHER, BT * sizeof(float), &m->losses_host));
+  return FSDP_SUCCESS;
+}
+
+int GptModelSetBatch(GptModel m, const int *inputs, const int *targets)
+{
+  if (!m->inputs) FSDP_ERROR(FSDP_ERR_STATE, "GptModelSetBatch before GptModelSetUp");
+  size_t BT = (size_t)m->B * m->T;
+  for (size_t i = 0; i < BT; i++) {
+    if (inputs[i] < 0 || inputs[i] >= m->cfg.vocab_size || targets[i] < 0 ||
+        targets[i] >= m->cfg.vocab_size)
+      FSDP_ERROR(FSDP_ERR_USAGE, "token %d at batch position %zu is outside [0, vocab_size = %d)",
+                 inputs[i] < 0 || inputs[i] >= m->cfg.vocab_size ? inputs[i] : targets[i], i,
+                 m->cfg.vocab_size);
+  }
+  FSDP_CALL(FsdpDeviceCopyFromHost(m->inputs, inputs, BT * sizeof(int)));
+  FSDP_CALL(FsdpDeviceCopyFromHost(m->targets, targets, BT * sizeof(int)));
+  return FSDP_SUCCESS;
+}
+
+double GptModelLoss(GptModel m) { return m->loss; }
+void GptModelSetLossScale(GptModel m, float scale) { m->loss_scale = scale; }
+const GptConfig *GptModelConfig(GptModel m) { return &m->cfg; }
+int GptModelNumUnits(GptModel m) { return m->nunits; }
+int GptModelBatch(GptModel m, int *B, int *T)
+{
+  *B = m->B;
+  *T = m->T;
+  return FSDP_SUCCESS;
+}
+
+/* ---- stages --------------------------------------------------------------- */
+
+/* Input to layer l of the residual stream. */
+static float *LayerInput(GptModel m, int l) { return l == 0 ? m->encoded : m->acts[l - 1].res3; }
+
+static int EmbedForward(void *model, int stage, const FsdpUnitTensors *t)
+{
+  (void)stage;
+  GptModel m = (GptModel)model;
+  m->k->encoder_forward(m->encoded, m->inputs, t->param[ROOT_WTE], t->param[ROOT_WPE], m->B, m->T,
+                        m->cfg.n_embd);
+  return FSDP_SUCCESS;
+}
+
+static int EmbedBackward(void *model, int stage, const FsdpUnitTensors *t)
+{
+  (void)stage;
+  GptModel m = (GptModel)model;
+  m->k->encoder_backward(t->grad[ROOT_WTE], t->grad[ROOT_WPE], m->dres, m->inputs, m->B, m->T,
+                         m->cfg.n_embd);
+  return FSDP_SUCCESS;
+}
+
+static int HeadForward(void *model, int stage, const FsdpUnitTensors *t)
+{
+  (void)stage;
+  GptModel m = (GptModel)model;
+  int BT = m->B * m->T, C = m->cfg.n_embd, V = m->cfg.vocab_size;
+  const FsdpKernelOps *k = m->k;
+  k->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, LayerInput(m, m->cfg.n_layer),
+                       t->param[ROOT_LNFW], t->param[ROOT_LNFB], BT, C);
+  k->matmul_forward(m->logits, m->lnf, t->param[ROOT_WTE], NULL, BT, C, V);
+  k->crossentropy_forward(m->losses, m->probs, m->logits, m->targets, BT, V);
+  FSDP_CALL(FsdpDeviceCopyToHost(m->losses_host, m->losses, (size_t)BT * sizeof(float)));
+  double sum = 0.0;
+  for (int i = 0; i < BT; i++) sum += m->losses_host[i];
+  m->loss = sum / BT;
+  return FSDP_SUCCESS;
+}
+
+static int HeadBackward(void *model, int stage, const FsdpUnitTensors *t)
+{
+  (void)stage;
+  GptModel m = (GptModel)model;
+  int BT = m->B * m->T, C = m->cfg.n_embd, V = m->cfg.vocab_size;
+  const FsdpKernelOps *k = m->k;
+  FSDP_CALL(FsdpDeviceZero(m->dlogits, (size_t)BT * (size_t)V * sizeof(float)));
+  FSDP_CALL(FsdpDeviceZero(m->dln, (size_t)BT * C * sizeof(float)));
+  FSDP_CALL(FsdpDeviceZero(m->dres, (size_t)BT * C * sizeof(float)));
+  k->crossentropy_softmax_backward(m->dlogits, m->probs, m->targets, m->loss_scale / (float)BT, BT,
+                                   V);
+  k->matmul_backward(m->dln, t->grad[ROOT_WTE], NULL, m->dlogits, m->lnf, t->param[ROOT_WTE], BT, C,
+                     V);
+  k->layernorm_backward(m->dres, t->grad[ROOT_LNFW], t->grad[ROOT_LNFB], m->dln,
+                        LayerInput(m, m->cfg.n_layer), t->param[ROOT_LNFW], m->lnf_mean,
+                        m->lnf_rstd, BT, C);
+  return FSDP_SUCCESS;
+}
+
+static void BlockForward(GptModel m, int l, float *const *p)
+{
+  int B = m->B, T = m->T, C = m->cfg.n_embd, NH = m->cfg.n_head, BT = B * T;
+  const FsdpKernelOps *k = m->k;
+  BlockActs *a = &m->acts[l];
+  const float *x = LayerInput(m, l);
+  size_t nC = (size_t)BT * C; /* [Note: 64-bit element counts] in kernels.h */
+  k->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p[BLK_LN1W], p[BLK_LN1B], BT, C);
+  k->matmul_forward(a->qkv, a->ln1, p[BLK_QKVW], p[BLK_QKVB], BT, C, 3 * C);
+  k->attention_forward(a->atty, a->preatt, a->att, a->qkv, B, T, C, NH);
+  /* attproj goes straight into res2, then x is added: saves a buffer */
+  k->matmul_forward(a->res2, a->atty, p[BLK_ATTPROJW], p[BLK_ATTPROJB], BT, C, C);
+  k->residual_forward(a->res2, a->res2, x, nC);
+  k->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p[BLK_LN2W], p[BLK_LN2B], BT, C);
+  k->matmul_forward(a->fch, a->ln2, p[BLK_FCW], p[BLK_FCB], BT, C, 4 * C);
+  k->gelu_forward(a->fch_gelu, a->fch, 4 * nC);
+  k->matmul_forward(a->res3, a->fch_gelu, p[BLK_FCPROJW], p[BLK_FCPROJB], BT, 4 * C, C);
+  k->residual_forward(a->res3, a->res3, a->res2, nC);
+}
+
+/* [Note: in-place residual gradient] m->dres holds d(block output) on entry
+ * and d(block input) on exit: a residual connection passes its gradient
+ * through unchanged, so each branch's backward only ADDS its contribution
+ * to the same buffer (kernels accumulate), after the branch has read it. */
+static int BlockBackward(GptModel m, int l, float *const *p, float *const *g)
+{
+  int B = m->B, T = m->T, C = m->cfg.n_embd, NH = m->cfg.n_head, BT = B * T;
+  const FsdpKernelOps *k = m->k;
+  BlockActs *a = &m->acts[l];
+  const float *x = LayerInput(m, l);
+  size_t nC = (size_t)BT * C, n4C = 4 * nC;
+  /* MLP branch: dres holds d(res3) */
+  FSDP_CALL(FsdpDeviceZero(m->dfch_gelu, n4C * sizeof(float)));
+  FSDP_CALL(FsdpDeviceZero(m->dfch, n4C * sizeof(float)));
+  FSDP_CALL(FsdpDeviceZero(m->dln, nC * sizeof(float)));
+  k->matmul_backward(m->dfch_gelu, g[BLK_FCPROJW], g[BLK_FCPROJB], m->dres, a->fch_gelu,
+                     p[BLK_FCPROJW], BT, 4 * C, C);
+  k->gelu_backward(m->dfch, a->fch, m->dfch_gelu, n4C);
+  k->matmul_backward(m->dln, g[BLK_FCW], g[BLK_FCB], m->dfch, a->ln2, p[BLK_FCW], BT, C, 4 * C);
+  k->layernorm_backward(m->dres, g[BLK_LN2W], g[BLK_LN2B], m->dln, a->res2, p[BLK_LN2W],
+                        a->ln2_mean, a->ln2_rstd, BT, C);
+  /* attention branch: dres now holds d(res2) */
+  FSDP_CALL(FsdpDeviceZero(m->datty, nC * sizeof(float)));
+  FSDP_CALL(FsdpDeviceZero(m->dqkv, 3 * nC * sizeof(float)));
+  /* dpreatt and datt need no zeroing: attention_backward overwrites them
+   * (scratch, kernels.h) */
+  FSDP_CALL(FsdpDeviceZero(m->dln, nC * sizeof(float)));
+  k->matmul_backward(m->datty, g[BLK_ATTPROJW], g[BLK_ATTPROJB], m->dres, a->atty,
+                     p[BLK_ATTPROJW], BT, C, C);
+  k->attention_backward(m->dqkv, m->dpreatt, m->datt, m->datty, a->qkv, a->att, B, T, C, NH);
+  k->matmul_backward(m->dln, g[BLK_QKVW], g[BLK_QKVB], m->dqkv, a->ln1, p[BLK_QKVW], BT, C, 3 * C);
+  k->layernorm_backward(m->dres, g[BLK_LN1W], g[BLK_LN1B], m->dln, x, p[BLK_LN1W], a->ln1_mean,
+                        a->ln1_rstd, BT, C);
+  return FSDP_SUCCESS;
+}
+
+static int UnitForward(void *model, int stage, const FsdpUnitTensors *t)
+{
+  GptModel m = (GptModel)model;
+  int first = (stage - m->first_block_stage) * m->wrap;
+  for (int j = 0; j < m->wrap && first + j < m->cfg.n_layer; j++)
+    BlockForward(m, first + j, t->param + j * BLK_NPARAMS);
+  return FSDP_SUCCESS;
+}
+
+static int UnitBackward(void *model, int stage, const FsdpUnitTensors *t)
+{
+  GptModel m = (GptModel)model;
+  int first = (stage - m->first_block_stage) * m->wrap;
+  int last = first + m->wrap - 1;
+  if (last >= m->cfg.n_layer) last = m->cfg.n_layer - 1;
+  for (int l = last; l >= first; l--)
+    FSDP_CALL(BlockBackward(m, l, t->param + (l - first) * BLK_NPARAMS,
+                            t->grad + (l - first) * BLK_NPARAMS));
+  return FSDP_SUCCESS;
+}
+
+int GptModelRegister(GptModel m, FsdpRuntime rt)
+{
+  int root = -1, unit = -1;
+  FSDP_CALL(FsdpRuntimeAddUnit(rt, "root", 1, m->root_specs, ROOT_NPARAMS, &root));
+  FSDP_CALL(FsdpRuntimeAddStage(rt, root, EmbedForward, EmbedBackward));
+  m->first_block_stage = 1;
+  for (int l = 0; l < m->cfg.n_layer; l += m->wrap) {
+    int n = m->wrap;
+    if (l + n > m->cfg.n_layer) n = m->cfg.n_layer - l;
+    char name[64];
+    if (n == 1) snprintf(name, sizeof name, "h.%d", l);
+    else snprintf(name, sizeof name, "h.%d-%d", l, l + n - 1);
+    FSDP_CALL(FsdpRuntimeAddUnit(rt, name, 0, m->unit_specs + (size_t)l * BLK_NPARAMS,
+                                 n * BLK_NPARAMS, &unit));
+    FSDP_CALL(FsdpRuntimeAddStage(rt, unit, UnitForward, UnitBackward));
+  }
+  FSDP_CALL(FsdpRuntimeAddStage(rt, root, HeadForward, HeadBackward));
+  return FSDP_SUCCESS;
+}
+
+/* ---- the model's description ---------------------------------------------- */
+
+/* The attributes, in the order they are described and stored. */
+#define GPT_NATTRS 5
+static const char *const kGptAttrNames[GPT_NATTRS] = {"n_layer", "n_embd", "n_head", "vocab_size",
+                                                      "seq_len"};
+
+static void GptConfigFields(GptConfig *c, int *f[GPT_NATTRS])
+{
+  f[0] = &c->n_layer;
+  f[1] = &c->n_embd;
+  f[2] = &c->n_head;
+  f[3] = &c->vocab_size;
+  f[4] = &c->seq_len;
+}
+
+int GptConfigDescribe(const GptConfig *cfg, const char *preset, FsdpModelDesc *desc)
+{
+  GptConfig c = *cfg;
+  int *f[GPT_NATTRS];
+  GptConfigFields(&c, f);
+  FsdpModelDescInit(desc, GPT_FAMILY, preset);
+  for (int i = 0; i < GPT_NATTRS; i++) FSDP_CALL(FsdpModelDescAddInt(desc, kGptAttrNames[i], *f[i]));
+  return FSDP_SUCCESS;
+}
+
+int GptConfigFromDesc(const FsdpModelDesc *desc, const char *what, GptConfig *cfg)
+{
+  if (strcmp(desc->family, GPT_FAMILY) != 0)
+    FSDP_ERROR(FSDP_ERR_USAGE, "%s holds a model of family %s, not %s", what, desc->family,
+               GPT_FAMILY);
+  GptConfig c;
+  int *f[GPT_NATTRS];
+  GptConfigFields(&c, f);
+  for (int i = 0; i < GPT_NATTRS; i++) {
+    const FsdpModelAttr *a = FsdpModelDescFind(desc, kGptAttrNames[i]);
+    if (!a) FSDP_ERROR(FSDP_ERR_USAGE, "%s lacks the model attribute %s", what, kGptAttrNames[i]);
+    char v[FSDP_MODEL_STRING_MAX + 32];
+    FsdpModelAttrValueString(a, v, sizeof v);
+    /* a cast would let 2^32 + 2 pass for 2 layers (found by tests/fuzz) */
+    if (a->type != FSDP_MODEL_ATTR_INT || a->i < INT_MIN || a->i > INT_MAX)
+      FSDP_ERROR(FSDP_ERR_USAGE, "%s has %s %s, not an integer in the range of an int", what,
+                 kGptAttrNames[i], v);
+    *f[i] = (int)a->i;
+  }
+  if (desc->nattrs != GPT_NATTRS)
+    for (int i = 0; i < desc->nattrs; i++) {
+      int known = 0;
+      for (int k = 0; k < GPT_NATTRS; k++) known |= strcmp(desc->attr[i].name, kGptAttrNames[k]) == 0;
+      if (!known)
+        FSDP_ERROR(FSDP_ERR_USAGE, "%s has the model attribute %s, which %s models do not have",
+                   what, desc->attr[i].name, GPT_FAMILY);
+    }
+  *cfg = c;
+  return FSDP_SUCCESS;
+}

@@ -1,0 +1,99 @@
+/* gpt.h: a GPT-2 style transformer as a list of FSDP units (DESIGN §1).
+ *
+ * Parameters (GPT-2 naming; linear weights are [out, in]):
+ *   wte [V, C]  wpe [maxT, C]  ln_f.weight [C]  ln_f.bias [C]        (root)
+ *   h.{i}.ln_1.weight [C]          h.{i}.ln_1.bias [C]
+ *   h.{i}.attn.c_attn.weight [3C, C]  h.{i}.attn.c_attn.bias [3C]
+ *   h.{i}.attn.c_proj.weight [C, C]   h.{i}.attn.c_proj.bias [C]
+ *   h.{i}.ln_2.weight [C]          h.{i}.ln_2.bias [C]
+ *   h.{i}.mlp.c_fc.weight [4C, C]    h.{i}.mlp.c_fc.bias [4C]
+ *   h.{i}.mlp.c_proj.weight [C, 4C]  h.{i}.mlp.c_proj.bias [C]
+ * Units: the root unit (wte, wpe, ln_f: the LM head is tied to wte, so the
+ * root stays unsharded for the whole step) and one unit per `wrap` blocks
+ * (named "h.0" or "h.0-1").  Stages in forward order: root (embeddings),
+ * one per unit of blocks, root (final norm, head, loss).
+ *
+ * Initialization (GPT-2 rules, counter-based so every element depends only
+ * on (seed, parameter name, index)): N(0, 0.02) for wte, wpe, c_attn and
+ * c_fc weights; N(0, 0.02/sqrt(2 n_layer)) for the residual projections
+ * (attn.c_proj.weight, mlp.c_proj.weight); biases 0; LayerNorm weights 1.
+ */
+#ifndef FSDP_GPT_H
+#define FSDP_GPT_H
+
+#include <stdint.h>
+
+#include "runtime/flatparam.h"
+#include "runtime/fsdp.h"
+#include "kernels/kernels.h"
+#include "base/opts.h"
+#include "model/model.h"
+
+typedef struct {
+  int n_layer, n_embd, n_head, vocab_size, seq_len;
+} GptConfig;
+
+/* Preset names accepted by -model, NULL terminated ("custom" last). */
+extern const char *const GptPresetNames[];
+
+/* Not collective.  Reads -model and, for custom, -n_layer -n_embd -n_head
+ * -vocab_size -seq_len (group "Model"); validates (n_embd divisible by
+ * n_head, ...) with usage errors naming the option. */
+int GptConfigFromDb(FsdpOpts db, GptConfig *cfg);
+int GptConfigValidate(const GptConfig *cfg);
+/* Total parameter count of a config (unpadded). */
+int64_t GptConfigParamCount(const GptConfig *cfg);
+
+typedef struct GptModel_ *GptModel;
+
+/* Not collective.  B: sequences per micro-batch on this rank, T <= seq_len. */
+int GptModelCreate(const GptConfig *cfg, int wrap, int B, int T,
+                   const FsdpKernelOps *ops, uint64_t seed, GptModel *m);
+int GptModelDestroy(GptModel *m);
+
+/* Not collective.  Register units and stages with the runtime (before
+ * FsdpRuntimeSetUp). */
+int GptModelRegister(GptModel m, FsdpRuntime rt);
+
+/* Allocate activations for backward (tag FSDP_MEM_ACTS); call once. */
+int GptModelSetUp(GptModel m);
+
+/* Set the micro-batch (B*T token ids each) the next forward/backward uses. */
+int GptModelSetBatch(GptModel m, const int *inputs, const int *targets);
+
+/* Mean loss of the last forward over this rank's B*T positions. */
+double GptModelLoss(GptModel m);
+
+/* Scale of the loss gradient for each position: the backward uses
+ * d(total)/d(loss_pos) = dloss_scale / (B*T).  1 by default; gradient
+ * accumulation over K micro-steps sets 1/K. */
+void GptModelSetLossScale(GptModel m, float scale);
+
+/* The init rule for FsdpRuntimeInitShards. */
+int GptModelInit(void *model, const FsdpParamSpec *spec, int64_t start,
+                 int64_t count, float *out);
+
+/* Whether AdamW applies weight decay to this parameter: not to biases or
+ * LayerNorm weights; embeddings only when decay_embeddings. */
+int GptParamDecays(const char *name, int decay_embeddings);
+
+const GptConfig *GptModelConfig(GptModel m);
+int GptModelNumUnits(GptModel m);
+int GptModelBatch(GptModel m, int *B, int *T);
+
+/* ---- the model's description (model.h) ---------------------------------- */
+
+#define GPT_FAMILY "gpt2"
+
+/* Not collective.  desc: family GPT_FAMILY, the preset name, and the int
+ * attributes n_layer, n_embd, n_head, vocab_size, seq_len (in that order:
+ * checkpoints and run files store them under these names). */
+int GptConfigDescribe(const GptConfig *cfg, const char *preset, FsdpModelDesc *desc);
+/* Not collective.  The config a description holds (one read from a file
+ * named in `what`, e.g. "checkpoint ckpt_00000100.h5"): a usage error
+ * naming what and the attribute when the family is not GPT_FAMILY, an
+ * attribute is missing, not an integer that fits an int, or one GPT does
+ * not have.  (The values are not validated: GptConfigValidate.) */
+int GptConfigFromDesc(const FsdpModelDesc *desc, const char *what, GptConfig *cfg);
+
+#endif

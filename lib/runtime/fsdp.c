@@ -1,0 +1,980 @@
+/* fsdp.c: the FSDP runtime (see fsdp.h for the notes this file cites). */
+#include "runtime/fsdp.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device/device.h"
+#include "base/error.h"
+#include "base/mem.h"
+
+const char *const FsdpUnitStateNames[FSDP_UNIT_NSTATES] = {"SHARDED", "GATHERING", "UNSHARDED"};
+const char *const FsdpPrefetchNames[FSDP_NPREFETCH + 1] = {"none", "backward", "both", NULL};
+
+#define MAX_STAGES 4096
+#define GRAD_SLOTS 2
+/* units gathered ahead of the one computing ([Note: prefetch and the limiter]) */
+#define PREFETCH_DEPTH 1
+
+/* A gradient buffer and what its reduction needs (see reduce path in
+ * UnitReduceGrad).  Reused only after `done`, the last collective or task
+ * that reads it. */
+typedef struct {
+  float *grad;   /* fp32 unsharded gradient, P */
+  void *send;    /* reduce_dtype copy of grad, P (low-precision reduce only) */
+  void *recv;    /* reduce_dtype shard result, P/F (when it cannot land directly) */
+  int owner;     /* unit or -1 */
+  FsdpEvent done;
+} GradSlot;
+
+typedef struct {
+  char name[64];
+  int is_root, index;
+  FsdpParamSpec *specs;
+  int nparams;
+  FlatParam fp;
+  int64_t P, shard_numel;
+  float *shard, *grad_shard; /* fp32 master shard and gradient shard, P/F */
+  void *low_shard;           /* param_dtype copy of the shard (low precision only) */
+  float *acc_grad;           /* persistent unsharded gradient (-accum_comm 0, K > 1) */
+  void *full;                /* gathered buffer (param_dtype) or NULL */
+  float *compute;            /* fp32 parameters the stages read */
+  float *full_grad;          /* fp32 unsharded gradient the stages write */
+  int slot;                  /* gather ring slot, -1 none */
+  GradSlot *gslot;           /* gradient slot in use, NULL none */
+  FsdpUnitState state;
+  FsdpEvent gather_ev;
+  int first_fwd_stage, last_fwd_stage;
+  float **param_views, **grad_views;
+} Unit;
+
+typedef struct {
+  int unit;
+  FsdpStageFn forward, backward;
+} Stage;
+
+typedef struct {
+  void *buf;
+  int owner;
+} GatherSlot;
+
+struct FsdpRuntime_ {
+  FsdpTopo topo;
+  FsdpColl coll;
+  FsdpRuntimeOptions opt;
+  FsdpStream stream;     /* reduce stream: reduce-scatters, all-reduces, casts, lands */
+  FsdpStream gstream;    /* gather stream: parameter casts and all-gathers */
+  FsdpGroup gather_group; /* the sharding group on a duplicated communicator */
+  FsdpTrace trace;
+  int64_t step;
+  int F, R, W;
+  size_t klow, kred; /* bytes per element: param_dtype, reduce_dtype */
+  Unit *units;
+  int nunits, cap_units;
+  Stage stages[MAX_STAGES];
+  int nstages;
+  int setup;
+  int root;
+  /* [Note: gather memory] */
+  GatherSlot *gslots;
+  int ngslots, next_gslot;
+  void *root_full;          /* root's gathered buffer */
+  float *root_compute;      /* root's fp32 compute buffer (low precision) */
+  float *scratch;           /* shared fp32 compute buffer for non-root units */
+  int scratch_owner;        /* unit whose parameters are in scratch, -1 */
+  int root_compute_valid;
+  GradSlot *rslots, root_rslot;
+  int nrslots, next_rslot;
+  int64_t slot_numel;       /* largest non-root P */
+  FsdpGatherRing ring;      /* as planned by FsdpGatherRingPlan */
+  /* forward order of this step and of the previous one (forward prefetch) */
+  int *order, *prev_order;
+  int norder, have_prev_order;
+  /* live unsharded bytes and their peaks */
+  uint64_t live_params, live_grads, peak_params, peak_grads;
+  uint64_t grad_buffer_bytes; /* everything allocated under FSDP_MEM_REDUCE */
+  FsdpPhase phase;
+};
+
+int FsdpRuntimeOptionsFromDb(FsdpOpts db, FsdpRuntimeOptions *o)
+{
+  int64_t v;
+  int idx = 1;
+  memset(o, 0, sizeof *o);
+  FSDP_CALL(FsdpOptsGetBool(db, "FSDP", "reshard_after_forward",
+                            "free a unit's gathered parameters after its forward (1, RAF) or keep "
+                            "them until its backward (0, NRAF)",
+                            1, &o->reshard_after_forward));
+  FSDP_CALL(FsdpOptsGetInt(db, "FSDP", "limit_all_gathers",
+                           "at most L all-gathers issued but not yet consumed; sizes the gather "
+                           "buffer ring (0 = no limit)",
+                           2, 0, 1 << 20, &v));
+  o->limit_all_gathers = (int)v;
+  FSDP_CALL(FsdpOptsGetEnum(db, "FSDP", "prefetch",
+                            "issue the next unit's all-gather early: none, backward (in backward, "
+                            "before the current unit's reduce-scatter), both (also in forward, "
+                            "from the previous step's order)",
+                            FsdpPrefetchNames, 1, &idx));
+  o->prefetch = (FsdpPrefetch)idx;
+  FSDP_CALL(FsdpOptsGetEnum(db, "FSDP", "param_dtype",
+                            "type of gathered parameters (on the wire and in the gather buffers); "
+                            "master shards stay fp32",
+                            FsdpDtypeNames, 0, &idx));
+  o->param_dtype = (FsdpDtype)idx;
+  FSDP_CALL(FsdpOptsGetEnum(db, "FSDP", "reduce_dtype",
+                            "type of gradient reduce-scatter and all-reduce (fp16 enables the "
+                            "gradient scaler)",
+                            FsdpDtypeNames, 0, &idx));
+  o->reduce_dtype = (FsdpDtype)idx;
+  FSDP_CALL(FsdpOptsGetInt(db, "FSDP", "grad_accum", "micro-steps per optimizer step (K)", 1, 1,
+                           1 << 20, &v));
+  o->grad_accum = (int)v;
+  FSDP_CALL(FsdpOptsGetBool(db, "FSDP", "accum_comm",
+                            "with -grad_accum: reduce gradients every micro-step (1) or keep them "
+                            "unsharded and reduce once (0: more memory, 1/K the communication)",
+                            1, &o->accum_comm));
+  return FSDP_SUCCESS;
+}
+
+int FsdpRuntimeCreate(FsdpTopo topo, FsdpColl coll, const FsdpRuntimeOptions *o, FsdpRuntime *out)
+{
+  *out = NULL;
+  FsdpRuntime rt = calloc(1, sizeof *rt);
+  FSDP_CHECK_ALLOC(rt, sizeof *rt);
+  rt->topo = topo;
+  rt->coll = coll;
+  rt->opt = *o;
+  if (rt->opt.grad_accum < 1) rt->opt.grad_accum = 1;
+  rt->root = -1;
+  rt->scratch_owner = -1;
+  rt->gather_group.comm = MPI_COMM_NULL; /* duplicated at setup */
+  rt->F = FsdpTopoShard(topo)->size;
+  rt->R = FsdpTopoReplica(topo)->size;
+  rt->W = FsdpTopoWorld(topo)->size;
+  rt->klow = FsdpDtypeSize(o->param_dtype);
+  rt->kred = FsdpDtypeSize(o->reduce_dtype);
+  *out = rt;
+  return FSDP_SUCCESS;
+}
+
+static int FreeGradSlot(GradSlot *g)
+{
+  FSDP_CALL(FsdpDeviceFree(&g->grad));
+  FSDP_CALL(FsdpDeviceFree(&g->send));
+  FSDP_CALL(FsdpDeviceFree(&g->recv));
+  return FSDP_SUCCESS;
+}
+
+int FsdpRuntimeDestroy(FsdpRuntime *prt)
+{
+  if (!prt || !*prt) return FSDP_SUCCESS;
+  FsdpRuntime rt = *prt;
+  int err = FsdpStreamDestroy(&rt->stream);
+  int gerr = FsdpStreamDestroy(&rt->gstream);
+  if (!err) err = gerr;
+  if (rt->gather_group.comm != MPI_COMM_NULL) {
+    int merr = MPI_Comm_free(&rt->gather_group.comm);
+    if (!err && merr != MPI_SUCCESS)
+      err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_MPI,
+                           "freeing the gather communicator failed");
+  }
+  for (int u = 0; u < rt->nunits; u++) {
+    Unit *x = &rt->units[u];
+    FSDP_CALL(FlatParamDestroy(&x->fp));
+    FSDP_CALL(FsdpDeviceFree(&x->shard));
+    FSDP_CALL(FsdpDeviceFree(&x->grad_shard));
+    FSDP_CALL(FsdpDeviceFree(&x->low_shard));
+    FSDP_CALL(FsdpDeviceFree(&x->acc_grad));
+    free(x->specs);
+    free(x->param_views);
+    free(x->grad_views);
+  }
+  for (int s = 0; s < rt->ngslots; s++) FSDP_CALL(FsdpDeviceFree(&rt->gslots[s].buf));
+  for (int s = 0; s < rt->nrslots; s++) FSDP_CALL(FreeGradSlot(&rt->rslots[s]));
+  FSDP_CALL(FreeGradSlot(&rt->root_rslot));
+  FSDP_CALL(FsdpDeviceFree(&rt->root_full));
+  FSDP_CALL(FsdpDeviceFree(&rt->root_compute));
+  FSDP_CALL(FsdpDeviceFree(&rt->scratch));
+  free(rt->gslots);
+  free(rt->rslots);
+  free(rt->units);
+  free(rt->order);
+  free(rt->prev_order);
+  free(rt);
+  *prt = NULL;
+  return err;
+}
+
+int FsdpRuntimeAddUnit(FsdpRuntime rt, const char *name, int is_root, const FsdpParamSpec *specs,
+                       int nparams, int *unit)
+{
+  if (rt->setup) FSDP_ERROR(FSDP_ERR_STATE, "unit '%s' added after FsdpRuntimeSetUp", name);
+  if (is_root && rt->root >= 0)
+    FSDP_ERROR(FSDP_ERR_STATE, "unit '%s': a root unit ('%s') exists already", name,
+               rt->units[rt->root].name);
+  if (rt->nunits == rt->cap_units) {
+    int cap = rt->cap_units ? 2 * rt->cap_units : 16;
+    Unit *u = realloc(rt->units, (size_t)cap * sizeof *u);
+    FSDP_CHECK_ALLOC(u, (size_t)cap * sizeof *u);
+    rt->units = u;
+    rt->cap_units = cap;
+  }
+  Unit *x = &rt->units[rt->nunits];
+  memset(x, 0, sizeof *x);
+  snprintf(x->name, sizeof x->name, "%s", name);
+  x->is_root = is_root;
+  x->index = rt->nunits;
+  x->nparams = nparams;
+  x->specs = malloc((size_t)nparams * sizeof *specs);
+  FSDP_CHECK_ALLOC(x->specs, (size_t)nparams * sizeof *specs);
+  memcpy(x->specs, specs, (size_t)nparams * sizeof *specs);
+  x->slot = -1;
+  x->first_fwd_stage = x->last_fwd_stage = -1;
+  x->state = FSDP_UNIT_SHARDED;
+  if (is_root) rt->root = rt->nunits;
+  *unit = rt->nunits++;
+  return FSDP_SUCCESS;
+}
+
+int FsdpRuntimeAddStage(FsdpRuntime rt, int unit, FsdpStageFn forward, FsdpStageFn backward)
+{
+  if (rt->setup) FSDP_ERROR(FSDP_ERR_STATE, "stage added after FsdpRuntimeSetUp");
+  if (unit < 0 || unit >= rt->nunits) FSDP_ERROR(FSDP_ERR_STATE, "stage for unknown unit %d", unit);
+  if (rt->nstages == MAX_STAGES) FSDP_ERROR(FSDP_ERR_STATE, "more than %d stages", MAX_STAGES);
+  Unit *x = &rt->units[unit];
+  /* a non-root unit must run as consecutive stages so that RAF can reshard
+   * it after its forward */
+  if (!x->is_root && x->last_fwd_stage >= 0 && x->last_fwd_stage != rt->nstages - 1)
+    FSDP_ERROR(FSDP_ERR_STATE,
+               "unit '%s' has non-consecutive stages: only the root unit may appear twice",
+               x->name);
+  if (x->first_fwd_stage < 0) x->first_fwd_stage = rt->nstages;
+  x->last_fwd_stage = rt->nstages;
+  rt->stages[rt->nstages++] = (Stage){unit, forward, backward};
+  return FSDP_SUCCESS;
+}
+
+/* Whether a unit's gradient is the gradient shard itself (no copies): F = 1,
+ * fp32 reduction, and the shard only ever receives one reduction per step. */
+static int GradIsShard(FsdpRuntime rt)
+{
+  return rt->F == 1 && rt->opt.reduce_dtype == FSDP_DTYPE_FP32 &&
+         (rt->opt.grad_accum == 1 || !rt->opt.accum_comm);
+}
+
+/* Unsharded gradient memory, counted per runtime for the summary. */
+static int ReduceAlloc(FsdpRuntime rt, size_t bytes, void *ptr)
+{
+  rt->grad_buffer_bytes += bytes;
+  return FsdpDeviceAlloc(FSDP_MEM_REDUCE, bytes, ptr);
+}
+
+static int AllocGradSlot(FsdpRuntime rt, GradSlot *g, int64_t P)
+{
+  g->owner = -1;
+  g->done = FSDP_EVENT_NULL;
+  FSDP_CALL(ReduceAlloc(rt, (size_t)P * sizeof(float), &g->grad));
+  if (rt->opt.reduce_dtype != FSDP_DTYPE_FP32)
+    FSDP_CALL(ReduceAlloc(rt, (size_t)P * rt->kred, &g->send));
+  if (rt->F > 1 && (rt->opt.reduce_dtype != FSDP_DTYPE_FP32 ||
+                    (rt->opt.grad_accum > 1 && rt->opt.accum_comm)))
+    FSDP_CALL(ReduceAlloc(rt, (size_t)(P / rt->F) * rt->kred, &g->recv));
+  return FSDP_SUCCESS;
+}
+
+void FsdpGatherRingPlan(const FsdpRuntimeOptions *o, int F, const int64_t *P, const int *is_root,
+                        int nunits, FsdpGatherRing *ring)
+{
+  memset(ring, 0, sizeof *ring);
+  int nonroot = 0;
+  for (int u = 0; u < nunits; u++) {
+    if (is_root[u]) {
+      ring->root_numel = P[u];
+    } else {
+      nonroot++;
+      if (P[u] > ring->slot_numel) ring->slot_numel = P[u];
+    }
+  }
+  /* [Note: prefetch and the limiter] prefetching gathers at most
+   * PREFETCH_DEPTH units ahead of the one computing, fewer under a limit L
+   * (L = 0: no limit); a unit's own gather is consumed before the next one
+   * is issued, so without prefetching only the on-demand gather is ever in
+   * flight */
+  int L = o->limit_all_gathers, ahead = 0;
+  if (o->prefetch != FSDP_PREFETCH_NONE) ahead = (L == 0 || L > PREFETCH_DEPTH) ? PREFETCH_DEPTH : L;
+  ring->max_in_flight = ahead > 0 ? ahead : 1;
+  if (F == 1) return; /* [Note: no sharding] */
+  /* RAF: the unit computing plus those in flight ahead of it; NRAF: every
+   * non-root unit keeps its buffer through forward */
+  ring->slots = (!o->reshard_after_forward || 1 + ahead > nonroot) ? nonroot : 1 + ahead;
+  ring->bytes = FsdpDtypeSize(o->param_dtype) *
+                ((uint64_t)ring->root_numel + (uint64_t)ring->slots * (uint64_t)ring->slot_numel);
+}
+
+int FsdpRuntimeSetUp(FsdpRuntime rt)
+{
+  if (rt->setup) FSDP_ERROR(FSDP_ERR_STATE, "FsdpRuntimeSetUp called twice");
+  if (rt->nstages == 0) FSDP_ERROR(FSDP_ERR_STATE, "no stages registered");
+  const FsdpGroup *shard = FsdpTopoShard(rt->topo);
+  int nonroot = 0, low = rt->opt.param_dtype != FSDP_DTYPE_FP32;
+  int persistent = rt->opt.grad_accum > 1 && !rt->opt.accum_comm && !GradIsShard(rt);
+  for (int u = 0; u < rt->nunits; u++) {
+    Unit *x = &rt->units[u];
+    FSDP_CALL(FlatParamCreate(x->specs, x->nparams, rt->F, shard->rank, &x->fp));
+    x->P = FlatParamPaddedNumel(x->fp);
+    x->shard_numel = FlatParamShardNumel(x->fp);
+    FSDP_CALL(FsdpDeviceAlloc(FSDP_MEM_PARAMS, (size_t)x->shard_numel * sizeof(float), &x->shard));
+    FSDP_CALL(FsdpDeviceAlloc(FSDP_MEM_GRADS, (size_t)x->shard_numel * sizeof(float), &x->grad_shard));
+    if (low) FSDP_CALL(FsdpDeviceAlloc(FSDP_MEM_PARAMS, (size_t)x->shard_numel * rt->klow, &x->low_shard));
+    if (persistent) FSDP_CALL(ReduceAlloc(rt, (size_t)x->P * sizeof(float), &x->acc_grad));
+    x->param_views = calloc((size_t)x->nparams + 1, sizeof(float *));
+    x->grad_views = calloc((size_t)x->nparams + 1, sizeof(float *));
+    FSDP_CHECK_ALLOC(x->param_views, sizeof(float *));
+    FSDP_CHECK_ALLOC(x->grad_views, sizeof(float *));
+    nonroot += !x->is_root;
+  }
+  /* [Note: gather memory] */
+  int64_t *unitP = calloc((size_t)rt->nunits + 1, sizeof *unitP);
+  int *unit_is_root = calloc((size_t)rt->nunits + 1, sizeof *unit_is_root);
+  if (!unitP || !unit_is_root) {
+    free(unitP);
+    free(unit_is_root);
+    FSDP_ERROR(FSDP_ERR_MEM, "out of memory planning the gather ring of %d units", rt->nunits);
+  }
+  for (int u = 0; u < rt->nunits; u++) {
+    unitP[u] = rt->units[u].P;
+    unit_is_root[u] = rt->units[u].is_root;
+  }
+  FsdpGatherRingPlan(&rt->opt, rt->F, unitP, unit_is_root, rt->nunits, &rt->ring);
+  free(unitP);
+  free(unit_is_root);
+  rt->slot_numel = rt->ring.slot_numel;
+  int64_t rootP = rt->ring.root_numel;
+  if (rt->F > 1) {
+    rt->ngslots = rt->ring.slots;
+    rt->gslots = calloc((size_t)rt->ngslots + 1, sizeof *rt->gslots);
+    FSDP_CHECK_ALLOC(rt->gslots, sizeof *rt->gslots);
+    for (int s = 0; s < rt->ngslots; s++) {
+      FSDP_CALL(FsdpDeviceAlloc(FSDP_MEM_GATHER, (size_t)rt->slot_numel * rt->klow, &rt->gslots[s].buf));
+      rt->gslots[s].owner = -1;
+    }
+    if (rootP) FSDP_CALL(FsdpDeviceAlloc(FSDP_MEM_GATHER, (size_t)rootP * rt->klow, &rt->root_full));
+  }
+  if (low) { /* [Note: mixed precision] fp32 compute buffers */
+    if (rootP) FSDP_CALL(FsdpDeviceAlloc(FSDP_MEM_GATHER, (size_t)rootP * sizeof(float), &rt->root_compute));
+    if (rt->slot_numel)
+      FSDP_CALL(FsdpDeviceAlloc(FSDP_MEM_GATHER, (size_t)rt->slot_numel * sizeof(float), &rt->scratch));
+  }
+  if (!GradIsShard(rt) && !persistent) {
+    rt->nrslots = nonroot < GRAD_SLOTS ? nonroot : GRAD_SLOTS;
+    rt->rslots = calloc((size_t)rt->nrslots + 1, sizeof *rt->rslots);
+    FSDP_CHECK_ALLOC(rt->rslots, sizeof *rt->rslots);
+    for (int s = 0; s < rt->nrslots; s++) FSDP_CALL(AllocGradSlot(rt, &rt->rslots[s], rt->slot_numel));
+    if (rootP) FSDP_CALL(AllocGradSlot(rt, &rt->root_rslot, rootP));
+  } else if (persistent && rt->opt.reduce_dtype != FSDP_DTYPE_FP32) {
+    /* persistent fp32 gradients still need low-precision send/recv buffers */
+    rt->nrslots = nonroot < GRAD_SLOTS ? nonroot : GRAD_SLOTS;
+    rt->rslots = calloc((size_t)rt->nrslots + 1, sizeof *rt->rslots);
+    FSDP_CHECK_ALLOC(rt->rslots, sizeof *rt->rslots);
+    for (int s = 0; s < rt->nrslots; s++) {
+      GradSlot *g = &rt->rslots[s];
+      g->owner = -1;
+      FSDP_CALL(ReduceAlloc(rt, (size_t)rt->slot_numel * rt->kred, &g->send));
+      if (rt->F > 1)
+        FSDP_CALL(ReduceAlloc(rt, (size_t)(rt->slot_numel / rt->F) * rt->kred, &g->recv));
+    }
+    if (rootP) {
+      rt->root_rslot.owner = -1;
+      FSDP_CALL(ReduceAlloc(rt, (size_t)rootP * rt->kred, &rt->root_rslot.send));
+      if (rt->F > 1)
+        FSDP_CALL(ReduceAlloc(rt, (size_t)(rootP / rt->F) * rt->kred, &rt->root_rslot.recv));
+    }
+  }
+  rt->order = calloc((size_t)rt->nunits, sizeof *rt->order);
+  rt->prev_order = calloc((size_t)rt->nunits, sizeof *rt->order);
+  FSDP_CHECK_ALLOC(rt->order, sizeof *rt->order);
+  FSDP_CHECK_ALLOC(rt->prev_order, sizeof *rt->order);
+  /* [Note: two communication streams] all-gathers run on a stream of their
+   * own, over a duplicate of the sharding communicator, so that a prefetched
+   * gather never queues behind a reduce-scatter on the other stream (a
+   * single FIFO stream would make the next unit's parameters wait for the
+   * previous unit's gradients).  Each stream is FIFO and every rank issues
+   * the same sequence on each, so collectives match per communicator; MPI
+   * runs with MPI_THREAD_MULTIPLE. */
+  rt->gather_group = *shard;
+  rt->gather_group.name = "sharding (gathers)";
+  FSDP_CALL_MPI(MPI_Comm_dup(shard->comm, &rt->gather_group.comm));
+  FSDP_CALL(FsdpStreamCreate("reduce", 256, &rt->stream));
+  FSDP_CALL(FsdpStreamCreate("gather", 256, &rt->gstream));
+  rt->setup = 1;
+  return FSDP_SUCCESS;
+}
+
+int FsdpRuntimeInitShards(FsdpRuntime rt, FsdpInitFn init, void *model)
+{
+  if (!rt->setup) FSDP_ERROR(FSDP_ERR_STATE, "FsdpRuntimeInitShards before FsdpRuntimeSetUp");
+  for (int u = 0; u < rt->nunits; u++) {
+    Unit *x = &rt->units[u];
+    const FlatParamPiece *pc;
+    int np;
+    FSDP_CALL(FlatParamShardPieces(x->fp, FlatParamShardRank(x->fp), &pc, &np));
+    /* the rule fills host memory: the shard itself on the CPU, a staging
+     * copy on a GPU */
+    float *host = x->shard;
+    if (FsdpDeviceGetKind() != FSDP_DEVICE_CPU)
+      FSDP_CALL(FsdpMalloc(FSDP_MEM_OTHER, (size_t)x->shard_numel * sizeof(float), &host));
+    memset(host, 0, (size_t)x->shard_numel * sizeof(float)); /* padding is 0 */
+    int err = FSDP_SUCCESS;
+    for (int i = 0; i < np && !err; i++)
+      err = init(model, FlatParamSpec(x->fp, pc[i].param), pc[i].param_offset, pc[i].count,
+                 host + pc[i].shard_offset);
+    if (host != x->shard) {
+      if (!err) err = FsdpDeviceCopyFromHost(x->shard, host, (size_t)x->shard_numel * sizeof(float));
+      FSDP_CALL(FsdpFree(&host));
+    }
+    FSDP_CALL(err);
+  }
+  return FSDP_SUCCESS;
+}
+
+int FsdpRuntimeSetTrace(FsdpRuntime rt, FsdpTrace trace)
+{
+  FSDP_CALL(FsdpStreamSynchronize(rt->stream));
+  FSDP_CALL(FsdpStreamSynchronize(rt->gstream));
+  rt->trace = trace;
+  FSDP_CALL(FsdpStreamSetRecorder(rt->gstream, trace ? FsdpTraceStreamRecorder : NULL,
+                                  trace ? FsdpTraceLane(trace, 0) : NULL));
+  FSDP_CALL(FsdpStreamSetRecorder(rt->stream, trace ? FsdpTraceStreamRecorder : NULL,
+                                  trace ? FsdpTraceLane(trace, 1) : NULL));
+  return FSDP_SUCCESS;
+}
+
+void FsdpRuntimeSetStep(FsdpRuntime rt, int64_t step) { rt->step = step; }
+
+/* ---- stream tasks: casts and landing reduced gradients ------------------- */
+
+typedef struct {
+  const void *src;
+  void *dst;
+  size_t n;
+  FsdpDtype from, to;
+  float scale;
+  int add; /* dst (fp32) += src converted */
+} CastTask;
+
+/* [Note: mixed precision] conversions run on the stream, in order with the
+ * collectives that produce or consume them. */
+static int CastRun(void *arg)
+{
+  CastTask *t = arg;
+  if (t->add) { /* land: fp32 shard += scale * convert(src) */
+    float *d = t->dst;
+    if (t->from == FSDP_DTYPE_FP32) {
+      const float *s = t->src;
+      for (size_t i = 0; i < t->n; i++) d[i] += t->scale * s[i];
+    } else {
+      const uint16_t *s = t->src;
+      if (t->from == FSDP_DTYPE_BF16)
+        for (size_t i = 0; i < t->n; i++) d[i] += t->scale * FsdpBf16ToFloat(s[i]);
+      else
+        for (size_t i = 0; i < t->n; i++) d[i] += t->scale * FsdpFp16ToFloat(s[i]);
+    }
+  } else {
+    FsdpDtypeFromFloat(t->to, t->src, t->dst, t->n);
+  }
+  return FSDP_SUCCESS;
+}
+
+/* CPU: a task on the communication stream, in order with the collectives.
+ * CUDA ([Note: CUDA streams in the runtime], device.h): a cast runs on the
+ * compute stream (the next collective waits for it on the device); a land
+ * first makes the compute stream wait for the collective `after`. */
+static int IssueTask(FsdpRuntime rt, FsdpStream stream, const char *label, const CastTask *t,
+                     FsdpEvent after, FsdpEvent *ev)
+{
+  if (FsdpDeviceGetKind() == FSDP_DEVICE_CPU)
+    return FsdpStreamEnqueue(stream, label, CastRun, t, sizeof *t, ev);
+  if (t->add) {
+    FSDP_CALL(FsdpCollWaitDevice(rt->coll, after, FsdpDeviceComputeStream()));
+    FSDP_CALL(FsdpDeviceAddScaled(t->dst, t->src, t->from, t->scale, t->n));
+  } else {
+    FSDP_CALL(FsdpDeviceCastFromFloat(t->to, t->src, t->dst, t->n));
+  }
+  *ev = after;
+  return FSDP_SUCCESS;
+}
+
+/* Record a collective's metadata for the timeline. */
+static void NoteIssue(FsdpRuntime rt, FsdpEvent ev, FsdpCollKind kind, int unit, uint64_t bytes)
+{
+  if (FsdpTraceEnabled(rt->trace))
+    FsdpTraceIssue(rt->trace, ev.stream == rt->gstream ? 0 : 1, ev.seq, kind, rt->phase, rt->step,
+                   rt->units[unit].index, bytes, FsdpTraceNow(rt->trace));
+}
+
+/* Stamp the unit and the step (counted from 1) on the tasks issued next on
+ * stream, for the message that ends the job if one fails (stream.h). */
+static void TagTasks(FsdpRuntime rt, FsdpStream stream, int u)
+{
+  FsdpStreamSetTaskIdentity(stream, u, rt->step + 1);
+}
+
+/* Wait on ev; the time blocked is exposed communication. */
+static int TimedWait(FsdpRuntime rt, FsdpEvent ev, const char *what, int unit)
+{
+  int done = 1;
+  FSDP_CALL(FsdpEventQuery(ev, &done));
+  if (done) return FsdpEventWait(ev);
+  double b = rt->trace ? FsdpTraceNow(rt->trace) : 0.0;
+  int err = FsdpEventWait(ev);
+  if (rt->trace) FsdpTraceWait(rt->trace, what, rt->step, unit, b, FsdpTraceNow(rt->trace));
+  return err;
+}
+
+/* ---- unit transitions ------------------------------------------------------ */
+
+static int SetViews(Unit *x)
+{
+  for (int i = 0; i < x->nparams; i++) {
+    x->param_views[i] = x->compute ? FlatParamView(x->fp, x->compute, sizeof(float), i) : NULL;
+    x->grad_views[i] = x->full_grad ? FlatParamView(x->fp, x->full_grad, sizeof(float), i) : NULL;
+  }
+  return FSDP_SUCCESS;
+}
+
+static void TrackLive(uint64_t *live, uint64_t *peak, int64_t delta_bytes)
+{
+  *live = (uint64_t)((int64_t)*live + delta_bytes);
+  if (*live > *peak) *peak = *live;
+}
+
+static int InFlightGathers(FsdpRuntime rt)
+{
+  int n = 0;
+  for (int u = 0; u < rt->nunits; u++) n += rt->units[u].state == FSDP_UNIT_GATHERING;
+  return n;
+}
+
+/* SHARDED -> GATHERING: take a buffer, cast (low precision), all-gather. */
+static int UnitIssueGather(FsdpRuntime rt, int u)
+{
+  Unit *x = &rt->units[u];
+  int low = rt->opt.param_dtype != FSDP_DTYPE_FP32;
+  if (x->state != FSDP_UNIT_SHARDED)
+    FSDP_ERROR(FSDP_ERR_STATE, "unit %d (%s): gather requested in state %s", u, x->name,
+               FsdpUnitStateNames[x->state]);
+  x->gather_ev = FSDP_EVENT_NULL;
+  TagTasks(rt, rt->gstream, u);
+  const void *send = x->shard;
+  if (low) { /* cast once per gather, from the fp32 shard */
+    CastTask t = {x->shard, x->low_shard, (size_t)x->shard_numel, FSDP_DTYPE_FP32,
+                  rt->opt.param_dtype, 1.0f, 0};
+    FSDP_CALL(IssueTask(rt, rt->gstream, "cast_params", &t, FSDP_EVENT_NULL, &x->gather_ev));
+    send = x->low_shard;
+  }
+  if (rt->F == 1) { /* [Note: no sharding] */
+    x->full = (void *)send;
+  } else {
+    if (x->is_root) {
+      x->full = rt->root_full;
+    } else {
+      GatherSlot *s = &rt->gslots[rt->next_gslot];
+      if (s->owner >= 0)
+        FSDP_ERROR(FSDP_ERR_STATE,
+                   "unit %d (%s): gather ring slot %d still held by unit %d (%s); the ring has %d "
+                   "slots",
+                   u, x->name, rt->next_gslot, s->owner, rt->units[s->owner].name, rt->ngslots);
+      s->owner = u;
+      x->slot = rt->next_gslot;
+      x->full = s->buf;
+      rt->next_gslot = (rt->next_gslot + 1) % rt->ngslots;
+    }
+    FSDP_CALL(FsdpCollAllGatherAsync(rt->coll, &rt->gather_group, send, x->full,
+                                     (size_t)x->shard_numel, rt->opt.param_dtype, rt->gstream,
+                                     &x->gather_ev));
+    NoteIssue(rt, x->gather_ev, FSDP_COLL_ALL_GATHER, u,
+              (uint64_t)(rt->F - 1) * (uint64_t)x->P * rt->klow / (uint64_t)rt->F);
+    TrackLive(&rt->live_params, &rt->peak_params, x->P * (int64_t)rt->klow);
+  }
+  x->state = FSDP_UNIT_GATHERING;
+  if (rt->trace) FsdpTraceNoteInFlight(rt->trace, InFlightGathers(rt));
+  return FSDP_SUCCESS;
+}
+
+/* GATHERING -> UNSHARDED: wait for the gather right before compute. */
+static int UnitWaitGather(FsdpRuntime rt, int u)
+{
+  Unit *x = &rt->units[u];
+  if (x->state != FSDP_UNIT_GATHERING)
+    FSDP_ERROR(FSDP_ERR_STATE, "unit %d (%s): wait on gather in state %s", u, x->name,
+               FsdpUnitStateNames[x->state]);
+  int err = TimedWait(rt, x->gather_ev, "wait all_gather", x->index);
+  if (err)
+    FSDP_ERROR(err, "all-gather of unit %d (%s) on the sharding comm (%d ranks) failed", u, x->name,
+               rt->F);
+  x->state = FSDP_UNIT_UNSHARDED;
+  return FSDP_SUCCESS;
+}
+
+static int UnitUnshard(FsdpRuntime rt, int u)
+{
+  Unit *x = &rt->units[u];
+  if (x->state == FSDP_UNIT_UNSHARDED) return FSDP_SUCCESS;
+  if (x->state == FSDP_UNIT_SHARDED) FSDP_CALL(UnitIssueGather(rt, u));
+  FSDP_CALL(UnitWaitGather(rt, u));
+  return FSDP_SUCCESS;
+}
+
+/* Point the unit's parameter views at fp32 values: the gathered buffer
+ * itself in fp32, else a conversion into the root's or the shared compute
+ * buffer ([Note: mixed precision]). */
+static int UnitPrepareCompute(FsdpRuntime rt, int u)
+{
+  Unit *x = &rt->units[u];
+  if (x->state != FSDP_UNIT_UNSHARDED)
+    FSDP_ERROR(FSDP_ERR_STATE, "unit %d (%s): compute in state %s", u, x->name,
+               FsdpUnitStateNames[x->state]);
+  if (rt->opt.param_dtype == FSDP_DTYPE_FP32) {
+    x->compute = x->full;
+  } else if (x->is_root) {
+    if (!rt->root_compute_valid) {
+      FSDP_CALL(FsdpDeviceCastToFloat(rt->opt.param_dtype, x->full, rt->root_compute, (size_t)x->P));
+      rt->root_compute_valid = 1;
+    }
+    x->compute = rt->root_compute;
+  } else {
+    if (rt->scratch_owner != u) {
+      FSDP_CALL(FsdpDeviceCastToFloat(rt->opt.param_dtype, x->full, rt->scratch, (size_t)x->P));
+      if (rt->scratch_owner >= 0) {
+        rt->units[rt->scratch_owner].compute = NULL;
+        SetViews(&rt->units[rt->scratch_owner]);
+      }
+      rt->scratch_owner = u;
+    }
+    x->compute = rt->scratch;
+  }
+  return SetViews(x);
+}
+
+/* UNSHARDED -> SHARDED: give the gather buffer back. */
+static int UnitReshard(FsdpRuntime rt, int u)
+{
+  Unit *x = &rt->units[u];
+  if (x->state != FSDP_UNIT_UNSHARDED)
+    FSDP_ERROR(FSDP_ERR_STATE, "unit %d (%s): reshard in state %s", u, x->name,
+               FsdpUnitStateNames[x->state]);
+  if (rt->F > 1) {
+    if (x->slot >= 0) rt->gslots[x->slot].owner = -1;
+    TrackLive(&rt->live_params, &rt->peak_params, -x->P * (int64_t)rt->klow);
+  }
+  if (rt->scratch_owner == u) rt->scratch_owner = -1;
+  if (x->is_root) rt->root_compute_valid = 0;
+  x->slot = -1;
+  x->full = NULL;
+  x->compute = NULL;
+  x->state = FSDP_UNIT_SHARDED;
+  return SetViews(x);
+}
+
+/* Give the unit an unsharded fp32 gradient buffer for micro-step `micro`. */
+static int UnitAcquireGrad(FsdpRuntime rt, int u, int micro)
+{
+  Unit *x = &rt->units[u];
+  if (x->full_grad) return FSDP_SUCCESS;
+  if (GradIsShard(rt)) {
+    x->full_grad = x->grad_shard; /* [Note: no sharding] zeroed per step */
+  } else if (x->acc_grad) {
+    /* [Note: gradient accumulation] persistent; starts from 0 each step */
+    x->full_grad = x->acc_grad;
+    if (micro == 0) FSDP_CALL(FsdpDeviceZero(x->acc_grad, (size_t)x->P * sizeof(float)));
+  } else {
+    GradSlot *s = x->is_root ? &rt->root_rslot : &rt->rslots[rt->next_rslot];
+    int err = TimedWait(rt, s->done, "wait grad buffer", x->index);
+    if (err) FSDP_ERROR(err, "a gradient reduction of an earlier unit failed");
+    s->owner = u;
+    x->gslot = s;
+    x->full_grad = s->grad;
+    if (!x->is_root) rt->next_rslot = (rt->next_rslot + 1) % rt->nrslots;
+    FSDP_CALL(FsdpDeviceZero(x->full_grad, (size_t)x->P * sizeof(float)));
+  }
+  if (!GradIsShard(rt)) TrackLive(&rt->live_grads, &rt->peak_grads, x->P * (int64_t)sizeof(float));
+  return SetViews(x);
+}
+
+/* After the unit's last backward stage: reduce its gradient into the
+ * gradient shard (reduce-scatter over the sharding group, all-reduce over
+ * the replica group, both means over the world: scale 1/W once), all on
+ * the stream.  See [Note: mixed precision] and [Note: gradient
+ * accumulation] for the buffers. */
+static int UnitReduceGrad(FsdpRuntime rt, int u, int micro, int nmicro)
+{
+  Unit *x = &rt->units[u];
+  int last = micro == nmicro - 1;
+  if (!rt->opt.accum_comm && !last) { /* keep accumulating locally */
+    if (!GradIsShard(rt)) TrackLive(&rt->live_grads, &rt->peak_grads, -x->P * (int64_t)sizeof(float));
+    x->full_grad = NULL;
+    return SetViews(x);
+  }
+  FsdpEvent ev = FSDP_EVENT_NULL;
+  TagTasks(rt, rt->stream, u);
+  const FsdpGroup *sg = FsdpTopoShard(rt->topo), *rg = FsdpTopoReplica(rt->topo);
+  float mean = 1.0f / (float)rt->W;
+  FsdpDtype rd = rt->opt.reduce_dtype;
+  uint64_t PK = (uint64_t)x->P * rt->kred;
+  if (GradIsShard(rt)) {
+    /* F = 1 and fp32: the gradient is the shard; average over replicas */
+    if (rt->R > 1) {
+      FSDP_CALL(FsdpCollAllReduceAsync(rt->coll, rg, x->grad_shard, (size_t)x->shard_numel,
+                                       FSDP_DTYPE_FP32, mean, rt->stream, &ev));
+      NoteIssue(rt, ev, FSDP_COLL_ALL_REDUCE, u, 2 * (uint64_t)(rt->R - 1) * PK / (uint64_t)rt->R);
+    }
+    x->full_grad = NULL;
+    return SetViews(x);
+  }
+  GradSlot *s = x->gslot;
+  if (!s && rd != FSDP_DTYPE_FP32) { /* persistent gradient, low-precision reduce: borrow buffers */
+    s = x->is_root ? &rt->root_rslot : &rt->rslots[rt->next_rslot];
+    if (!x->is_root) rt->next_rslot = (rt->next_rslot + 1) % rt->nrslots;
+    int err = TimedWait(rt, s->done, "wait grad buffer", x->index);
+    if (err) FSDP_ERROR(err, "a gradient reduction of an earlier unit failed");
+  }
+  void *send = x->full_grad; /* scratch: the reduction may pre-scale it (coll.h) */
+  if (rd != FSDP_DTYPE_FP32) {
+    CastTask t = {x->full_grad, s->send, (size_t)x->P, FSDP_DTYPE_FP32, rd, 1.0f, 0};
+    FSDP_CALL(IssueTask(rt, rt->stream, "cast_grads", &t, ev, &ev));
+    send = s->send;
+  }
+  /* where the reduced shard lands: straight into the gradient shard when it
+   * is fp32 and the shard holds no earlier micro-step's sum */
+  int direct = rd == FSDP_DTYPE_FP32 && (micro == 0 || !rt->opt.accum_comm);
+  void *result;
+  if (rt->F > 1) {
+    result = direct ? (void *)x->grad_shard : s->recv;
+    FSDP_CALL(FsdpCollReduceScatterAsync(rt->coll, sg, send, result, (size_t)x->shard_numel, rd,
+                                         mean, rt->stream, &ev));
+    NoteIssue(rt, ev, FSDP_COLL_REDUCE_SCATTER, u, (uint64_t)(rt->F - 1) * PK / (uint64_t)rt->F);
+    if (rt->R > 1) {
+      FSDP_CALL(FsdpCollAllReduceAsync(rt->coll, rg, result, (size_t)x->shard_numel, rd, 1.0f,
+                                       rt->stream, &ev));
+      NoteIssue(rt, ev, FSDP_COLL_ALL_REDUCE, u,
+                2 * (uint64_t)(rt->R - 1) * (PK / (uint64_t)rt->F) / (uint64_t)rt->R);
+    }
+  } else { /* F = 1 with low precision or per-micro-step accumulation */
+    result = (void *)send;
+    direct = 0;
+    if (rt->R > 1) {
+      FSDP_CALL(FsdpCollAllReduceAsync(rt->coll, rg, result, (size_t)x->shard_numel, rd, mean,
+                                       rt->stream, &ev));
+      NoteIssue(rt, ev, FSDP_COLL_ALL_REDUCE, u, 2 * (uint64_t)(rt->R - 1) * PK / (uint64_t)rt->R);
+    }
+  }
+  if (!direct) {
+    CastTask t = {result, x->grad_shard, (size_t)x->shard_numel, rd, FSDP_DTYPE_FP32, 1.0f, 1};
+    FSDP_CALL(IssueTask(rt, rt->stream, "land_grads", &t, ev, &ev));
+  }
+  if (s) { /* the slot's buffers are free once the last task ran */
+    s->done = ev;
+    s->owner = -1;
+  }
+  x->gslot = NULL;
+  TrackLive(&rt->live_grads, &rt->peak_grads, -x->P * (int64_t)sizeof(float));
+  x->full_grad = NULL;
+  return SetViews(x);
+}
+
+/* [Note: prefetch and the limiter] Prefetching issues a unit's all-gather
+ * before the unit is needed, so it runs on the stream while the compute
+ * thread works on the current unit.  Backward prefetch gathers the unit of
+ * the next backward stage before the current unit's backward (and so before
+ * its reduce-scatter); forward prefetch gathers the next unit of the
+ * previous step's forward order (static graphs), from the second step on.
+ * The limiter: with L gathers issued but not yet consumed, the issuing
+ * thread first blocks on the oldest one's event.  A prefetch is skipped
+ * when the unit is not SHARDED or the next ring slot is still held (by a
+ * unit computing: waiting would deadlock); the unit is then gathered on
+ * demand. */
+static int UnitPrefetch(FsdpRuntime rt, int u)
+{
+  if (u < 0 || rt->F == 1) return FSDP_SUCCESS;
+  Unit *x = &rt->units[u];
+  if (x->state != FSDP_UNIT_SHARDED) return FSDP_SUCCESS;
+  if (!x->is_root && rt->gslots[rt->next_gslot].owner >= 0) return FSDP_SUCCESS;
+  int L = rt->opt.limit_all_gathers;
+  while (L > 0 && InFlightGathers(rt) >= L) {
+    int oldest = -1;
+    for (int v = 0; v < rt->nunits; v++)
+      if (rt->units[v].state == FSDP_UNIT_GATHERING &&
+          (oldest < 0 || rt->units[v].gather_ev.seq < rt->units[oldest].gather_ev.seq))
+        oldest = v;
+    FSDP_CALL(UnitWaitGather(rt, oldest));
+  }
+  return UnitIssueGather(rt, u);
+}
+
+/* ---- one step ------------------------------------------------------------- */
+
+static int RunStage(FsdpRuntime rt, void *model, int s, int backward)
+{
+  Stage *st = &rt->stages[s];
+  Unit *x = &rt->units[st->unit];
+  FSDP_CALL(UnitPrepareCompute(rt, st->unit));
+  FsdpUnitTensors t = {st->unit, x->param_views, x->grad_views};
+  double b = rt->trace ? FsdpTraceNow(rt->trace) : 0.0;
+  int err = backward ? st->backward(model, s, &t) : st->forward(model, s, &t);
+  if (!err) err = FsdpDeviceCheck(); /* asynchronous launches report here */
+  if (err)
+    FSDP_ERROR(err, "%s of stage %d (unit %d, %s) failed", backward ? "backward" : "forward", s,
+               st->unit, x->name);
+  if (FsdpTraceEnabled(rt->trace)) {
+    char name[96];
+    snprintf(name, sizeof name, "%s %s", backward ? "backward" : "forward", x->name);
+    FsdpTraceCompute(rt->trace, name, backward ? "backward" : "forward", rt->step, x->index, b,
+                     FsdpTraceNow(rt->trace));
+  }
+  return FSDP_SUCCESS;
+}
+
+int FsdpRuntimeForwardBackward(FsdpRuntime rt, void *model, int micro, int nmicro)
+{
+  if (!rt->setup) FSDP_ERROR(FSDP_ERR_STATE, "FsdpRuntimeForwardBackward before FsdpRuntimeSetUp");
+  if (nmicro != rt->opt.grad_accum || micro < 0 || micro >= nmicro)
+    FSDP_ERROR(FSDP_ERR_STATE, "micro-step %d of %d, but the runtime was set up for -grad_accum %d",
+               micro, nmicro, rt->opt.grad_accum);
+  int raf = rt->opt.reshard_after_forward;
+  int fwd_prefetch = rt->opt.prefetch == FSDP_PREFETCH_BOTH && rt->have_prev_order;
+  int bwd_prefetch = rt->opt.prefetch != FSDP_PREFETCH_NONE;
+  int pos = 0; /* position in this step's forward order */
+  /* forward: stages in order; record the order units are first used */
+  rt->phase = FSDP_PHASE_FORWARD;
+  for (int s = 0; s < rt->nstages; s++) {
+    int u = rt->stages[s].unit;
+    Unit *x = &rt->units[u];
+    if (s == x->first_fwd_stage) rt->order[pos++] = u;
+    FSDP_CALL(UnitUnshard(rt, u));
+    /* [Note: prefetch and the limiter] forward: the previous step's order */
+    if (fwd_prefetch && pos < rt->norder) FSDP_CALL(UnitPrefetch(rt, rt->prev_order[pos]));
+    FSDP_CALL(RunStage(rt, model, s, 0));
+    if (raf && !x->is_root && s == x->last_fwd_stage) FSDP_CALL(UnitReshard(rt, u));
+  }
+  rt->norder = pos;
+  memcpy(rt->prev_order, rt->order, (size_t)pos * sizeof *rt->order);
+  rt->have_prev_order = 1;
+  /* backward: stages in reverse */
+  rt->phase = FSDP_PHASE_BACKWARD;
+  for (int s = rt->nstages - 1; s >= 0; s--) {
+    int u = rt->stages[s].unit;
+    Unit *x = &rt->units[u];
+    FSDP_CALL(UnitUnshard(rt, u));
+    /* backward: the stage before s runs next (reverse forward order); gather
+     * its unit now, before u's backward and reduce-scatter */
+    if (bwd_prefetch && s > 0 && rt->stages[s - 1].unit != u)
+      FSDP_CALL(UnitPrefetch(rt, rt->stages[s - 1].unit));
+    FSDP_CALL(UnitAcquireGrad(rt, u, micro));
+    FSDP_CALL(RunStage(rt, model, s, 1));
+    if (s == x->first_fwd_stage) { /* the unit's last backward stage */
+      FSDP_CALL(UnitReduceGrad(rt, u, micro, nmicro));
+      FSDP_CALL(UnitReshard(rt, u));
+    }
+  }
+  return FSDP_SUCCESS;
+}
+
+int FsdpRuntimeDrainStreams(FsdpRuntime rt)
+{
+  if (!rt->setup) return FSDP_SUCCESS;
+  int err = FsdpStreamSynchronize(rt->stream);
+  int gerr = FsdpStreamSynchronize(rt->gstream); /* nothing prefetched is left behind */
+  FSDP_CALL(err ? err : gerr);
+  return FSDP_SUCCESS;
+}
+
+int FsdpRuntimeFinishGradients(FsdpRuntime rt)
+{
+  double b = rt->trace ? FsdpTraceNow(rt->trace) : 0.0;
+  int err = FsdpRuntimeDrainStreams(rt);
+  if (rt->trace) FsdpTraceWait(rt->trace, "wait gradients", rt->step, -1, b, FsdpTraceNow(rt->trace));
+  if (err) FSDP_ERROR(err, "a gradient reduction on the communication stream failed");
+  return FSDP_SUCCESS;
+}
+
+int FsdpRuntimeZeroGradShards(FsdpRuntime rt)
+{
+  for (int u = 0; u < rt->nunits; u++)
+    FSDP_CALL(FsdpDeviceZero(rt->units[u].grad_shard, (size_t)rt->units[u].shard_numel * sizeof(float)));
+  return FSDP_SUCCESS;
+}
+
+/* ---- accessors -------------------------------------------------------------- */
+
+int FsdpRuntimeNumUnits(FsdpRuntime rt) { return rt->nunits; }
+
+int FsdpRuntimeUnitSpecs(FsdpRuntime rt, int unit, const FsdpParamSpec **specs, int *nparams)
+{
+  if (unit < 0 || unit >= rt->nunits)
+    FSDP_ERROR(FSDP_ERR_STATE, "unit %d out of range [0, %d)", unit, rt->nunits);
+  *specs = rt->units[unit].specs;
+  *nparams = rt->units[unit].nparams;
+  return FSDP_SUCCESS;
+}
+const char *FsdpRuntimeUnitName(FsdpRuntime rt, int u) { return rt->units[u].name; }
+int FsdpRuntimeUnitIsRoot(FsdpRuntime rt, int u) { return rt->units[u].is_root; }
+FlatParam FsdpRuntimeUnitFlatParam(FsdpRuntime rt, int u) { return rt->units[u].fp; }
+float *FsdpRuntimeUnitShard(FsdpRuntime rt, int u) { return rt->units[u].shard; }
+float *FsdpRuntimeUnitGradShard(FsdpRuntime rt, int u) { return rt->units[u].grad_shard; }
+FsdpUnitState FsdpRuntimeUnitState(FsdpRuntime rt, int u) { return rt->units[u].state; }
+FsdpTopo FsdpRuntimeTopo(FsdpRuntime rt) { return rt->topo; }
+FsdpColl FsdpRuntimeColl(FsdpRuntime rt) { return rt->coll; }
+FsdpStream FsdpRuntimeStream(FsdpRuntime rt) { return rt->stream; }
+const FsdpRuntimeOptions *FsdpRuntimeGetOptions(FsdpRuntime rt) { return &rt->opt; }
+
+int FsdpRuntimeForwardOrder(FsdpRuntime rt, const int **order, int *n)
+{
+  *order = rt->order;
+  *n = rt->norder;
+  return FSDP_SUCCESS;
+}
+
+void FsdpRuntimeGetMemory(FsdpRuntime rt, FsdpRuntimeMemory *m)
+{
+  memset(m, 0, sizeof *m);
+  for (int u = 0; u < rt->nunits; u++)
+    m->param_shard_bytes += (uint64_t)rt->units[u].shard_numel * sizeof(float);
+  m->grad_shard_bytes = m->param_shard_bytes;
+  if (rt->opt.param_dtype != FSDP_DTYPE_FP32)
+    m->low_shard_bytes = m->param_shard_bytes / sizeof(float) * rt->klow;
+  uint64_t rootP = (uint64_t)rt->ring.root_numel;
+  uint64_t slotP = (uint64_t)rt->slot_numel;
+  m->gather_buffer_bytes = rt->ring.bytes;
+  if (rt->opt.param_dtype != FSDP_DTYPE_FP32) m->compute_buffer_bytes = (rootP + slotP) * sizeof(float);
+  m->grad_buffer_bytes = rt->grad_buffer_bytes;
+  m->gather_slots = rt->ngslots;
+  m->grad_slots = rt->nrslots;
+  m->gathers_in_flight = rt->ring.max_in_flight;
+}
+
+void FsdpRuntimePeakUnsharded(FsdpRuntime rt, uint64_t *params, uint64_t *grads)
+{
+  *params = rt->peak_params;
+  *grads = rt->peak_grads;
+}
+
+int FsdpRuntimeGatherUnit(FsdpRuntime rt, int u, float *out)
+{
+  if (!rt->setup) FSDP_ERROR(FSDP_ERR_STATE, "FsdpRuntimeGatherUnit before FsdpRuntimeSetUp");
+  if (u < 0 || u >= rt->nunits)
+    FSDP_ERROR(FSDP_ERR_STATE, "FsdpRuntimeGatherUnit: unit %d out of range [0, %d)", u, rt->nunits);
+  /* The reduce stream's collectives use the same sharding communicator
+   * ([Note: collectives and threads] in coll.h): nothing may be in flight
+   * on it while this thread all-gathers. */
+  FSDP_CALL(FsdpRuntimeDrainStreams(rt));
+  Unit *x = &rt->units[u];
+  float *buf = NULL;
+  FSDP_CALL(FsdpDeviceAlloc(FSDP_MEM_OTHER, (size_t)x->P * sizeof(float), &buf));
+  int err = FsdpCollAllGather(rt->coll, FsdpTopoShard(rt->topo), x->shard, buf,
+                              (size_t)x->shard_numel, FSDP_DTYPE_FP32);
+  if (!err) err = FsdpDeviceCopyToHost(out, buf, (size_t)FlatParamNumel(x->fp) * sizeof(float));
+  FSDP_CALL(FsdpDeviceFree(&buf));
+  return err;
+}

@@ -1,0 +1,168 @@
+/* optim.c: AdamW on shards (see optim.h). */
+#include "runtime/optim.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device/device.h"
+#include "base/error.h"
+#include "base/mem.h"
+
+struct FsdpOptim_ {
+  FsdpRuntime rt;
+  const FsdpKernelOps *k;
+  FsdpOptimOptions o;
+  FsdpDecayRule rule;
+  int nunits;
+  float **m, **v;
+  int64_t t; /* AdamW steps taken (bias correction) */
+  double grad_scale; /* gradients in the shards are this times the true ones */
+  uint64_t state_bytes;
+};
+
+int FsdpOptimOptionsFromDb(FsdpOpts db, FsdpOptimOptions *o)
+{
+  memset(o, 0, sizeof *o);
+  const char *g = "Optimizer";
+  FSDP_CALL(FsdpOptsGetDouble(db, g, "lr", "peak learning rate", 3e-3, 0.0, 10.0, &o->lr));
+  FSDP_CALL(FsdpOptsGetDouble(db, g, "lr_min", "final learning rate of the cosine decay (absolute)",
+                              -1.0, -1.0, 10.0, &o->lr_min));
+  if (o->lr_min < 0) o->lr_min = 0.1 * o->lr; /* default: a tenth of the peak */
+  FSDP_CALL(FsdpOptsGetDouble(db, g, "weight_decay", "AdamW decoupled weight decay", 0.1, 0.0, 10.0,
+                              &o->weight_decay));
+  FSDP_CALL(FsdpOptsGetDouble(db, g, "beta1", "AdamW beta1", 0.9, 0.0, 0.999999, &o->beta1));
+  FSDP_CALL(FsdpOptsGetDouble(db, g, "beta2", "AdamW beta2", 0.95, 0.0, 0.999999, &o->beta2));
+  FSDP_CALL(FsdpOptsGetDouble(db, g, "eps", "AdamW epsilon", 1e-8, 0.0, 1.0, &o->eps));
+  FSDP_CALL(FsdpOptsGetDouble(db, g, "grad_clip", "clip the global gradient norm to this (0 = off)",
+                              1.0, 0.0, 1e30, &o->grad_clip));
+  FSDP_CALL(FsdpOptsGetInt(db, g, "warmup", "linear warmup steps", 20, 0, INT64_MAX / 2, &o->warmup));
+  FSDP_CALL(FsdpOptsGetBool(db, g, "weight_decay_embeddings",
+                            "apply weight decay to wte and wpe too (biases and LayerNorm never)", 1,
+                            &o->decay_embeddings));
+  return FSDP_SUCCESS;
+}
+
+int FsdpOptimCreate(FsdpRuntime rt, const FsdpKernelOps *k, const FsdpOptimOptions *o,
+                    FsdpDecayRule rule, FsdpOptim *out)
+{
+  *out = NULL;
+  FsdpOptim opt = calloc(1, sizeof *opt);
+  FSDP_CHECK_ALLOC(opt, sizeof *opt);
+  opt->rt = rt;
+  opt->k = k;
+  opt->o = *o;
+  opt->rule = rule;
+  opt->nunits = FsdpRuntimeNumUnits(rt);
+  opt->grad_scale = 1.0;
+  opt->m = calloc((size_t)opt->nunits, sizeof(float *));
+  opt->v = calloc((size_t)opt->nunits, sizeof(float *));
+  FSDP_CHECK_ALLOC(opt->m, sizeof(float *));
+  FSDP_CHECK_ALLOC(opt->v, sizeof(float *));
+  for (int u = 0; u < opt->nunits; u++) {
+    size_t bytes = (size_t)FlatParamShardNumel(FsdpRuntimeUnitFlatParam(rt, u)) * sizeof(float);
+    FSDP_CALL(FsdpDeviceAlloc(FSDP_MEM_OPTIM, bytes, &opt->m[u]));
+    FSDP_CALL(FsdpDeviceAlloc(FSDP_MEM_OPTIM, bytes, &opt->v[u]));
+    opt->state_bytes += 2 * bytes;
+  }
+  *out = opt;
+  return FSDP_SUCCESS;
+}
+
+int FsdpOptimDestroy(FsdpOptim *popt)
+{
+  if (!popt || !*popt) return FSDP_SUCCESS;
+  FsdpOptim opt = *popt;
+  for (int u = 0; u < opt->nunits; u++) {
+    FSDP_CALL(FsdpDeviceFree(&opt->m[u]));
+    FSDP_CALL(FsdpDeviceFree(&opt->v[u]));
+  }
+  free(opt->m);
+  free(opt->v);
+  free(opt);
+  *popt = NULL;
+  return FSDP_SUCCESS;
+}
+
+double FsdpOptimLearningRate(const FsdpOptimOptions *o, int64_t step)
+{
+  if (o->warmup > 0 && step < o->warmup) return o->lr * (double)(step + 1) / (double)o->warmup;
+  int64_t decay = o->total_steps - o->warmup;
+  if (decay <= 1) return o->lr;
+  double frac = (double)(step - o->warmup) / (double)(decay - 1);
+  if (frac > 1.0) frac = 1.0;
+  double c = 0.5 * (1.0 + cos(3.141592653589793 * frac));
+  return o->lr_min + c * (o->lr - o->lr_min);
+}
+
+int FsdpOptimGradNorm(FsdpOptim opt, double *norm)
+{
+  /* reductions still in flight write the shards and use the sharding comm */
+  FSDP_CALL(FsdpRuntimeDrainStreams(opt->rt));
+  double sq = 0.0;
+  for (int u = 0; u < opt->nunits; u++) {
+    FlatParam fp = FsdpRuntimeUnitFlatParam(opt->rt, u);
+    sq += opt->k->sum_squares(FsdpRuntimeUnitGradShard(opt->rt, u),
+                              (size_t)FlatParamShardNumel(fp));
+  }
+  /* [Note: gradient norm over the sharding group] */
+  FSDP_CALL(FsdpCollScalarSum(FsdpRuntimeColl(opt->rt), FsdpTopoShard(FsdpRuntimeTopo(opt->rt)),
+                              &sq, 1));
+  *norm = sqrt(sq) / opt->grad_scale;
+  return FSDP_SUCCESS;
+}
+
+void FsdpOptimSetGradScale(FsdpOptim opt, double scale) { opt->grad_scale = scale; }
+
+int FsdpOptimCheckOverflow(FsdpOptim opt, int *overflow)
+{
+  FSDP_CALL(FsdpRuntimeDrainStreams(opt->rt)); /* the shards must be final */
+  double bad = 0.0;
+  for (int u = 0; u < opt->nunits && bad == 0.0; u++) {
+    int b = 0;
+    FSDP_CALL(FsdpDeviceAnyNonFinite(FsdpRuntimeUnitGradShard(opt->rt, u),
+                                     (size_t)FlatParamShardNumel(FsdpRuntimeUnitFlatParam(opt->rt, u)),
+                                     &b));
+    bad = b;
+  }
+  FSDP_CALL(FsdpCollScalarMax(FsdpRuntimeColl(opt->rt), FsdpTopoWorld(FsdpRuntimeTopo(opt->rt)),
+                              &bad, 1));
+  *overflow = bad > 0.0;
+  return FSDP_SUCCESS;
+}
+
+int FsdpOptimStep(FsdpOptim opt, int64_t step, double *grad_norm, double *lr_out)
+{
+  double norm = 0.0;
+  FSDP_CALL(FsdpOptimGradNorm(opt, &norm));
+  double clip = 1.0;
+  if (opt->o.grad_clip > 0 && norm > opt->o.grad_clip) clip = opt->o.grad_clip / (norm + 1e-6);
+  float scale = (float)(clip / opt->grad_scale); /* unscale and clip in one factor */
+  double lr = FsdpOptimLearningRate(&opt->o, step);
+  opt->t++;
+  for (int u = 0; u < opt->nunits; u++) {
+    FlatParam fp = FsdpRuntimeUnitFlatParam(opt->rt, u);
+    float *p = FsdpRuntimeUnitShard(opt->rt, u), *g = FsdpRuntimeUnitGradShard(opt->rt, u);
+    const FlatParamPiece *pc;
+    int np;
+    FSDP_CALL(FlatParamShardPieces(fp, FlatParamShardRank(fp), &pc, &np));
+    /* each piece gets its parameter's weight-decay rule */
+    for (int i = 0; i < np; i++) {
+      const FsdpParamSpec *spec = FlatParamSpec(fp, pc[i].param);
+      float wd = opt->rule(spec->name, opt->o.decay_embeddings) ? (float)opt->o.weight_decay : 0.0f;
+      int64_t off = pc[i].shard_offset;
+      opt->k->adamw_update(p + off, g + off, opt->m[u] + off, opt->v[u] + off,
+                           (size_t)pc[i].count, (float)lr, (float)opt->o.beta1,
+                           (float)opt->o.beta2, (float)opt->o.eps, wd, scale, (int)opt->t);
+    }
+  }
+  if (grad_norm) *grad_norm = norm;
+  if (lr_out) *lr_out = lr;
+  return FSDP_SUCCESS;
+}
+
+uint64_t FsdpOptimStateBytes(FsdpOptim opt) { return opt->state_bytes; }
+float *FsdpOptimExpAvg(FsdpOptim opt, int unit) { return opt->m[unit]; }
+float *FsdpOptimExpAvgSq(FsdpOptim opt, int unit) { return opt->v[unit]; }
+int64_t FsdpOptimStepCount(FsdpOptim opt) { return opt->t; }
+void FsdpOptimSetStepCount(FsdpOptim opt, int64_t t) { opt->t = t; }
