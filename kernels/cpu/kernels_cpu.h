@@ -131,6 +131,12 @@ static inline float expf_fast_cpu(float x)
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * z + r + 1.0f;
+  /* fn is NaN when x is: convert 0 instead (NaN to int is undefined
+   * behaviour, and gave a negative left shift); p already carries the NaN. */
+  int32_t fnb, is_num = -(int32_t)(fn == fn);
+  memcpy(&fnb, &fn, sizeof fnb);
+  fnb &= is_num;
+  memcpy(&fn, &fnb, sizeof fn);
   int32_t bits = ((int32_t)fn + 127) << 23;
   float scale;
   memcpy(&scale, &bits, sizeof scale);
