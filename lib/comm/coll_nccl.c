@@ -434,8 +434,8 @@ static const CollBackendOps coll_ops_nccl = {
     .cuda_stream = NcclCudaStream,
     .attach = NcclAttach,
     .wait_device = NcclWaitDevice,
-    .NcclCommCreate = NcclCommCreate,
-    .NcclCommDestroy = NcclCommDestroy,
+    .nccl_comm_create = NcclCommCreate,
+    .nccl_comm_destroy = NcclCommDestroy,
 };
 
 const CollBackendOps *FsdpCollNcclOps(void) { return &coll_ops_nccl; }
