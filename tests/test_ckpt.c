@@ -860,6 +860,23 @@ static int mode_after_crash(const char *dir)
   return test_finish("test_ckpt after-crash");
 }
 
+/* A description read from a file goes back to a GptConfig only when every
+ * attribute fits an int: a cast would let n_layer 2^32 + 2 pass for 2
+ * (fsdp-ckpt builds its engine from the file's description). */
+static void test_desc_int_range(void)
+{
+  FsdpModelDesc d = describe(&kCfg);
+  GptConfig back;
+  CHECK(GptConfigFromDesc(&d, "test", &back) == FSDP_SUCCESS && back.n_layer == kCfg.n_layer &&
+            back.n_embd == kCfg.n_embd && back.vocab_size == kCfg.vocab_size,
+        "a GPT description does not read back to its config");
+  for (int i = 0; i < d.nattrs; i++)
+    if (strcmp(d.attr[i].name, "n_layer") == 0) d.attr[i].i = ((int64_t)1 << 32) + kCfg.n_layer;
+  int err = GptConfigFromDesc(&d, "test", &back);
+  CHECK(err == FSDP_ERR_USAGE, "n_layer 2^32+%d was accepted (error %d, n_layer read as %d)",
+        kCfg.n_layer, err, err == FSDP_SUCCESS ? back.n_layer : -1);
+}
+
 int main(int argc, char **argv)
 {
   TCALL(FsdpInitialize(&argc, &argv));
@@ -876,6 +893,7 @@ int main(int argc, char **argv)
     snprintf(run, sizeof run, "%s/run", dir);
     make_clean_dir(run);
     make_clean_dir(dir);
+    test_desc_int_range();
     test_reshard(dir);
     test_refused(dir);
     test_directory(dir);
