@@ -190,7 +190,6 @@ AC_DEFUN([FSDP_CHECK_CUDA], [
     CFLAGS=$fsdp_save_CFLAGS; LIBS=$fsdp_save_LIBS
     CUDA_LIBS="$CUDA_LIBS -lnccl"
     fsdp_have_cuda=yes
-    AC_DEFINE([FSDP_HAVE_CUDA], [1], [Define to 1 when the CUDA back-end is built])
   fi
   AC_SUBST([CUDA_CFLAGS])
   AC_SUBST([CUDA_LIBS])

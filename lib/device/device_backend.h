@@ -4,7 +4,8 @@
  * fills an FsdpDeviceBackend: device_cpu.c (always built) and
  * device_cuda.c (built by configure --with-cuda; automake conditional
  * FSDP_CUDA).  device.c picks the table at FsdpDeviceSetUp and forwards
- * every FsdpDevice* call to it, so no shared file tests FSDP_HAVE_CUDA.
+ * every FsdpDevice* call to it, so no shared file tests for CUDA (configure
+ * defines no such macro: the file list is the only switch).
  * A CPU-only build links cuda_none.c instead of device_cuda.c and
  * cuda_util.c: FsdpDeviceCudaBackend() is NULL there, which device.c
  * turns into the usage error for -device cuda. */
