@@ -69,13 +69,14 @@ static int PlanUnits(const PlanOptions *po, int shard_rank, PlanUnit **out, int 
   FsdpTopo topo = NULL;
   FsdpColl coll = NULL;
   FsdpRuntime rt = NULL;
-  GptModel m = NULL;
+  FsdpModel m = NULL;
   FSDP_CALL(FsdpTopoCreate(MPI_COMM_SELF, &to, &topo));
   FSDP_CALL(FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &coll));
   FSDP_CALL(FsdpRuntimeCreate(topo, coll, &po->t.fsdp, &rt));
-  FSDP_CALL(GptModelCreate(&po->t.model, po->t.wrap, po->t.batch_size, po->t.model.seq_len,
+  FSDP_CALL(FsdpModelCreate(&po->t.model, po->t.wrap, po->t.batch_size,
+                            (int)FsdpModelDescInt(&po->t.model, "seq_len"),
                            FsdpKernelsCpu(), (uint64_t)po->t.seed, &m));
-  FSDP_CALL(FsdpRuntimeAddModel(rt, GptModelTable(m)));
+  FSDP_CALL(FsdpRuntimeAddModel(rt, FsdpModelGetTable(m)));
   int n = FsdpRuntimeNumUnits(rt);
   PlanUnit *u = calloc((size_t)n, sizeof *u);
   FSDP_CHECK_ALLOC(u, (size_t)n * sizeof *u);
@@ -91,7 +92,7 @@ static int PlanUnits(const PlanOptions *po, int shard_rank, PlanUnit **out, int 
     memcpy(x->specs, s, (size_t)x->nparams * sizeof *x->specs);
     FSDP_CALL(FlatParamCreate(x->specs, x->nparams, po->F, shard_rank, &x->fp));
   }
-  FSDP_CALL(GptModelDestroy(&m));
+  FSDP_CALL(FsdpModelDestroy(&m));
   FSDP_CALL(FsdpRuntimeDestroy(&rt));
   FSDP_CALL(FsdpCollDestroy(&coll));
   FSDP_CALL(FsdpTopoDestroy(&topo));
@@ -214,17 +215,6 @@ typedef struct {
   int gather_slots, grad_slots;
 } PlanMemory;
 
-/* Activation and backward-scratch bytes the model allocates in
- * GptModelSetUp (its list, per layer and shared), for B sequences of T. */
-static uint64_t PlanActivationBytes(const GptConfig *c, int B, int T)
-{
-  uint64_t BT = (uint64_t)B * T, C = (uint64_t)c->n_embd, V = (uint64_t)c->vocab_size;
-  uint64_t att = (uint64_t)B * c->n_head * T * T;
-  uint64_t layer = 16 * BT * C + 4 * BT + 2 * att;
-  uint64_t shared = 16 * BT * C + 3 * BT + 3 * BT * V + 2 * att;
-  return 4 * ((uint64_t)c->n_layer * layer + shared);
-}
-
 static int Run(int argc, char **argv, int *handled_help)
 {
   FsdpOpts db = NULL;
@@ -314,7 +304,10 @@ static int Run(int argc, char **argv, int *handled_help)
     mem.grad_buffer += (uint64_t)mem.grad_slots * (slotP * kr + (po.F > 1 ? slotP / F * kr : 0));
     if (rootP) mem.grad_buffer += rootP * kr + (po.F > 1 ? rootP / F * kr : 0);
   }
-  mem.activations = PlanActivationBytes(&po.t.model, po.t.batch_size, po.t.model.seq_len);
+  /* what the model's set-up allocates (its family knows its list) */
+  mem.activations = FsdpModelFamilyFind(po.t.model.family)
+                        ->activation_bytes(&po.t.model, po.t.batch_size,
+                                           (int)FsdpModelDescInt(&po.t.model, "seq_len"));
   uint64_t mem_total = mem.param_shard + mem.grad_shard + mem.low_shard + mem.optim_state +
                        mem.gather_buffer + mem.compute_buffer + mem.grad_buffer + mem.activations;
 
@@ -347,10 +340,12 @@ static int Run(int argc, char **argv, int *handled_help)
    * 6 N + 6 L T C FLOP per token of training; communication from the bytes
    * this rank receives, the inter-node part sharing the node's link with
    * the other G - 1 ranks */
-  const GptConfig *c = &po.t.model;
-  double tokens = (double)po.t.batch_size * c->seq_len;
-  double flop = tokens * (6.0 * (double)GptConfigParamCount(c) +
-                          6.0 * c->n_layer * (double)c->seq_len * c->n_embd);
+  const FsdpModelDesc *c = &po.t.model;
+  double seq_len = (double)FsdpModelDescInt(c, "seq_len");
+  double tokens = (double)po.t.batch_size * seq_len;
+  double flop = tokens * (6.0 * (double)FsdpModelDescParamCount(c) +
+                          6.0 * (double)FsdpModelDescInt(c, "n_layer") * seq_len *
+                              (double)FsdpModelDescInt(c, "n_embd"));
   double t_comp = po.flops > 0 ? flop / po.flops : 0.0;
   double t_intra = po.intra_bw > 0 ? intra / po.intra_bw : 0.0;
   double t_inter = po.inter_bw > 0 ? (double)po.G * inter / po.inter_bw : 0.0;
@@ -418,7 +413,7 @@ static int Run(int argc, char **argv, int *handled_help)
                                       : "hybrid";
     printf("fsdp-plan: %s (%lld parameters) on %d ranks (%d nodes x %d), F %d, R %d%s%s, "
            "wrap %d, %s, limit %d, prefetch %s, params %s, reduce %s, grad_accum %d%s; rank %d\n",
-           po.t.model_name, (long long)GptConfigParamCount(c), po.W, po.N, po.G, po.F, po.R,
+           po.t.model_name, (long long)FsdpModelDescParamCount(c), po.W, po.N, po.G, po.F, po.R,
            mode[0] ? ": " : "", mode, po.t.wrap, raf ? "RAF" : "NRAF", L,
            FsdpPrefetchNames[fo->prefetch], FsdpDtypeNames[po.param_dt],
            FsdpDtypeNames[po.reduce_dt], K, K > 1 && !fo->accum_comm ? " (reduce once)" : "",

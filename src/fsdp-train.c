@@ -45,7 +45,7 @@ static int Run(int argc, char **argv, int *handled_help)
   if (!err && rank == 0) {
     const char *core = FsdpKernelsCpuBlasCore();
     printf("fsdp-train: %s (%lld parameters) on %d ranks, sharding factor %d, BLAS core %s\n",
-           o.model_name, (long long)GptConfigParamCount(&o.model),
+           o.model_name, (long long)FsdpModelDescParamCount(&o.model),
            FsdpTopoWorld(FsdpTrainerTopo(tr))->size, FsdpTopoShard(FsdpTrainerTopo(tr))->size, core);
     if (FsdpKernelsCpuBlasIsFallback())
       FsdpWarn(1, "OpenBLAS runs its generic '%s' kernel on a CPU that supports a faster one: "
