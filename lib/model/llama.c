@@ -148,7 +148,7 @@ int LlamaConfigFromDb(FsdpOpts db, const char *preset, LlamaConfig *cfg)
   c.ffn_hidden = v > 0 ? (int)v : LlamaFfnHidden(c.n_embd, (int)mo, d);
   FSDP_CALL(FsdpOptsGetInt(db, g, "vocab_size", "vocabulary size V", c.vocab_size, 2, 1 << 24, &v));
   c.vocab_size = (int)v;
-  FSDP_CALL(FsdpOptsGetInt(db, g, "seq_len", "maximum sequence length (positions in wpe)", c.seq_len, 2, 1 << 20, &v));
+  FSDP_CALL(FsdpOptsGetInt(db, g, "seq_len", "sequence length T (tokens per sequence; RoPE has no position table)", c.seq_len, 2, 1 << 20, &v));
   c.seq_len = (int)v;
   FSDP_CALL(FsdpOptsGetBool(db, g, "tie_embeddings",
                             "Llama: the LM head is the token embedding (no lm_head.weight)",
