@@ -12,7 +12,8 @@
  * they mean the same thing (written for both by driver/summary.c).
  *
  * [Note: planning from the library] The numbers come from the code that the
- * run itself uses, not from a second copy of the formulas: the GPT model
+ * run itself uses, not from a second copy of the formulas: the model (any
+ * family, model/family.h)
  * registers its units with an FSDP runtime exactly as in a run (names,
  * parameters, order); each unit's layout is a FlatParam built with the
  * run's F (so numel, padding and shard sizes are the run's); the bytes of

@@ -343,8 +343,8 @@ static void test_elementwise(int N)
  * RoPE forward and backward, SwiGLU, the grouped-query pack (KVH < NH). */
 static void test_llama(int B, int T, int NH, int KVH, int HD, int H)
 {
-  int N = B * T, C = NH * HD, KC = KVH * HD;
-  size_t nC = (size_t)N * C, nK = (size_t)N * KC, nH = (size_t)N * H;
+  int N = B * T, C = NH * HD, KVC = KVH * HD;
+  size_t nC = (size_t)N * C, nK = (size_t)N * KVC, nH = (size_t)N * H;
   float *x = frand(nC, -2, 2), *w = frand(C, 0.5, 1.5), *out = xmalloc(nC * 4), *r = xmalloc(N * 4);
   float *dx = dev_from(x, nC * 4), *dw = dev_from(w, C * 4), *dout_ = dev_zeros(nC * 4),
         *dr = dev_zeros(N * 4);
