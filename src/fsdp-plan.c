@@ -47,6 +47,7 @@ typedef struct {
   int rank;               /* the rank whose counters are planned */
   FsdpDtype param_dt, reduce_dt;
   double intra_bw, inter_bw, flops; /* bytes/s per rank, bytes/s per node, FLOP/s per rank */
+  const char *profile;    /* -profile FILE: measured rates (fsdp-probe) */
 } PlanOptions;
 
 typedef struct {
@@ -174,6 +175,9 @@ static int PlanOptionsFromDb(FsdpOpts db, PlanOptions *po)
                               1e18, &po->inter_bw));
   FSDP_CALL(FsdpOptsGetDouble(db, g, "flops", "sustained compute rate of one rank in FLOP/s "
                               "(0 = no time prediction)", 0, 0, 1e21, &po->flops));
+  FSDP_CALL(FsdpOptsGetString(db, g, "profile", "machine profile written by fsdp-probe "
+                              "-profile_out: predict the step time from its measured rates "
+                              "(instead of -flops, -intra_bw, -inter_bw)", "", &po->profile));
   return FSDP_SUCCESS;
 }
 
@@ -223,6 +227,110 @@ static uint64_t PlanActivationBytes(const GptConfig *c, int B, int T)
   uint64_t layer = 16 * BT * C + 4 * BT + 2 * att;
   uint64_t shared = 16 * BT * C + 3 * BT + 3 * BT * V + 2 * att;
   return 4 * ((uint64_t)c->n_layer * layer + shared);
+}
+
+/* ---- prediction from a measured profile (fsdp-probe) -------------------- */
+
+/* A profile answers for this plan only if it was measured on the same
+ * back-end, with the plan's ranks per node, and on at least as many nodes
+ * (the cross-node curves of 2 nodes say nothing of 64). */
+static int CheckProfile(const PlanOptions *po, const FsdpProfile *p)
+{
+  const char *want = po->t.device_cuda ? "nccl" : "mpi";
+  if (strcmp(p->backend, want) != 0)
+    FSDP_ERROR(FSDP_ERR_USAGE, "-profile %s was measured with the %s back-end but this plan "
+               "runs on %s (-device %s): measure with fsdp-probe on the run's device",
+               po->profile, p->backend, want, po->t.device_cuda ? "cuda" : "cpu");
+  if (p->ranks_per_node != po->G)
+    FSDP_ERROR(FSDP_ERR_USAGE, "-profile %s was measured with %d ranks per node but the plan has "
+               "%d (-ranks_per_node): node-level rates depend on it; measure again", po->profile,
+               p->ranks_per_node, po->G);
+  if (p->nodes < po->N)
+    FSDP_ERROR(FSDP_ERR_USAGE, "-profile %s was measured on %d node(s) but the plan spans %d: "
+               "measure on at least as many nodes as the run uses", po->profile, p->nodes, po->N);
+  return FSDP_SUCCESS;
+}
+
+/* The gemm rate measured for a (C, OC) weight, else the median of all
+ * measured shapes (a shape the probe's model did not have). */
+static double GemmRate(const FsdpProfile *p, int64_t C, int64_t OC)
+{
+  double r[FSDP_PROFILE_MAX_GEMMS];
+  for (int i = 0; i < p->ngemm; i++) {
+    if (p->gemm[i].C == C && p->gemm[i].OC == OC) return p->gemm[i].flops_per_s;
+    r[i] = p->gemm[i].flops_per_s;
+  }
+  for (int i = 1; i < p->ngemm; i++) /* insertion sort: a dozen values */
+    for (int j = i; j > 0 && r[j - 1] > r[j]; j--) {
+      double t = r[j];
+      r[j] = r[j - 1];
+      r[j - 1] = t;
+    }
+  return p->ngemm ? r[p->ngemm / 2] : 0.0;
+}
+
+typedef struct {
+  double compute_s, gemm_s, attention_s, memory_s, optimizer_s;
+  double coll_s[FSDP_COLL_NKINDS];
+} ProfilePrediction;
+
+/* Seconds of one kind's per-step traffic on group g, split into the
+ * intra-node part (intra-node bytes at the node level's bandwidth) and the
+ * inter-node part (inter-node bytes at the cross-node level's, measured
+ * with the node's link shared by its G ranks, as in a run); each call adds
+ * one latency, the cross-node level's when g leaves the node (to the
+ * inter-node part), else the node level's. */
+static void CollSeconds(const FsdpProfile *p, FsdpCollKind k, const FsdpGroup *g, uint64_t calls,
+                        uint64_t intra, uint64_t inter, double *t_intra, double *t_inter)
+{
+  const FsdpProfileCurve *node = &p->coll[FSDP_PROFILE_NODE][k];
+  const FsdpProfileCurve *cross = &p->coll[FSDP_PROFILE_CROSS][k];
+  *t_intra = intra && node->bandwidth > 0 ? (double)intra / node->bandwidth : 0.0;
+  *t_inter = inter && cross->bandwidth > 0 ? (double)inter / cross->bandwidth : 0.0;
+  if (g->peers_inter > 0) *t_inter += (double)calls * cross->latency_s;
+  else *t_intra += (double)calls * node->latency_s;
+}
+
+/* Compute: every 2-D parameter of a non-root unit is a matmul weight
+ * (6 N C OC FLOP forward and backward, N = B T), the root's largest 2-D
+ * parameter is the head; causal attention 12 B T^2 C per block; the
+ * memory-bound passes move the step's activations three times (written
+ * in forward, read and their gradients written in backward) at the
+ * streaming rate; AdamW moves 28 bytes per shard element. */
+static void PredictFromProfile(const PlanOptions *po, const FsdpProfile *p, const PlanUnit *u,
+                               int nu, uint64_t activation_bytes, uint64_t shard_elems,
+                               ProfilePrediction *out)
+{
+  memset(out, 0, sizeof *out);
+  double N = (double)po->t.batch_size * po->t.model.seq_len;
+  int K = po->t.fsdp.grad_accum > 0 ? po->t.fsdp.grad_accum : 1;
+  for (int i = 0; i < nu; i++) {
+    const FsdpParamSpec *head = NULL;
+    for (int j = 0; j < u[i].nparams; j++) {
+      const FsdpParamSpec *sp = &u[i].specs[j];
+      if (sp->ndim != 2) continue;
+      if (u[i].is_root) {
+        if (!head || sp->shape[0] > head->shape[0]) head = sp;
+        continue;
+      }
+      double r = GemmRate(p, sp->shape[1], sp->shape[0]);
+      if (r > 0) out->gemm_s += 6.0 * N * (double)sp->shape[0] * (double)sp->shape[1] / r;
+    }
+    if (head) {
+      double r = GemmRate(p, head->shape[1], head->shape[0]);
+      if (r > 0) out->gemm_s += 6.0 * N * (double)head->shape[0] * (double)head->shape[1] / r;
+    }
+  }
+  const GptConfig *c = &po->t.model;
+  if (p->attention_flops_per_s > 0)
+    out->attention_s = c->n_layer * 12.0 * N * c->seq_len * c->n_embd / p->attention_flops_per_s;
+  if (p->stream_bytes_per_s > 0)
+    out->memory_s = 3.0 * (double)activation_bytes / p->stream_bytes_per_s;
+  out->gemm_s *= K;
+  out->attention_s *= K;
+  out->memory_s *= K;
+  if (p->adamw_bytes_per_s > 0) out->optimizer_s = 28.0 * (double)shard_elems / p->adamw_bytes_per_s;
+  out->compute_s = out->gemm_s + out->attention_s + out->memory_s + out->optimizer_s;
 }
 
 static int Run(int argc, char **argv, int *handled_help)
@@ -355,6 +463,32 @@ static int Run(int argc, char **argv, int *handled_help)
   double t_intra = po.intra_bw > 0 ? intra / po.intra_bw : 0.0;
   double t_inter = po.inter_bw > 0 ? (double)po.G * inter / po.inter_bw : 0.0;
   int predict = po.flops > 0 || po.intra_bw > 0 || po.inter_bw > 0;
+  ProfilePrediction pp;
+  int use_profile = po.profile[0] != '\0';
+  if (use_profile) {
+    FsdpProfile *prof = malloc(sizeof *prof);
+    int perr = prof ? FsdpProfileRead(po.profile, prof) : FSDP_ERR_MEM;
+    if (!perr) perr = CheckProfile(&po, prof);
+    if (!perr)
+      PredictFromProfile(&po, prof, u, nu, mem.activations, mem.param_shard / 4, &pp);
+    t_intra = t_inter = 0;
+    for (int k = 0; !perr && k < FSDP_COLL_NKINDS; k++) {
+      double a = 0, e = 0;
+      CollSeconds(prof, (FsdpCollKind)k, k == FSDP_COLL_ALL_REDUCE ? &replica : &shard,
+                  cm.calls[k], cm.intra[k], cm.inter[k], &a, &e);
+      pp.coll_s[k] = a + e;
+      t_intra += a;
+      t_inter += e;
+    }
+    free(prof);
+    if (perr) {
+      PlanUnitsFree(u, nu);
+      FsdpOptsDestroy(&db);
+      return FsdpErrorTrace(__FILE__, __LINE__, __func__, perr);
+    }
+    predict = 1;
+    t_comp = pp.compute_s;
+  }
 
   int rank = 0;
   FSDP_CALL_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
@@ -407,6 +541,16 @@ static int Run(int argc, char **argv, int *handled_help)
       FsdpJsonReal(j, "step_time_s_no_overlap", t_comp + t_intra + t_inter);
       FsdpJsonReal(j, "step_time_s_full_overlap",
                    t_comp > t_intra + t_inter ? t_comp : t_intra + t_inter);
+      if (use_profile) {
+        FsdpJsonString(j, "profile", po.profile);
+        FsdpJsonReal(j, "gemm_s", pp.gemm_s);
+        FsdpJsonReal(j, "attention_s", pp.attention_s);
+        FsdpJsonReal(j, "memory_bound_s", pp.memory_s);
+        FsdpJsonReal(j, "optimizer_s", pp.optimizer_s);
+        static const char *const kCollKey[FSDP_COLL_NKINDS] = {"all_gather_s", "reduce_scatter_s",
+                                                               "all_reduce_s"};
+        for (int k = 0; k < FSDP_COLL_NKINDS; k++) FsdpJsonReal(j, kCollKey[k], pp.coll_s[k]);
+      }
       FsdpJsonEndObject(j);
     }
     FsdpJsonEndObject(j);
