@@ -33,6 +33,7 @@
 #include "libfsdp.h"
 #include "driver/summary.h"
 #include "driver/train.h"
+#include "runtime/steptime.h"
 
 static const char kHelp[] =
     "fsdp-plan: per-rank memory and per-step collective bytes (intra/inter node) of\n"
@@ -48,6 +49,7 @@ typedef struct {
   FsdpDtype param_dt, reduce_dt;
   double intra_bw, inter_bw, flops; /* bytes/s per rank, bytes/s per node, FLOP/s per rank */
   const char *profile;    /* -profile FILE: measured rates (fsdp-probe) */
+  int schedule;           /* -plan_schedule: list the replayed step's events */
 } PlanOptions;
 
 typedef struct {
@@ -60,10 +62,13 @@ typedef struct {
 
 /* Units of the model as the run registers them, each with a FlatParam for
  * the planned F (shard rank: my position in my sharding group). */
-static int PlanUnits(const PlanOptions *po, int shard_rank, PlanUnit **out, int *nout)
+static int PlanUnits(const PlanOptions *po, int shard_rank, PlanUnit **out, int *nout,
+                     int **stage_unit, int *nstages)
 {
   *out = NULL;
   *nout = 0;
+  *stage_unit = NULL;
+  *nstages = 0;
   /* a runtime on a one-rank topology only records the registration: no
    * setup, nothing allocated */
   FsdpTopoOptions to = {0, 0, FSDP_PLACEMENT_BLOCK, 0};
@@ -92,6 +97,12 @@ static int PlanUnits(const PlanOptions *po, int shard_rank, PlanUnit **out, int 
     memcpy(x->specs, s, (size_t)x->nparams * sizeof *x->specs);
     FSDP_CALL(FlatParamCreate(x->specs, x->nparams, po->F, shard_rank, &x->fp));
   }
+  /* the stages in forward order, for the step replay (runtime/steptime.h) */
+  const FsdpModelTable *tb = GptModelTable(m);
+  *stage_unit = malloc((size_t)tb->nstages * sizeof **stage_unit + 1);
+  FSDP_CHECK_ALLOC(*stage_unit, (size_t)tb->nstages * sizeof **stage_unit);
+  for (int i = 0; i < tb->nstages; i++) (*stage_unit)[i] = tb->stages[i].unit;
+  *nstages = tb->nstages;
   FSDP_CALL(GptModelDestroy(&m));
   FSDP_CALL(FsdpRuntimeDestroy(&rt));
   FSDP_CALL(FsdpCollDestroy(&coll));
@@ -178,6 +189,9 @@ static int PlanOptionsFromDb(FsdpOpts db, PlanOptions *po)
   FSDP_CALL(FsdpOptsGetString(db, g, "profile", "machine profile written by fsdp-probe "
                               "-profile_out: predict the step time from its measured rates "
                               "(instead of -flops, -intra_bw, -inter_bw)", "", &po->profile));
+  FSDP_CALL(FsdpOptsGetBool(db, g, "plan_schedule", "with -profile and -summary json: list the "
+                            "replayed step's events (gathers, stages, reductions) in order", 0,
+                            &po->schedule));
   return FSDP_SUCCESS;
 }
 
@@ -272,14 +286,17 @@ static double GemmRate(const FsdpProfile *p, int64_t C, int64_t OC)
 typedef struct {
   double compute_s, gemm_s, attention_s, memory_s, optimizer_s;
   double coll_s[FSDP_COLL_NKINDS];
+  FsdpStepTimeResult sim; /* the schedule replayed (runtime/steptime.h) */
+  FsdpStepEvent *events;  /* its events, with -plan_schedule */
+  int nevents;
 } ProfilePrediction;
 
-/* Seconds of one kind's per-step traffic on group g, split into the
- * intra-node part (intra-node bytes at the node level's bandwidth) and the
- * inter-node part (inter-node bytes at the cross-node level's, measured
- * with the node's link shared by its G ranks, as in a run); each call adds
- * one latency, the cross-node level's when g leaves the node (to the
- * inter-node part), else the node level's. */
+/* Seconds of traffic on group g, split into the intra-node part
+ * (intra-node bytes at the node level's bandwidth) and the inter-node part
+ * (inter-node bytes at the cross-node level's, measured with the node's
+ * link shared by its G ranks, as in a run); each call adds one latency,
+ * the cross-node level's when g leaves the node (to the inter-node part),
+ * else the node level's. */
 static void CollSeconds(const FsdpProfile *p, FsdpCollKind k, const FsdpGroup *g, uint64_t calls,
                         uint64_t intra, uint64_t inter, double *t_intra, double *t_inter)
 {
@@ -291,21 +308,59 @@ static void CollSeconds(const FsdpProfile *p, FsdpCollKind k, const FsdpGroup *g
   else *t_intra += (double)calls * node->latency_s;
 }
 
-/* Compute: every 2-D parameter of a non-root unit is a matmul weight
- * (6 N C OC FLOP forward and backward, N = B T), the root's largest 2-D
- * parameter is the head; causal attention 12 B T^2 C per block; the
- * memory-bound passes move the step's activations three times (written
- * in forward, read and their gradients written in backward) at the
- * streaming rate; AdamW moves 28 bytes per shard element. */
-static void PredictFromProfile(const PlanOptions *po, const FsdpProfile *p, const PlanUnit *u,
-                               int nu, uint64_t activation_bytes, uint64_t shard_elems,
-                               ProfilePrediction *out)
+/* Seconds of one call of kind on g over elems elements of dt. */
+static double CallSeconds(const FsdpProfile *p, FsdpCollKind k, const FsdpGroup *g, int64_t elems,
+                          FsdpDtype dt)
 {
-  memset(out, 0, sizeof *out);
+  if (g->size <= 1) return 0.0;
+  uint64_t b = 0, i = 0, e = 0;
+  FsdpCollVolume(k, g, (size_t)elems, FsdpDtypeSize(dt), &b, &i, &e);
+  double a = 0, x = 0;
+  CollSeconds(p, k, g, 1, i, e, &a, &x);
+  return a + x;
+}
+
+/* The step predicted from a profile.  Compute per unit and micro-step:
+ * every 2-D parameter of a non-root unit is a matmul weight (6 N C OC FLOP
+ * forward and backward, N = B T), the root's largest 2-D parameter is the
+ * head; causal attention (12 B T^2 C per block) and the memory-bound
+ * passes (the step's activations moved three times: written in forward,
+ * read and their gradients written in backward, at the streaming rate) are
+ * shared among the non-root units by size (exact for equal blocks).  A
+ * unit's compute is split evenly over its stages (the root's all on its
+ * last forward stage, the head), a third forward and two thirds backward.
+ * AdamW moves 28 bytes per shard element.  Each unit's gather and
+ * reduction take CallSeconds on the run's groups; FsdpStepTimeSimulate
+ * replays the schedule over them. */
+static int PredictFromProfile(const PlanOptions *po, const FsdpProfile *p, const PlanUnit *u, int nu,
+                              const int *stage_unit, int nstages, const FsdpGroup *shard,
+                              const FsdpGroup *replica, uint64_t activation_bytes,
+                              uint64_t shard_elems, int gather_slots, int grad_slots,
+                              int want_events, ProfilePrediction *out)
+{
   double N = (double)po->t.batch_size * po->t.model.seq_len;
   int K = po->t.fsdp.grad_accum > 0 ? po->t.fsdp.grad_accum : 1;
+  const GptConfig *c = &po->t.model;
+  double *unit_s = calloc((size_t)nu, sizeof *unit_s), *gather_s = calloc((size_t)nu, sizeof *gather_s);
+  double *reduce_s = calloc((size_t)nu, sizeof *reduce_s);
+  double *fwd_s = calloc((size_t)nstages + 1, sizeof *fwd_s), *bwd_s = calloc((size_t)nstages + 1, sizeof *bwd_s);
+  int *nst = calloc((size_t)nu, sizeof *nst), *last = calloc((size_t)nu, sizeof *last);
+  int *is_root = calloc((size_t)nu, sizeof *is_root);
+  int err = FSDP_SUCCESS;
+  if (!unit_s || !gather_s || !reduce_s || !fwd_s || !bwd_s || !nst || !last || !is_root) {
+    err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_MEM, "out of memory predicting a step");
+    goto done;
+  }
+  double attention = p->attention_flops_per_s > 0
+                         ? c->n_layer * 12.0 * N * c->seq_len * c->n_embd / p->attention_flops_per_s
+                         : 0.0;
+  double memory = p->stream_bytes_per_s > 0 ? 3.0 * (double)activation_bytes / p->stream_bytes_per_s : 0.0;
+  double nonroot_P = 0;
+  for (int i = 0; i < nu; i++)
+    if (!u[i].is_root) nonroot_P += (double)FlatParamNumel(u[i].fp);
   for (int i = 0; i < nu; i++) {
     const FsdpParamSpec *head = NULL;
+    double gemm = 0;
     for (int j = 0; j < u[i].nparams; j++) {
       const FsdpParamSpec *sp = &u[i].specs[j];
       if (sp->ndim != 2) continue;
@@ -314,23 +369,60 @@ static void PredictFromProfile(const PlanOptions *po, const FsdpProfile *p, cons
         continue;
       }
       double r = GemmRate(p, sp->shape[1], sp->shape[0]);
-      if (r > 0) out->gemm_s += 6.0 * N * (double)sp->shape[0] * (double)sp->shape[1] / r;
+      if (r > 0) gemm += 6.0 * N * (double)sp->shape[0] * (double)sp->shape[1] / r;
     }
     if (head) {
       double r = GemmRate(p, head->shape[1], head->shape[0]);
-      if (r > 0) out->gemm_s += 6.0 * N * (double)head->shape[0] * (double)head->shape[1] / r;
+      if (r > 0) gemm += 6.0 * N * (double)head->shape[0] * (double)head->shape[1] / r;
+    }
+    double share = !u[i].is_root && nonroot_P > 0 ? (double)FlatParamNumel(u[i].fp) / nonroot_P : 0;
+    unit_s[i] = gemm + share * (attention + memory);
+    out->gemm_s += gemm;
+    is_root[i] = u[i].is_root;
+    int64_t P = FlatParamPaddedNumel(u[i].fp), S = FlatParamShardNumel(u[i].fp);
+    if (po->F > 1) {
+      gather_s[i] = CallSeconds(p, FSDP_COLL_ALL_GATHER, shard, P, po->param_dt);
+      reduce_s[i] = CallSeconds(p, FSDP_COLL_REDUCE_SCATTER, shard, P, po->reduce_dt) +
+                    CallSeconds(p, FSDP_COLL_ALL_REDUCE, replica, S, po->reduce_dt);
+    } else {
+      reduce_s[i] = CallSeconds(p, FSDP_COLL_ALL_REDUCE, replica, P, po->reduce_dt);
     }
   }
-  const GptConfig *c = &po->t.model;
-  if (p->attention_flops_per_s > 0)
-    out->attention_s = c->n_layer * 12.0 * N * c->seq_len * c->n_embd / p->attention_flops_per_s;
-  if (p->stream_bytes_per_s > 0)
-    out->memory_s = 3.0 * (double)activation_bytes / p->stream_bytes_per_s;
+  out->attention_s = attention;
+  out->memory_s = memory;
+  for (int st = 0; st < nstages; st++) {
+    nst[stage_unit[st]]++;
+    last[stage_unit[st]] = st;
+  }
+  for (int st = 0; st < nstages; st++) {
+    int i = stage_unit[st];
+    double t = u[i].is_root ? (st == last[i] ? unit_s[i] : 0.0) : unit_s[i] / nst[i];
+    fwd_s[st] = t / 3.0;
+    bwd_s[st] = 2.0 * t / 3.0;
+  }
+  if (p->adamw_bytes_per_s > 0) out->optimizer_s = 28.0 * (double)shard_elems / p->adamw_bytes_per_s;
   out->gemm_s *= K;
   out->attention_s *= K;
   out->memory_s *= K;
-  if (p->adamw_bytes_per_s > 0) out->optimizer_s = 28.0 * (double)shard_elems / p->adamw_bytes_per_s;
   out->compute_s = out->gemm_s + out->attention_s + out->memory_s + out->optimizer_s;
+  FsdpStepTimeInput in = {&po->t.fsdp, po->F, po->R, nu, nstages, is_root, stage_unit, fwd_s,
+                          bwd_s, gather_s, reduce_s, out->optimizer_s, gather_slots, grad_slots};
+  int max_ev = want_events ? 8 * K * (nstages + nu) + 8 : 0;
+  if (max_ev) {
+    out->events = calloc((size_t)max_ev, sizeof *out->events);
+    if (!out->events) max_ev = 0;
+  }
+  err = FsdpStepTimeSimulate(&in, &out->sim, out->events, max_ev, &out->nevents);
+done:
+  free(unit_s);
+  free(gather_s);
+  free(reduce_s);
+  free(fwd_s);
+  free(bwd_s);
+  free(nst);
+  free(last);
+  free(is_root);
+  return err;
 }
 
 static int Run(int argc, char **argv, int *handled_help)
@@ -356,7 +448,8 @@ static int Run(int argc, char **argv, int *handled_help)
   PlanUnit *u = NULL;
   int nu = 0;
   FSDP_CALL(PlanGroups(&po, &shard, &replica));
-  FSDP_CALL(PlanUnits(&po, shard.rank, &u, &nu));
+  int *stage_unit = NULL, nstages = 0;
+  FSDP_CALL(PlanUnits(&po, shard.rank, &u, &nu, &stage_unit, &nstages));
 
   /* memory: [Note: gather memory], [Note: mixed precision] and [Note:
    * gradient accumulation] in fsdp.h, as FsdpRuntimeSetUp allocates it */
@@ -464,13 +557,16 @@ static int Run(int argc, char **argv, int *handled_help)
   double t_inter = po.inter_bw > 0 ? (double)po.G * inter / po.inter_bw : 0.0;
   int predict = po.flops > 0 || po.intra_bw > 0 || po.inter_bw > 0;
   ProfilePrediction pp;
+  memset(&pp, 0, sizeof pp);
   int use_profile = po.profile[0] != '\0';
   if (use_profile) {
     FsdpProfile *prof = malloc(sizeof *prof);
     int perr = prof ? FsdpProfileRead(po.profile, prof) : FSDP_ERR_MEM;
     if (!perr) perr = CheckProfile(&po, prof);
     if (!perr)
-      PredictFromProfile(&po, prof, u, nu, mem.activations, mem.param_shard / 4, &pp);
+      perr = PredictFromProfile(&po, prof, u, nu, stage_unit, nstages, &shard, &replica,
+                                mem.activations, mem.param_shard / 4, mem.gather_slots,
+                                mem.grad_slots, po.schedule, &pp);
     t_intra = t_inter = 0;
     for (int k = 0; !perr && k < FSDP_COLL_NKINDS; k++) {
       double a = 0, e = 0;
@@ -482,13 +578,16 @@ static int Run(int argc, char **argv, int *handled_help)
     }
     free(prof);
     if (perr) {
+      free(pp.events);
       PlanUnitsFree(u, nu);
+      free(stage_unit);
       FsdpOptsDestroy(&db);
       return FsdpErrorTrace(__FILE__, __LINE__, __func__, perr);
     }
     predict = 1;
     t_comp = pp.compute_s;
   }
+  double tokens_per_step = (double)po.W * po.t.batch_size * c->seq_len * K;
 
   int rank = 0;
   FSDP_CALL_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
@@ -553,6 +652,31 @@ static int Run(int argc, char **argv, int *handled_help)
       }
       FsdpJsonEndObject(j);
     }
+    if (use_profile) {
+      /* the step replayed over the profile's rates ([Note: the schedule
+       * replayed] in runtime/steptime.h) */
+      FsdpJsonBeginObject(j, "predicted");
+      FsdpJsonReal(j, "step_time_ms", 1e3 * pp.sim.step_s);
+      FsdpJsonReal(j, "exposed_comm_ms", 1e3 * pp.sim.exposed_s);
+      FsdpJsonReal(j, "compute_ms", 1e3 * pp.sim.compute_s);
+      FsdpJsonReal(j, "gather_stream_busy_ms", 1e3 * pp.sim.gather_busy_s);
+      FsdpJsonReal(j, "reduce_stream_busy_ms", 1e3 * pp.sim.reduce_busy_s);
+      FsdpJsonReal(j, "tokens_per_s", pp.sim.step_s > 0 ? tokens_per_step / pp.sim.step_s : 0.0);
+      FsdpJsonInt(j, "max_gathers_in_flight", pp.sim.max_in_flight);
+      if (po.schedule) {
+        FsdpJsonBeginArray(j, "schedule");
+        for (int e = 0; e < pp.nevents; e++) {
+          FsdpJsonBeginObject(j, NULL);
+          FsdpJsonString(j, "event", FsdpStepEventNames[pp.events[e].kind]);
+          FsdpJsonInt(j, "unit", pp.events[e].unit);
+          FsdpJsonInt(j, "micro", pp.events[e].micro);
+          FsdpJsonReal(j, "t_ms", 1e3 * pp.events[e].t);
+          FsdpJsonEndObject(j);
+        }
+        FsdpJsonEndArray(j);
+      }
+      FsdpJsonEndObject(j);
+    }
     FsdpJsonEndObject(j);
     FSDP_CALL(FsdpSummaryPrint(&j, stdout));
   } else if (rank == 0) {
@@ -586,6 +710,11 @@ static int Run(int argc, char **argv, int *handled_help)
              (unsigned long long)cm.intra[k], (unsigned long long)cm.inter[k]);
     printf("%-15s %8s %16llu %16llu %16llu\n", "total", "", (unsigned long long)(intra + inter),
            (unsigned long long)intra, (unsigned long long)inter);
+    if (use_profile)
+      printf("predicted from %s (schedule replayed): step %.4g ms, exposed communication %.4g ms, "
+             "compute %.4g ms, %.4g tokens/s\n",
+             po.profile, 1e3 * pp.sim.step_s, 1e3 * pp.sim.exposed_s, 1e3 * pp.sim.compute_s,
+             pp.sim.step_s > 0 ? tokens_per_step / pp.sim.step_s : 0.0);
     if (predict)
       printf("predicted step: compute %.4g s + intra-node %.4g s + inter-node %.4g s = %.4g s "
              "without overlap, %.4g s with full overlap\n",
@@ -593,7 +722,9 @@ static int Run(int argc, char **argv, int *handled_help)
              t_comp > t_intra + t_inter ? t_comp : t_intra + t_inter);
   }
   fflush(stdout);
+  free(pp.events);
   PlanUnitsFree(u, nu);
+  free(stage_unit);
   FsdpOptsDestroy(&db);
   return FSDP_SUCCESS;
 }

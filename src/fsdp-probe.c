@@ -332,6 +332,26 @@ static int ProbeLevel(const ProbeOptions *po, FsdpColl coll, const FsdpGroup *g,
   return err;
 }
 
+/* Collective on g.  g's peers on my node and elsewhere, from where its
+ * members are (the volume split of [Note: byte accounting] needs them). */
+static int CountPeers(FsdpTopo topo, FsdpGroup *g)
+{
+  int me = 0;
+  FSDP_CALL_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &me));
+  int *ranks = malloc((size_t)g->size * sizeof *ranks);
+  FSDP_CHECK_ALLOC(ranks, (size_t)g->size * sizeof *ranks);
+  int e = MPI_Allgather(&me, 1, MPI_INT, ranks, 1, MPI_INT, g->comm);
+  if (e != MPI_SUCCESS) free(ranks);
+  FSDP_CALL_MPI(e);
+  g->peers_intra = g->peers_inter = 0;
+  for (int i = 0; i < g->size; i++)
+    if (ranks[i] != me)
+      FsdpTopoNodeOfRank(topo, ranks[i]) == FsdpTopoNodeOfRank(topo, me) ? g->peers_intra++
+                                                                          : g->peers_inter++;
+  free(ranks);
+  return FSDP_SUCCESS;
+}
+
 static int ProbeCollectives(const ProbeOptions *po, FsdpTopo topo, FsdpProfile *p)
 {
   const FsdpGroup *world = FsdpTopoWorld(topo), *node = FsdpTopoNode(topo);
@@ -341,8 +361,12 @@ static int ProbeCollectives(const ProbeOptions *po, FsdpTopo topo, FsdpProfile *
   FSDP_CALL_MPI(MPI_Comm_split(world->comm, node->rank, FsdpTopoNodeIndex(topo), &cross.comm));
   FSDP_CALL_MPI(MPI_Comm_size(cross.comm, &cross.size));
   FSDP_CALL_MPI(MPI_Comm_rank(cross.comm, &cross.rank));
-  cross.peers_inter = cross.size - 1;
+  FSDP_CALL(CountPeers(topo, &cross));
   const FsdpGroup *groups[FSDP_PROFILE_NLEVELS] = {node, &cross, world};
+  for (int l = 0; l < FSDP_PROFILE_NLEVELS; l++) {
+    p->level_peers_intra[l] = groups[l]->peers_intra;
+    p->level_peers_inter[l] = groups[l]->peers_inter;
+  }
   /* a level of one rank moves nothing; cross-node groups exist only with
    * several nodes, and are all alike only when every node has G ranks */
   p->level_size[FSDP_PROFILE_NODE] = node->size > 1 ? node->size : 0;

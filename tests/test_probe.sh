@@ -4,7 +4,8 @@
 #  1. fsdp-probe on 4 ranks as 2 emulated nodes x 2 (-model tiny): the
 #     profile's attributes name the run (4 ranks, 2 nodes, 2 per node,
 #     backend mpi, the model, the BLAS core); node, cross-node and world
-#     levels have groups of 2, 2 and 4; every curve has one point per
+#     levels have groups of 2, 2 and 4 whose members lie where they should
+#     (node: same node; cross: the other node; world: both); every curve has one point per
 #     doubling from -probe_min_bytes to -probe_max_bytes with exactly the
 #     received volume of [Note: byte accounting] and positive times, and a
 #     fit of non-negative terms; the matmul shapes are the tiny model's
@@ -75,8 +76,13 @@ want("matmul shapes", list(zip(names, shapes)), expect)
 if not all(r > 0 for r in g["gemm_flops_per_s"][()]): bad.append("a matmul rate is not positive")
 sizes = {"node": 2, "cross": 2, "world": 4}
 nbytes = [1024 * 2 ** i for i in range(5)]  # 1 KiB .. 16 KiB, doubling
+# rank 0's groups: its node partner; the rank with its place on the other
+# node; everyone
+peers = {"node": (1, 0), "cross": (0, 1), "world": (1, 2)}
 for lvl, n in sizes.items():
-    want(lvl + " size", int(f["collectives"][lvl].attrs["size"]), n)
+    la = f["collectives"][lvl].attrs
+    want(lvl + " size", int(la["size"]), n)
+    want(lvl + " peers (intra, inter)", (int(la["peers_intra"]), int(la["peers_inter"])), peers[lvl])
     for kind in ("all-gather", "reduce-scatter", "all-reduce"):
         c = f["collectives"][lvl][kind]
         elems = [b // 4 // n * n for b in nbytes]

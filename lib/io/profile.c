@@ -9,7 +9,9 @@
  *                          stream_bytes_per_s, adamw_bytes_per_s
  *   /compute/gemm_name     [ngemm] strings; gemm_N, gemm_C, gemm_OC int64;
  *                          gemm_flops_per_s float64
- *   /collectives/<level>   attribute size (ranks in the group)
+ *   /collectives/<level>   attributes size (ranks in the group), peers_intra,
+ *                          peers_inter (rank 0's group: members on its node
+ *                          and on other nodes)
  *   /collectives/<level>/<kind>   bytes, seconds float64 [n]; attributes
  *                          latency_s, bandwidth_bytes_per_s (0 = latency only)
  */
@@ -147,6 +149,8 @@ static int WriteFile(const FsdpProfile *p, const char *tmp)
     FSDP_HDF5_GOTO(lg = H5Gcreate2(g, FsdpProfileLevelNames[l], H5P_DEFAULT, H5P_DEFAULT,
                                    H5P_DEFAULT));
     FSDP_HDF5_GOTO(FsdpHdf5AttrWriteInt64(lg, "size", p->level_size[l]));
+    FSDP_HDF5_GOTO(FsdpHdf5AttrWriteInt64(lg, "peers_intra", p->level_peers_intra[l]));
+    FSDP_HDF5_GOTO(FsdpHdf5AttrWriteInt64(lg, "peers_inter", p->level_peers_inter[l]));
     for (int k = 0; p->level_size[l] > 0 && k < FSDP_COLL_NKINDS; k++) {
       const FsdpProfileCurve *c = &p->coll[l][k];
       FSDP_HDF5_GOTO(kg = H5Gcreate2(lg, FsdpCollKindNames[k], H5P_DEFAULT, H5P_DEFAULT,
@@ -314,8 +318,13 @@ int FsdpProfileRead(const char *path, FsdpProfile *p)
     snprintf(what, sizeof what, "/collectives/%s", FsdpProfileLevelNames[l]);
     READ_OR_FAIL(lg = H5Gopen2(g, FsdpProfileLevelNames[l], H5P_DEFAULT), what);
     int64_t size = 0;
+    int64_t intra = 0, inter = 0;
     READ_OR_FAIL(FsdpHdf5AttrReadInt64(lg, "size", &size), what);
+    READ_OR_FAIL(FsdpHdf5AttrReadInt64(lg, "peers_intra", &intra), what);
+    READ_OR_FAIL(FsdpHdf5AttrReadInt64(lg, "peers_inter", &inter), what);
     p->level_size[l] = (int)size;
+    p->level_peers_intra[l] = (int)intra;
+    p->level_peers_inter[l] = (int)inter;
     for (int k = 0; size > 0 && k < FSDP_COLL_NKINDS; k++) {
       FsdpProfileCurve *c = &p->coll[l][k];
       snprintf(what, sizeof what, "/collectives/%s/%s", FsdpProfileLevelNames[l],

@@ -66,8 +66,11 @@ typedef struct {
   double attention_flops_per_s; /* causal attention forward + backward */
   double stream_bytes_per_s;    /* residual add: 3 * 4 bytes per element */
   double adamw_bytes_per_s;     /* AdamW: 4 arrays read, 3 written, fp32 */
-  /* collectives; level_size[l] == 0: not measured */
+  /* collectives; level_size[l] == 0: not measured.  Rank 0's group of
+   * each level, by where its members are: peers on rank 0's node and
+   * elsewhere (what the level measures: node links, or the network) */
   int level_size[FSDP_PROFILE_NLEVELS];
+  int level_peers_intra[FSDP_PROFILE_NLEVELS], level_peers_inter[FSDP_PROFILE_NLEVELS];
   FsdpProfileCurve coll[FSDP_PROFILE_NLEVELS][FSDP_COLL_NKINDS];
 } FsdpProfile;
 
