@@ -265,22 +265,14 @@ static int CheckProfile(const PlanOptions *po, const FsdpProfile *p)
   return FSDP_SUCCESS;
 }
 
-/* The gemm rate measured for a (C, OC) weight, else the median of all
- * measured shapes (a shape the probe's model did not have). */
+/* The gemm rate measured for a (C, OC) weight, else the profile's rate
+ * for all its matmuls (a shape the probe's model did not have, or a
+ * described profile). */
 static double GemmRate(const FsdpProfile *p, int64_t C, int64_t OC)
 {
-  double r[FSDP_PROFILE_MAX_GEMMS];
-  for (int i = 0; i < p->ngemm; i++) {
+  for (int i = 0; i < p->ngemm; i++)
     if (p->gemm[i].C == C && p->gemm[i].OC == OC) return p->gemm[i].flops_per_s;
-    r[i] = p->gemm[i].flops_per_s;
-  }
-  for (int i = 1; i < p->ngemm; i++) /* insertion sort: a dozen values */
-    for (int j = i; j > 0 && r[j - 1] > r[j]; j--) {
-      double t = r[j];
-      r[j] = r[j - 1];
-      r[j - 1] = t;
-    }
-  return p->ngemm ? r[p->ngemm / 2] : 0.0;
+  return p->gemm_flops_per_s;
 }
 
 typedef struct {
@@ -289,6 +281,7 @@ typedef struct {
   FsdpStepTimeResult sim; /* the schedule replayed (runtime/steptime.h) */
   FsdpStepEvent *events;  /* its events, with -plan_schedule */
   int nevents;
+  double peak;            /* the profile's peak FLOP/s of a rank (0: unknown) */
 } ProfilePrediction;
 
 /* Seconds of traffic on group g, split into the intra-node part
@@ -563,6 +556,7 @@ static int Run(int argc, char **argv, int *handled_help)
     FsdpProfile *prof = malloc(sizeof *prof);
     int perr = prof ? FsdpProfileRead(po.profile, prof) : FSDP_ERR_MEM;
     if (!perr) perr = CheckProfile(&po, prof);
+    if (!perr) pp.peak = prof->peak_flops_per_s;
     if (!perr)
       perr = PredictFromProfile(&po, prof, u, nu, stage_unit, nstages, &shard, &replica,
                                 mem.activations, mem.param_shard / 4, mem.gather_slots,
@@ -663,6 +657,10 @@ static int Run(int argc, char **argv, int *handled_help)
       FsdpJsonReal(j, "reduce_stream_busy_ms", 1e3 * pp.sim.reduce_busy_s);
       FsdpJsonReal(j, "tokens_per_s", pp.sim.step_s > 0 ? tokens_per_step / pp.sim.step_s : 0.0);
       FsdpJsonInt(j, "max_gathers_in_flight", pp.sim.max_in_flight);
+      /* model FLOP utilization: the step's training FLOP (flop_per_step
+       * above, every micro-step) over the time and the ranks' peak */
+      FsdpJsonReal(j, "mfu", pp.peak > 0 && pp.sim.step_s > 0
+                                 ? flop * K / (pp.sim.step_s * pp.peak) : 0.0);
       if (po.schedule) {
         FsdpJsonBeginArray(j, "schedule");
         for (int e = 0; e < pp.nevents; e++) {
@@ -712,9 +710,10 @@ static int Run(int argc, char **argv, int *handled_help)
            (unsigned long long)intra, (unsigned long long)inter);
     if (use_profile)
       printf("predicted from %s (schedule replayed): step %.4g ms, exposed communication %.4g ms, "
-             "compute %.4g ms, %.4g tokens/s\n",
+             "compute %.4g ms, %.4g tokens/s, MFU %.1f%%\n",
              po.profile, 1e3 * pp.sim.step_s, 1e3 * pp.sim.exposed_s, 1e3 * pp.sim.compute_s,
-             pp.sim.step_s > 0 ? tokens_per_step / pp.sim.step_s : 0.0);
+             pp.sim.step_s > 0 ? tokens_per_step / pp.sim.step_s : 0.0,
+             pp.peak > 0 && pp.sim.step_s > 0 ? 100.0 * flop * K / (pp.sim.step_s * pp.peak) : 0.0);
     if (predict)
       printf("predicted step: compute %.4g s + intra-node %.4g s + inter-node %.4g s = %.4g s "
              "without overlap, %.4g s with full overlap\n",

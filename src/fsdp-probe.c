@@ -42,12 +42,65 @@ static const char kHelp[] =
     "to an HDF5 profile that fsdp-plan reads with -profile FILE.\n"
     "Usage: mpiexec -n W fsdp-probe -profile_out FILE [fsdp-train options]\n";
 
+/* A cluster on paper (-describe): every rate given, nothing measured. */
+typedef struct {
+  int on;
+  int64_t nodes, ranks_per_node;
+  const char *backend, *host, *device;
+  double gemm_flops, attention_flops, stream_bw, adamw_bw, mem;
+  double node_latency, node_bw, net_latency, net_bw_per_node;
+} Description;
+
 typedef struct {
   FsdpTrainOptions t;
   const char *out;
   int64_t min_bytes, max_bytes;
   int reps, compute;
+  double peak_flops;
+  Description d;
 } ProbeOptions;
+
+static const char *const kBackendNames[] = {"mpi", "nccl", NULL};
+
+static int DescriptionFromDb(FsdpOpts db, Description *d)
+{
+  const char *g = "Describe";
+  int idx = 0;
+  FSDP_CALL(FsdpOptsGetBool(db, g, "describe", "write a profile of a cluster described by the "
+                            "-describe_* options instead of measuring this one (one process)", 0,
+                            &d->on));
+  FSDP_CALL(FsdpOptsGetInt(db, g, "describe_nodes", "nodes of the described cluster", 1, 1,
+                           1 << 20, &d->nodes));
+  FSDP_CALL(FsdpOptsGetInt(db, g, "describe_ranks_per_node", "ranks (GPUs) per node", 8, 1,
+                           1 << 12, &d->ranks_per_node));
+  FSDP_CALL(FsdpOptsGetEnum(db, g, "describe_backend", "collectives back-end the rates are for",
+                            kBackendNames, 1, &idx));
+  d->backend = kBackendNames[idx];
+  FSDP_CALL(FsdpOptsGetString(db, g, "describe_host", "name of the described cluster",
+                              "described", &d->host));
+  FSDP_CALL(FsdpOptsGetString(db, g, "describe_device", "the device of a rank (CPU or GPU model)",
+                              "unknown", &d->device));
+  FSDP_CALL(FsdpOptsGetDouble(db, g, "describe_gemm_flops", "sustained matmul rate of one rank, "
+                              "FLOP/s", 0, 0, 1e18, &d->gemm_flops));
+  FSDP_CALL(FsdpOptsGetDouble(db, g, "describe_attention_flops", "sustained attention rate of one "
+                              "rank, FLOP/s (0: the matmul rate)", 0, 0, 1e18, &d->attention_flops));
+  FSDP_CALL(FsdpOptsGetDouble(db, g, "describe_stream_bw", "memory bandwidth of one rank for "
+                              "streaming passes, bytes/s", 0, 0, 1e16, &d->stream_bw));
+  FSDP_CALL(FsdpOptsGetDouble(db, g, "describe_adamw_bw", "memory bandwidth of the AdamW update, "
+                              "bytes/s (0: the streaming bandwidth)", 0, 0, 1e16, &d->adamw_bw));
+  FSDP_CALL(FsdpOptsGetDouble(db, g, "describe_memory", "bytes one rank may allocate", 0, 0,
+                              1e16, &d->mem));
+  FSDP_CALL(FsdpOptsGetDouble(db, g, "describe_node_latency", "latency of a collective inside a "
+                              "node, s", 10e-6, 0, 10, &d->node_latency));
+  FSDP_CALL(FsdpOptsGetDouble(db, g, "describe_node_bw", "bandwidth at which one rank receives "
+                              "from peers on its node, bytes/s", 0, 0, 1e16, &d->node_bw));
+  FSDP_CALL(FsdpOptsGetDouble(db, g, "describe_net_latency", "latency of a collective across "
+                              "nodes, s", 20e-6, 0, 10, &d->net_latency));
+  FSDP_CALL(FsdpOptsGetDouble(db, g, "describe_net_bw_per_node", "bandwidth of a node's links "
+                              "to the other nodes, bytes/s, shared by its ranks", 0, 0, 1e16,
+                              &d->net_bw_per_node));
+  return FSDP_SUCCESS;
+}
 
 static int ProbeOptionsFromDb(FsdpOpts db, ProbeOptions *po)
 {
@@ -67,6 +120,9 @@ static int ProbeOptionsFromDb(FsdpOpts db, ProbeOptions *po)
   po->reps = (int)v;
   FSDP_CALL(FsdpOptsGetBool(db, g, "probe_compute", "measure the compute rates (0: "
                             "collectives and memory only)", 1, &po->compute));
+  FSDP_CALL(FsdpOptsGetDouble(db, g, "probe_peak_flops", "the device's peak FLOP/s, recorded "
+                              "for fsdp-plan's MFU (0: not known)", 0, 0, 1e18, &po->peak_flops));
+  FSDP_CALL(DescriptionFromDb(db, &po->d));
   return FSDP_SUCCESS;
 }
 
@@ -77,6 +133,19 @@ static int CheckProbeOptions(const ProbeOptions *po)
   if (po->min_bytes > po->max_bytes)
     FSDP_ERROR(FSDP_ERR_USAGE, "-probe_min_bytes %lld is larger than -probe_max_bytes %lld",
                (long long)po->min_bytes, (long long)po->max_bytes);
+  const Description *d = &po->d;
+  if (d->on) {
+    const struct {
+      const char *name;
+      double v;
+    } need[] = {{"-describe_gemm_flops", d->gemm_flops}, {"-describe_stream_bw", d->stream_bw},
+                {"-describe_memory", d->mem}, {"-describe_node_bw", d->node_bw},
+                {"-describe_net_bw_per_node", d->net_bw_per_node}};
+    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
+      if (!(need[i].v > 0) && !(i >= 3 && (i == 3 ? d->ranks_per_node == 1 : d->nodes == 1)))
+        FSDP_ERROR(FSDP_ERR_USAGE, "-describe needs %s (a positive rate)", need[i].name);
+    return FSDP_SUCCESS;
+  }
   if (po->t.device_cuda)
     FSDP_ERROR(FSDP_ERR_USAGE, "-device cuda: fsdp-probe measures the CPU back-end (MPI "
                "collectives, CPU kernels) in this version; run it with -device cpu");
@@ -266,6 +335,16 @@ static int ProbeCompute(const ProbeOptions *po, FsdpProfile *p)
     err = TimeCompute(&s, AttentionFwdBwd, sh, po->reps, &sec);
     p->attention_flops_per_s = sec > 0 ? 12.0 * (double)B * (double)T * (double)T * (double)C / sec : 0;
   }
+  /* the rate of all matmuls together, for shapes not measured */
+  double flop = 0, sec = 0;
+  for (int i = 0; !err && i < p->ngemm; i++) {
+    double f = 6.0 * (double)p->gemm[i].N * (double)p->gemm[i].C * (double)p->gemm[i].OC;
+    if (p->gemm[i].flops_per_s > 0) {
+      flop += f;
+      sec += f / p->gemm[i].flops_per_s;
+    }
+  }
+  p->gemm_flops_per_s = sec > 0 ? flop / sec : 0;
   if (!err) {
     int64_t n = (int64_t)need;
     double sec = 0;
@@ -431,6 +510,7 @@ static void ProbeIdentity(const ProbeOptions *po, FsdpTopo topo, FsdpProfile *p)
   time_t now = time(NULL);
   strftime(p->date, sizeof p->date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
   snprintf(p->backend, sizeof p->backend, "mpi");
+  snprintf(p->source, sizeof p->source, "measured");
   snprintf(p->blas_core, sizeof p->blas_core, "%s", FsdpKernelsCpuBlasCore());
   snprintf(p->model, sizeof p->model, "%s", po->t.model_name);
   p->world_size = FsdpTopoWorld(topo)->size;
@@ -439,15 +519,74 @@ static void ProbeIdentity(const ProbeOptions *po, FsdpTopo topo, FsdpProfile *p)
   p->threads = omp_get_max_threads();
 }
 
+/* A curve of two points on t = latency + v / bandwidth (the fit gives
+ * them back exactly). */
+static void DescribedCurve(FsdpProfileCurve *c, double latency, double bandwidth)
+{
+  c->n = 2;
+  c->bytes[0] = 1 << 20;
+  c->bytes[1] = 1 << 30;
+  for (int i = 0; i < 2; i++) c->seconds[i] = latency + c->bytes[i] / bandwidth;
+  FsdpProfileFit(c);
+}
+
+/* -describe: the profile of a cluster on paper.  Node level: G ranks at
+ * the node bandwidth; cross-node level: one rank per node, G such groups
+ * sharing each node's links (net_bw_per_node / G each); world: the
+ * slower of the two, with the network's latency. */
+static void DescribeProfile(const ProbeOptions *po, FsdpProfile *p)
+{
+  const Description *d = &po->d;
+  memset(p, 0, sizeof *p);
+  snprintf(p->host, sizeof p->host, "%s", d->host);
+  snprintf(p->cpu, sizeof p->cpu, "%s", d->device);
+  time_t now = time(NULL);
+  strftime(p->date, sizeof p->date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+  snprintf(p->backend, sizeof p->backend, "%s", d->backend);
+  snprintf(p->blas_core, sizeof p->blas_core, "n/a");
+  snprintf(p->model, sizeof p->model, "%s", po->t.model_name);
+  snprintf(p->source, sizeof p->source, "described");
+  p->nodes = (int)d->nodes;
+  p->ranks_per_node = (int)d->ranks_per_node;
+  p->world_size = p->nodes * p->ranks_per_node;
+  p->threads = 1;
+  p->mem_available = (int64_t)d->mem;
+  p->gemm_flops_per_s = d->gemm_flops;
+  p->peak_flops_per_s = po->peak_flops;
+  p->attention_flops_per_s = d->attention_flops > 0 ? d->attention_flops : d->gemm_flops;
+  p->stream_bytes_per_s = d->stream_bw;
+  p->adamw_bytes_per_s = d->adamw_bw > 0 ? d->adamw_bw : d->stream_bw;
+  int G = p->ranks_per_node, N = p->nodes;
+  double net = d->net_bw_per_node / G;
+  const struct {
+    int size, intra, inter;
+    double latency, bw;
+  } lv[FSDP_PROFILE_NLEVELS] = {
+      {G > 1 ? G : 0, G - 1, 0, d->node_latency, d->node_bw},
+      {N > 1 ? N : 0, 0, N - 1, d->net_latency, net},
+      {p->world_size > 1 ? p->world_size : 0, G - 1, p->world_size - G,
+       N > 1 ? d->net_latency : d->node_latency, N > 1 && net < d->node_bw ? net : d->node_bw}};
+  for (int l = 0; l < FSDP_PROFILE_NLEVELS; l++) {
+    p->level_size[l] = lv[l].size;
+    p->level_peers_intra[l] = lv[l].intra;
+    p->level_peers_inter[l] = lv[l].inter;
+    for (int k = 0; lv[l].size && k < FSDP_COLL_NKINDS; k++)
+      DescribedCurve(&p->coll[l][k], lv[l].latency, lv[l].bw);
+  }
+}
+
 static void PrintProfile(const FsdpProfile *p, const char *path)
 {
-  printf("fsdp-probe: %s, %d ranks (%d nodes x %d), %d threads per rank, BLAS core %s, %s\n",
-         p->host, p->world_size, p->nodes, p->ranks_per_node, p->threads, p->blas_core, p->cpu);
+  printf("fsdp-probe: %s (%s), %d ranks (%d nodes x %d), %d threads per rank, BLAS core %s, %s\n",
+         p->host, p->source, p->world_size, p->nodes, p->ranks_per_node, p->threads, p->blas_core,
+         p->cpu);
   for (int i = 0; i < p->ngemm; i++)
     printf("  matmul %-34s N %6lld C %6lld OC %6lld  %8.2f GFLOP/s\n", p->gemm[i].name,
            (long long)p->gemm[i].N, (long long)p->gemm[i].C, (long long)p->gemm[i].OC,
            p->gemm[i].flops_per_s / 1e9);
-  if (p->ngemm)
+  printf("  matmuls (all shapes) %.2f GFLOP/s; peak %.2f GFLOP/s\n", p->gemm_flops_per_s / 1e9,
+         p->peak_flops_per_s / 1e9);
+  if (p->gemm_flops_per_s > 0)
     printf("  attention %.2f GFLOP/s | streaming %.2f GB/s | AdamW %.2f GB/s\n",
            p->attention_flops_per_s / 1e9, p->stream_bytes_per_s / 1e9, p->adamw_bytes_per_s / 1e9);
   printf("  memory available per rank: %.2f GiB\n", p->mem_available / 1073741824.0);
@@ -481,14 +620,19 @@ static int Run(int argc, char **argv)
   if (!err) err = FsdpOptsCheckUnknown(db);
   if (!err) err = CheckProbeOptions(&po);
   if (!err) err = CheckOutputPath(po.out);
-  if (!err) err = FsdpTopoCreate(MPI_COMM_WORLD, &po.t.topo, &topo);
   FsdpProfile *p = calloc(1, sizeof *p);
   if (!err && !p) err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_MEM,
                                        "out of memory for a profile (%zu bytes)", sizeof *p);
-  if (!err) ProbeIdentity(&po, topo, p);
-  if (!err) err = ProbeMemory(topo, p);
-  if (!err && po.compute) err = ProbeCompute(&po, p);
-  if (!err) err = ProbeCollectives(&po, topo, p);
+  if (!err && po.d.on) {
+    DescribeProfile(&po, p);
+  } else if (!err) {
+    err = FsdpTopoCreate(MPI_COMM_WORLD, &po.t.topo, &topo);
+    if (!err) ProbeIdentity(&po, topo, p);
+    if (!err) err = ProbeMemory(topo, p);
+    if (!err && po.compute) err = ProbeCompute(&po, p);
+    if (!err) err = ProbeCollectives(&po, topo, p);
+    p->peak_flops_per_s = po.peak_flops;
+  }
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   if (!err && rank == 0) {

@@ -14,7 +14,11 @@
 #     time equals calls x latency + intra bytes / node bandwidth + inter
 #     bytes / cross-node bandwidth recomputed here from the profile and the
 #     plan's own byte counters; compute equals the sum of its parts.
-#  3. Bad input, each a usage error (exit 2) naming what is wrong: no
+#  3. fsdp-probe -describe: a 2-node x 8 cluster on paper gives the
+#     stated latency and bandwidth at each level (the network's per-node
+#     bandwidth shared by the node's ranks), and fsdp-plan's MFU and
+#     tokens/s follow from its predicted step by their definitions.
+#  4. Bad input, each a usage error (exit 2) naming what is wrong: no
 #     -profile_out; a -profile_out in a missing directory (every rank
 #     exits 2 and no file appears); a missing profile; an HDF5 file that is
 #     not a profile; a profile of fewer nodes, other ranks per node, or
@@ -135,7 +139,50 @@ sys.exit(1 if bad else 0)
 PY
 fi
 
-# ---- 3. bad input --------------------------------------------------------------
+# ---- 3. a cluster on paper (-describe) ----------------------------------------
+if ! timeout 60 "$BIN/fsdp-probe" -describe -describe_nodes 2 -describe_ranks_per_node 8 \
+     -describe_backend nccl -describe_gemm_flops 4e14 -describe_stream_bw 2e12 -describe_memory 7e10 \
+     -describe_node_bw 3e11 -describe_node_latency 1e-5 -describe_net_bw_per_node 4e11 \
+     -describe_net_latency 2e-5 -probe_peak_flops 1e15 -profile_out "$tmp/paper.h5" \
+     >"$tmp/desc.out" 2>&1; then
+  fail "fsdp-probe -describe failed:"; tail -n 5 "$tmp/desc.out" | sed 's/^/    /'
+elif ! timeout 60 "$BIN/fsdp-plan" -world_size 16 -ranks_per_node 8 -device cuda -model gpt2 \
+     -batch_size 4 -param_dtype bf16 -profile "$tmp/paper.h5" -summary json >"$tmp/plan2.out" 2>&1; then
+  fail "fsdp-plan with the described profile failed:"; tail -n 5 "$tmp/plan2.out" | sed 's/^/    /'
+else
+  "$py" - "$tmp/paper.h5" "$tmp/plan2.out" <<'PY' || fail "the described profile or its prediction (above)"
+import sys, json, h5py
+f = h5py.File(sys.argv[1], "r")
+p = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])
+bad = []
+a = f.attrs
+def s(x): return x.decode() if isinstance(x, bytes) else str(x)
+if s(a["source"]) != "described": bad.append("source %r" % s(a["source"]))
+if (int(a["world_size"]), int(a["nodes"]), int(a["ranks_per_node"])) != (16, 2, 8): bad.append("shape")
+# node: 8 ranks at 3e11; cross: 2 nodes, each node's 4e11 shared by its 8 ranks; world: the slower
+want = {"node": (1e-5, 3e11, 8, 7, 0), "cross": (2e-5, 5e10, 2, 0, 1), "world": (2e-5, 5e10, 16, 7, 8)}
+for lvl, (lat, bw, n, pi, pe) in want.items():
+    g = f["collectives"][lvl]
+    if (int(g.attrs["size"]), int(g.attrs["peers_intra"]), int(g.attrs["peers_inter"])) != (n, pi, pe):
+        bad.append("%s group" % lvl)
+    for kind in ("all-gather", "reduce-scatter", "all-reduce"):
+        c = g[kind].attrs
+        if abs(c["latency_s"] - lat) > 1e-9 * lat or abs(c["bandwidth_bytes_per_s"] - bw) > 1e-6 * bw:
+            bad.append("%s/%s: %r %r" % (lvl, kind, c["latency_s"], c["bandwidth_bytes_per_s"]))
+pr, q = p["prediction"], p["predicted"]
+mfu = pr["flop_per_step"] / (q["step_time_ms"] * 1e-3 * 1e15)
+if abs(q["mfu"] - mfu) > 1e-9 * mfu: bad.append("mfu %r, expected %r" % (q["mfu"], mfu))
+tps = 16 * 4 * 1024 / (q["step_time_ms"] * 1e-3)
+if abs(q["tokens_per_s"] - tps) > 1e-9 * tps: bad.append("tokens_per_s %r, expected %r" % (q["tokens_per_s"], tps))
+if not (q["step_time_ms"] >= q["compute_ms"] > 0): bad.append("step %r < compute %r" % (q["step_time_ms"], q["compute_ms"]))
+if abs(q["step_time_ms"] - q["compute_ms"] - q["exposed_comm_ms"]) > 1e-9 * q["step_time_ms"]:
+    bad.append("step != compute + exposed")
+for b in bad: print("   ", b)
+sys.exit(1 if bad else 0)
+PY
+fi
+
+# ---- 4. bad input --------------------------------------------------------------
 # expect_usage NAME PATTERN COMMAND...: exit 2 and PATTERN on stderr
 expect_usage() {
   name=$1 pattern=$2
@@ -168,8 +215,11 @@ expect_usage "other ranks per node" "measured with 2 ranks per node but the plan
 expect_usage "other back-end" "measured with the mpi back-end but this plan runs on nccl" \
   "$BIN/fsdp-plan" -world_size 4 -ranks_per_node 2 -model tiny -device cuda -profile "$tmp/prof.h5"
 
+expect_usage "describe without a rate" "-describe needs -describe_gemm_flops" "$BIN/fsdp-probe" \
+  -describe -describe_nodes 2 -profile_out "$tmp/x.h5"
+
 if [ $fails -ne 0 ]; then
   echo "test_probe: $fails failure(s)"
   exit 1
 fi
-echo "test_probe: probe file, plan prediction and 8 bad inputs checked"
+echo "test_probe: probe file, plan prediction, a described cluster and 9 bad inputs checked"

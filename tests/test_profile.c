@@ -92,6 +92,9 @@ static void TestFile(void)
   snprintf(p.backend, sizeof p.backend, "mpi");
   snprintf(p.blas_core, sizeof p.blas_core, "SkylakeX");
   snprintf(p.model, sizeof p.model, "gpt2");
+  snprintf(p.source, sizeof p.source, "measured");
+  p.gemm_flops_per_s = 1.4e11;
+  p.peak_flops_per_s = 3e12;
   p.world_size = 16;
   p.ranks_per_node = 8;
   p.nodes = 2;

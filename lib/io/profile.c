@@ -4,8 +4,9 @@
  * File layout (one process writes it, serial HDF5):
  *   /                      attributes: kind "fsdp-profile", format_version,
  *                          host, cpu, date, backend, blas_core, model,
- *                          world_size, ranks_per_node, nodes, threads,
- *                          mem_available_bytes, attention_flops_per_s,
+ *                          source, world_size, ranks_per_node, nodes,
+ *                          threads, mem_available_bytes, gemm_flops_per_s,
+ *                          peak_flops_per_s, attention_flops_per_s,
  *                          stream_bytes_per_s, adamw_bytes_per_s
  *   /compute/gemm_name     [ngemm] strings; gemm_N, gemm_C, gemm_OC int64;
  *                          gemm_flops_per_s float64
@@ -110,7 +111,8 @@ static int WriteFile(const FsdpProfile *p, const char *tmp)
     const char *name, *value;
   } strings[] = {{"host", p->host},           {"cpu", p->cpu},
                  {"date", p->date},           {"backend", p->backend},
-                 {"blas_core", p->blas_core}, {"model", p->model}};
+                 {"blas_core", p->blas_core}, {"model", p->model},
+                 {"source", p->source}};
   for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++)
     FSDP_HDF5_GOTO(FsdpHdf5AttrWriteString(f, strings[i].name, strings[i].value));
   const struct {
@@ -121,6 +123,8 @@ static int WriteFile(const FsdpProfile *p, const char *tmp)
               {"mem_available_bytes", p->mem_available}};
   for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
     FSDP_HDF5_GOTO(FsdpHdf5AttrWriteInt64(f, ints[i].name, ints[i].value));
+  FSDP_HDF5_GOTO(FsdpHdf5AttrWriteDouble(f, "gemm_flops_per_s", p->gemm_flops_per_s));
+  FSDP_HDF5_GOTO(FsdpHdf5AttrWriteDouble(f, "peak_flops_per_s", p->peak_flops_per_s));
   FSDP_HDF5_GOTO(FsdpHdf5AttrWriteDouble(f, "attention_flops_per_s", p->attention_flops_per_s));
   FSDP_HDF5_GOTO(FsdpHdf5AttrWriteDouble(f, "stream_bytes_per_s", p->stream_bytes_per_s));
   FSDP_HDF5_GOTO(FsdpHdf5AttrWriteDouble(f, "adamw_bytes_per_s", p->adamw_bytes_per_s));
@@ -257,7 +261,8 @@ int FsdpProfileRead(const char *path, FsdpProfile *p)
                  {"date", p->date, sizeof p->date},
                  {"backend", p->backend, sizeof p->backend},
                  {"blas_core", p->blas_core, sizeof p->blas_core},
-                 {"model", p->model, sizeof p->model}};
+                 {"model", p->model, sizeof p->model},
+                 {"source", p->source, sizeof p->source}};
   for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++)
     READ_OR_FAIL(FsdpHdf5AttrReadString(f, strings[i].name, strings[i].buf, strings[i].size),
                  strings[i].name);
@@ -270,6 +275,10 @@ int FsdpProfileRead(const char *path, FsdpProfile *p)
   p->nodes = (int)v[2];
   p->threads = (int)v[3];
   p->mem_available = v[4];
+  READ_OR_FAIL(FsdpHdf5AttrReadDouble(f, "gemm_flops_per_s", &p->gemm_flops_per_s),
+               "gemm_flops_per_s");
+  READ_OR_FAIL(FsdpHdf5AttrReadDouble(f, "peak_flops_per_s", &p->peak_flops_per_s),
+               "peak_flops_per_s");
   READ_OR_FAIL(FsdpHdf5AttrReadDouble(f, "attention_flops_per_s", &p->attention_flops_per_s),
                "attention_flops_per_s");
   READ_OR_FAIL(FsdpHdf5AttrReadDouble(f, "stream_bytes_per_s", &p->stream_bytes_per_s),

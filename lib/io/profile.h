@@ -18,6 +18,9 @@
  *     CPU).
  * A level a job does not have (cross with one node, node with one rank
  * per node) has size 0 and no curve.
+ * A profile may also be described instead of measured (fsdp-probe
+ * -describe: a cluster on paper, each rate given as an option); its
+ * "source" attribute says which.
  */
 #ifndef FSDP_PROFILE_H
 #define FSDP_PROFILE_H
@@ -58,11 +61,14 @@ typedef struct {
 typedef struct {
   /* where and how it was measured */
   char host[64], cpu[96], date[40], backend[16], blas_core[32], model[32];
+  char source[16]; /* "measured" (fsdp-probe) or "described" (-describe) */
   int world_size, ranks_per_node, nodes, threads;
   int64_t mem_available; /* bytes one rank may allocate (the smallest rank's) */
   /* compute */
   int ngemm;
   FsdpProfileGemm gemm[FSDP_PROFILE_MAX_GEMMS];
+  double gemm_flops_per_s;      /* matmuls of shapes not listed: all measured FLOP over their time */
+  double peak_flops_per_s;      /* the device's peak, for MFU (0: not known) */
   double attention_flops_per_s; /* causal attention forward + backward */
   double stream_bytes_per_s;    /* residual add: 3 * 4 bytes per element */
   double adamw_bytes_per_s;     /* AdamW: 4 arrays read, 3 written, fp32 */
