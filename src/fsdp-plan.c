@@ -26,6 +26,7 @@
  * fsdp.h).  tests/test_plan.sh holds every number against the counters of
  * real fsdp-train runs, so a drift between the two is a test failure.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +51,9 @@ typedef struct {
   double intra_bw, inter_bw, flops; /* bytes/s per rank, bytes/s per node, FLOP/s per rank */
   const char *profile;    /* -profile FILE: measured rates (fsdp-probe) */
   int schedule;           /* -plan_schedule: list the replayed step's events */
+  int tune, tune_top;     /* -tune: search the options ([Note: the tuner]) */
+  double memory_limit;    /* -memory_limit bytes per rank (0: 90% of the profile's) */
+  const char *options_out;/* -options_out FILE: the winner as an options file */
 } PlanOptions;
 
 typedef struct {
@@ -192,6 +196,17 @@ static int PlanOptionsFromDb(FsdpOpts db, PlanOptions *po)
   FSDP_CALL(FsdpOptsGetBool(db, g, "plan_schedule", "with -profile and -summary json: list the "
                             "replayed step's events (gathers, stages, reductions) in order", 0,
                             &po->schedule));
+  int64_t top = 5;
+  FSDP_CALL(FsdpOptsGetBool(db, g, "tune", "with -profile: search sharding factor, -wrap, "
+                            "-prefetch, RAF/NRAF and micro-batch x accumulation for the most "
+                            "predicted tokens/s within -memory_limit", 0, &po->tune));
+  FSDP_CALL(FsdpOptsGetInt(db, g, "tune_top", "-tune: candidates to list", 5, 1, 1000, &top));
+  po->tune_top = (int)top;
+  FSDP_CALL(FsdpOptsGetDouble(db, g, "memory_limit", "-tune: bytes a rank may use (0: 90% of the "
+                              "profile's available memory)", 0, 0, 1e18, &po->memory_limit));
+  FSDP_CALL(FsdpOptsGetString(db, g, "options_out", "-tune: write the winning options to FILE "
+                              "(an options file for fsdp-train -options_file)", "",
+                              &po->options_out));
   return FSDP_SUCCESS;
 }
 
@@ -418,25 +433,19 @@ done:
   return err;
 }
 
-static int Run(int argc, char **argv, int *handled_help)
+/* What -tune compares of one plan. */
+typedef struct {
+  uint64_t mem_total;
+  double step_s, exposed_s, compute_s, tokens_per_s;
+} PlanOutcome;
+
+/* One plan of the options in db: printed (print), and its outcome (may be
+ * NULL).  cached: the profile already read (NULL: read -profile). */
+static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutcome *outcome)
 {
-  FsdpOpts db = NULL;
   PlanOptions po;
-  *handled_help = 0;
-  FSDP_CALL(FsdpOptsCreate(MPI_COMM_WORLD, argc, argv, &db));
-  int err = PlanOptionsFromDb(db, &po);
-  if (FsdpOptsHelpRequested(db)) {
-    FsdpOptsPrintHelp(db, stdout, kHelp);
-    *handled_help = 1;
-    FsdpOptsDestroy(&db);
-    return FSDP_SUCCESS;
-  }
-  if (!err) err = FsdpOptsCheckUnknown(db);
-  if (!err) err = PlanTopology(&po);
-  if (err) {
-    FsdpOptsDestroy(&db);
-    return err;
-  }
+  FSDP_CALL(PlanOptionsFromDb(db, &po));
+  FSDP_CALL(PlanTopology(&po));
   FsdpGroup shard, replica;
   PlanUnit *u = NULL;
   int nu = 0;
@@ -554,7 +563,8 @@ static int Run(int argc, char **argv, int *handled_help)
   int use_profile = po.profile[0] != '\0';
   if (use_profile) {
     FsdpProfile *prof = malloc(sizeof *prof);
-    int perr = prof ? FsdpProfileRead(po.profile, prof) : FSDP_ERR_MEM;
+    int perr = !prof ? FSDP_ERR_MEM : cached ? (*prof = *cached, FSDP_SUCCESS)
+                                             : FsdpProfileRead(po.profile, prof);
     if (!perr) perr = CheckProfile(&po, prof);
     if (!perr) pp.peak = prof->peak_flops_per_s;
     if (!perr)
@@ -575,7 +585,6 @@ static int Run(int argc, char **argv, int *handled_help)
       free(pp.events);
       PlanUnitsFree(u, nu);
       free(stage_unit);
-      FsdpOptsDestroy(&db);
       return FsdpErrorTrace(__FILE__, __LINE__, __func__, perr);
     }
     predict = 1;
@@ -583,9 +592,17 @@ static int Run(int argc, char **argv, int *handled_help)
   }
   double tokens_per_step = (double)po.W * po.t.batch_size * c->seq_len * K;
 
+  if (outcome) {
+    outcome->mem_total = mem_total;
+    outcome->step_s = pp.sim.step_s;
+    outcome->exposed_s = pp.sim.exposed_s;
+    outcome->compute_s = pp.sim.compute_s;
+    outcome->tokens_per_s = pp.sim.step_s > 0 ? tokens_per_step / pp.sim.step_s : 0.0;
+  }
   int rank = 0;
   FSDP_CALL_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  if (rank == 0 && po.t.summary == FSDP_SUMMARY_JSON) {
+  if (!print) {
+  } else if (rank == 0 && po.t.summary == FSDP_SUMMARY_JSON) {
     /* [Note: one writer for the shared keys] (driver/summary.h) */
     FsdpJson j = NULL;
     FSDP_CALL(FsdpJsonCreate(&j));
@@ -724,8 +741,176 @@ static int Run(int argc, char **argv, int *handled_help)
   free(pp.events);
   PlanUnitsFree(u, nu);
   free(stage_unit);
-  FsdpOptsDestroy(&db);
   return FSDP_SUCCESS;
+}
+
+/* ---- -tune: the fastest options that fit -------------------------------- */
+
+typedef struct {
+  int F, wrap, prefetch, raf, B, K;
+  PlanOutcome o;
+} Candidate;
+
+static int CompareCandidates(const void *a, const void *b)
+{
+  const Candidate *x = a, *y = b;
+  if (x->o.tokens_per_s != y->o.tokens_per_s) return x->o.tokens_per_s < y->o.tokens_per_s ? 1 : -1;
+  return (x->o.mem_total > y->o.mem_total) - (x->o.mem_total < y->o.mem_total);
+}
+
+static int SetInt(FsdpOpts db, const char *name, long long v)
+{
+  char buf[32];
+  snprintf(buf, sizeof buf, "%lld", v);
+  return FsdpOptsSetValue(db, name, buf);
+}
+
+static int SetCandidate(FsdpOpts db, const Candidate *c)
+{
+  FSDP_CALL(SetInt(db, "sharding_factor", c->F));
+  FSDP_CALL(SetInt(db, "wrap", c->wrap));
+  FSDP_CALL(FsdpOptsSetValue(db, "prefetch", FsdpPrefetchNames[c->prefetch]));
+  FSDP_CALL(SetInt(db, "reshard_after_forward", c->raf));
+  FSDP_CALL(SetInt(db, "batch_size", c->B));
+  FSDP_CALL(SetInt(db, "grad_accum", c->K));
+  return FSDP_SUCCESS;
+}
+
+/* Writes the winner as an options file fsdp-train takes (-options_file):
+ * the options the search set, nothing else (the run's own options file
+ * goes first on the command line, this one after it). */
+static int WriteOptionsFile(const char *path, const PlanOptions *po, const Candidate *c)
+{
+  FILE *f = fopen(path, "w");
+  if (!f) FSDP_ERROR(FSDP_ERR_USAGE, "-options_out %s: cannot write it: %s", path, strerror(errno));
+  fprintf(f,
+          "# fsdp-plan -tune: the fastest options predicted for %s on %d ranks (%d per node)\n"
+          "# from the profile %s: step %.4g ms, exposed communication %.4g ms,\n"
+          "# %.4g tokens/s, %.3f GiB per rank.  Use after the run's own options:\n"
+          "#   fsdp-train -options_file run.opts -options_file %s\n"
+          "-sharding_factor %d\n-wrap %d\n-prefetch %s\n-reshard_after_forward %d\n"
+          "-batch_size %d\n-grad_accum %d\n",
+          po->t.model_name, po->W, po->G, po->profile, 1e3 * c->o.step_s, 1e3 * c->o.exposed_s,
+          c->o.tokens_per_s, c->o.mem_total / 1073741824.0, path, c->F, c->wrap,
+          FsdpPrefetchNames[c->prefetch], c->raf, c->B, c->K);
+  if (fclose(f) != 0)
+    FSDP_ERROR(FSDP_ERR_IO, "-options_out %s: writing failed: %s", path, strerror(errno));
+  return FSDP_SUCCESS;
+}
+
+/* [Note: the tuner] Every combination of: F among the divisors of W whose
+ * sharding groups keep to whole nodes or whole groups of nodes (F divides
+ * G, or G divides F); -wrap among the divisors of n_layer up to 8; the
+ * three prefetch modes; RAF and NRAF; the micro-batch B among the divisors
+ * of the sequences per rank per step (-batch_size x -grad_accum as given),
+ * with K = that / B.  -limit_all_gathers is not searched: while prefetch
+ * runs one unit ahead it changes neither memory nor time ([Note: prefetch
+ * and the limiter] in fsdp.c).  Each is planned exactly as fsdp-plan plans
+ * one run and replayed on the profile; the fastest that fits the memory
+ * limit wins, ties going to less memory. */
+static int Tune(FsdpOpts db, const PlanOptions *po0)
+{
+  PlanOptions po = *po0;
+  if (!po.profile[0])
+    FSDP_ERROR(FSDP_ERR_USAGE, "-tune needs -profile FILE (a machine profile from fsdp-probe)");
+  FSDP_CALL(PlanTopology(&po));
+  FsdpProfile *prof = malloc(sizeof *prof);
+  FSDP_CHECK_ALLOC(prof, sizeof *prof);
+  int err = FsdpProfileRead(po.profile, prof);
+  if (!err) err = CheckProfile(&po, prof);
+  double limit = po.memory_limit > 0 ? po.memory_limit : 0.9 * (double)prof->mem_available;
+  int per_rank = po.t.batch_size * (po.t.fsdp.grad_accum > 0 ? po.t.fsdp.grad_accum : 1);
+  int nl = po.t.model.n_layer;
+  size_t cap = 4096, n = 0;
+  Candidate *c = err ? NULL : malloc(cap * sizeof *c);
+  if (!err && !c) err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_MEM, "out of memory");
+  Candidate smallest = {0};
+  smallest.o.mem_total = UINT64_MAX;
+  int tried = 0;
+  for (int F = 1; !err && F <= po.W; F++) {
+    if (po.W % F || (po.G % F && F % po.G)) continue;
+    for (int wrap = 1; !err && wrap <= (nl < 8 ? nl : 8); wrap++) {
+      if (nl % wrap) continue;
+      for (int pf = 0; !err && pf < FSDP_NPREFETCH; pf++)
+        for (int raf = 1; !err && raf >= 0; raf--)
+          for (int B = 1; !err && B <= per_rank; B++) {
+            if (per_rank % B) continue;
+            Candidate x = {F, wrap, pf, raf, B, per_rank / B, {0}};
+            err = SetCandidate(db, &x);
+            if (!err) err = PlanOnce(db, 0, prof, &x.o);
+            if (err) break;
+            tried++;
+            if (x.o.mem_total < smallest.o.mem_total) smallest = x;
+            if ((double)x.o.mem_total > limit) continue;
+            if (n == cap) {
+              Candidate *more = realloc(c, 2 * cap * sizeof *c);
+              if (!more) {
+                err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_MEM, "out of memory");
+                break;
+              }
+              c = more;
+              cap *= 2;
+            }
+            c[n++] = x;
+          }
+    }
+  }
+  if (!err && n == 0)
+    err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_USAGE,
+                         "-tune: none of %d configurations fits the memory limit of %.0f bytes "
+                         "(%.3f GiB) per rank; the smallest needs %llu bytes (%.3f GiB: "
+                         "-sharding_factor %d -wrap %d -prefetch %s -reshard_after_forward %d "
+                         "-batch_size %d -grad_accum %d)",
+                         tried, limit, limit / 1073741824.0,
+                         (unsigned long long)smallest.o.mem_total,
+                         smallest.o.mem_total / 1073741824.0, smallest.F, smallest.wrap,
+                         FsdpPrefetchNames[smallest.prefetch], smallest.raf, smallest.B, smallest.K);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (!err) {
+    qsort(c, n, sizeof *c, CompareCandidates);
+    if (rank == 0) {
+      int top = po.tune_top < (int)n ? po.tune_top : (int)n;
+      printf("fsdp-plan -tune: %s on %d ranks (%d nodes x %d), %d sequences per rank per step, "
+             "profile %s (%s); %d configurations, %zu fit %.3f GiB per rank\n",
+             po.t.model_name, po.W, po.N, po.G, per_rank, po.profile, prof->source, tried, n,
+             limit / 1073741824.0);
+      printf("%4s %5s %4s %-8s %4s %4s %4s %12s %12s %14s %10s\n", "rank", "F", "wrap", "prefetch",
+             "RAF", "B", "K", "step ms", "exposed ms", "tokens/s", "GiB/rank");
+      for (int i = 0; i < top; i++)
+        printf("%4d %5d %4d %-8s %4d %4d %4d %12.4g %12.4g %14.6g %10.3f\n", i + 1, c[i].F,
+               c[i].wrap, FsdpPrefetchNames[c[i].prefetch], c[i].raf, c[i].B, c[i].K,
+               1e3 * c[i].o.step_s, 1e3 * c[i].o.exposed_s, c[i].o.tokens_per_s,
+               c[i].o.mem_total / 1073741824.0);
+      if (po.options_out[0]) {
+        err = WriteOptionsFile(po.options_out, &po, &c[0]);
+        if (!err) printf("fsdp-plan -tune: wrote the winner to %s\n", po.options_out);
+      }
+      fflush(stdout);
+    }
+  }
+  free(c);
+  free(prof);
+  return err;
+}
+
+static int Run(int argc, char **argv, int *handled_help)
+{
+  FsdpOpts db = NULL;
+  PlanOptions po;
+  *handled_help = 0;
+  FSDP_CALL(FsdpOptsCreate(MPI_COMM_WORLD, argc, argv, &db));
+  int err = PlanOptionsFromDb(db, &po);
+  if (FsdpOptsHelpRequested(db)) {
+    FsdpOptsPrintHelp(db, stdout, kHelp);
+    *handled_help = 1;
+    FsdpOptsDestroy(&db);
+    return FSDP_SUCCESS;
+  }
+  if (!err) err = FsdpOptsCheckUnknown(db);
+  if (!err) err = po.tune ? Tune(db, &po) : PlanOnce(db, 1, NULL, NULL);
+  FsdpOptsDestroy(&db);
+  return err;
 }
 
 int main(int argc, char **argv)
