@@ -26,8 +26,10 @@
 #include "model/llama.h"
 #include "model/family.h"
 #include "runtime/optim.h"
+#include "runtime/steptime.h"
 #include "io/ckpt.h"
 #include "io/metrics.h"
+#include "io/profile.h"
 #include "comm/trace.h"
 #include "driver/train.h"
 
