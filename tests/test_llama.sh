@@ -100,6 +100,20 @@ grep -q "^family *llama" "$tmp/info" && grep -q "model.layers.1.self_attn.k_proj
 "$BIN/fsdp-ckpt" export-llmc "$tmp/ck/ckpt_00000005.h5" "$tmp/x.bin" >"$tmp/exp" 2>&1
 [ $? -eq 2 ] && grep -q "llama model" "$tmp/exp" || fail "export-llmc of a llama checkpoint: $(cat "$tmp/exp")"
 
+# a Llama checkpoint with an impossible shape is refused naming the file
+cp "$tmp/ck/ckpt_00000005.h5" "$tmp/badkv.h5"
+py=""
+for p in /usr/bin/python3 python3; do
+  if "$p" -c 'import h5py, numpy' >/dev/null 2>&1; then py=$p; break; fi
+done
+if [ -n "$py" ] && "$py" -c "import h5py, numpy; f = h5py.File('$tmp/badkv.h5', 'r+'); f['/model'].attrs['n_kv_head'] = numpy.int64(3)"; then
+  "$BIN/fsdp-ckpt" verify "$tmp/badkv.h5" >"$tmp/badkv" 2>&1
+  [ $? -eq 2 ] && grep -q "badkv.h5 holds an invalid llama model" "$tmp/badkv" \
+    || fail "a checkpoint with n_kv_head 3 of 4 heads: $(cat "$tmp/badkv")"
+else
+  echo "note: no h5py: the invalid-checkpoint check is skipped"
+fi
+
 # a GPT checkpoint does not load into a Llama model
 run 1 "$tmp/g" -model tiny -steps 2 -checkpoint_dir "$tmp/gck" -checkpoint_every 2 -log_every 0 || fail "gpt run"
 run 1 "$tmp/bad" -model llama-tiny -steps 4 -resume "$tmp/gck/ckpt_00000002.h5" -log_every 0

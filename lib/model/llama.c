@@ -692,10 +692,27 @@ static int FromDb(FsdpOpts db, const char *preset, FsdpModelDesc *desc)
   return LlamaConfigDescribe(&c, "", desc);
 }
 
+/* A description from a file: parsed, then validated with a message naming
+ * the file (LlamaConfigValidate speaks of options). */
 static int Check(const FsdpModelDesc *desc, const char *what)
 {
   LlamaConfig c;
-  return LlamaConfigFromDesc(desc, what, &c);
+  FSDP_CALL(LlamaConfigFromDesc(desc, what, &c));
+  int hd = c.n_head > 0 ? c.n_embd / c.n_head : 0;
+  if (c.n_layer < 1 || c.n_embd < 1 || c.n_head < 1 || c.n_embd % c.n_head || hd % 2 ||
+      c.n_kv_head < 1 || c.n_head % c.n_kv_head || c.ffn_hidden < 1 || c.vocab_size < 2 ||
+      c.seq_len < 2 || (c.tie_embeddings != 0 && c.tie_embeddings != 1) ||
+      !(c.rope_theta > 1.0) || !isfinite(c.rope_theta) || !(c.norm_eps > 0.0) ||
+      !isfinite(c.norm_eps)) {
+    char attrs[1024];
+    FsdpModelDescFormat(desc, attrs, sizeof attrs);
+    FSDP_ERROR(FSDP_ERR_USAGE,
+               "%s holds an invalid llama model (%s): sizes must be positive, n_embd divisible "
+               "by n_head into an even head size, n_kv_head dividing n_head, tie_embeddings 0 "
+               "or 1, rope_theta > 1, norm_eps > 0",
+               what, attrs);
+  }
+  return FSDP_SUCCESS;
 }
 
 static int64_t ParamCount(const FsdpModelDesc *desc)
