@@ -9,7 +9,8 @@
 #   default run's losses (1e-4); bf16 and fp16 (with the scaler) runs are
 #   finite and learn; the tied variant learns;
 # - the JSON summary names the family and every attribute;
-# - fsdp-ckpt info/verify read a Llama checkpoint (Hugging Face names);
+# - fsdp-ckpt info/verify read a Llama checkpoint (Hugging Face names) and
+#   refuse an impossible one; an llm.c LLaMA-3 (uint32) token file trains;
 # - usage errors name the option and exit 2.
 #   usage: test_llama.sh MPIEXEC "PREFLAGS" BINDIR
 set -u
@@ -113,6 +114,17 @@ if [ -n "$py" ] && "$py" -c "import h5py, numpy; f = h5py.File('$tmp/badkv.h5', 
 else
   echo "note: no h5py: the invalid-checkpoint check is skipped"
 fi
+
+# an llm.c LLaMA-3 token file (uint32 ids above 65535) trains
+python3 - "$tmp/l3.bin" <<'PY'
+import struct, sys
+n = 2000
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<3i", 20240801, 7, n) + bytes(1012))
+    f.write(struct.pack(f"<{n}I", *[(69000 + 37 * i) % 70000 for i in range(n)]))
+PY
+run 1 "$tmp/l3" -model llama-tiny -vocab_size 70000 -steps 2 -batch_size 2 -log_every 0 \
+  -data "$tmp/l3.bin" -summary json || fail "training on a uint32 token file: $(cat "$tmp/l3.err")"
 
 # a GPT checkpoint does not load into a Llama model
 run 1 "$tmp/g" -model tiny -steps 2 -checkpoint_dir "$tmp/gck" -checkpoint_every 2 -log_every 0 || fail "gpt run"
