@@ -124,8 +124,8 @@ int FsdpTrainerCreate(MPI_Comm comm, const FsdpTrainOptions *o, FsdpTrainer *out
   FSDP_CALL(FsdpModelCreate(&o->model, o->wrap, tr->B, tr->T, tr->k, (uint64_t)o->seed, &tr->model));
   tr->desc = o->model;
   /* data first: a bad file is a usage error before any big allocation */
-  FSDP_CALL(FsdpDataCreate(comm, o->data, (int)FsdpModelDescInt(&o->model, "vocab_size"), tr->T, tr->W * tr->B,
-                           (uint64_t)o->seed, &tr->data));
+  FSDP_CALL(FsdpDataCreate(comm, o->data, (int)FsdpModelDescInt(&o->model, "vocab_size"), tr->T,
+                           tr->W * tr->B, (uint64_t)o->seed, &tr->data));
   FSDP_CALL(FsdpRuntimeCreate(tr->topo, tr->coll, &o->fsdp, &tr->rt));
   /* the runtime and the optimizer see the model only through its table */
   const FsdpModelTable *table = FsdpModelGetTable(tr->model);

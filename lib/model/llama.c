@@ -99,9 +99,12 @@ int LlamaConfigValidate(const LlamaConfig *c)
                "option -n_kv_head %d does not divide -n_head %d (grouped-query attention shares "
                "each kv head among n_head/n_kv_head heads)",
                c->n_kv_head, c->n_head);
-  if (c->ffn_hidden < 1) FSDP_ERROR(FSDP_ERR_USAGE, "option -ffn_hidden: %d is not a positive integer", c->ffn_hidden);
-  if (c->vocab_size < 2) FSDP_ERROR(FSDP_ERR_USAGE, "option -vocab_size: %d is too small (expected >= 2)", c->vocab_size);
-  if (c->seq_len < 2) FSDP_ERROR(FSDP_ERR_USAGE, "option -seq_len: %d is too small (expected >= 2)", c->seq_len);
+  if (c->ffn_hidden < 1)
+    FSDP_ERROR(FSDP_ERR_USAGE, "option -ffn_hidden: %d is not a positive integer", c->ffn_hidden);
+  if (c->vocab_size < 2)
+    FSDP_ERROR(FSDP_ERR_USAGE, "option -vocab_size: %d is too small (expected >= 2)", c->vocab_size);
+  if (c->seq_len < 2)
+    FSDP_ERROR(FSDP_ERR_USAGE, "option -seq_len: %d is too small (expected >= 2)", c->seq_len);
   if (c->tie_embeddings != 0 && c->tie_embeddings != 1)
     FSDP_ERROR(FSDP_ERR_USAGE, "option -tie_embeddings: %d is not 0 or 1", c->tie_embeddings);
   if (!(c->rope_theta > 1.0) || !isfinite(c->rope_theta))
@@ -148,7 +151,9 @@ int LlamaConfigFromDb(FsdpOpts db, const char *preset, LlamaConfig *cfg)
   c.ffn_hidden = v > 0 ? (int)v : LlamaFfnHidden(c.n_embd, (int)mo, d);
   FSDP_CALL(FsdpOptsGetInt(db, g, "vocab_size", "vocabulary size V", c.vocab_size, 2, 1 << 24, &v));
   c.vocab_size = (int)v;
-  FSDP_CALL(FsdpOptsGetInt(db, g, "seq_len", "sequence length T (tokens per sequence; RoPE has no position table)", c.seq_len, 2, 1 << 20, &v));
+  FSDP_CALL(FsdpOptsGetInt(db, g, "seq_len",
+                           "sequence length T (tokens per sequence; RoPE has no position table)",
+                           c.seq_len, 2, 1 << 20, &v));
   c.seq_len = (int)v;
   FSDP_CALL(FsdpOptsGetBool(db, g, "tie_embeddings",
                             "Llama: the LM head is the token embedding (no lm_head.weight)",
