@@ -26,6 +26,7 @@
 #include "runtime/optim.h"
 #include "io/ckpt.h"
 #include "io/metrics.h"
+#include "io/tokenizer.h"
 #include "comm/trace.h"
 #include "driver/train.h"
 
