@@ -7,7 +7,8 @@
 #   - it is on the progress line of those steps, in the JSON summary as
 #     val_losses [[step, loss], ...], in the run file as /metrics/val_step
 #     and /metrics/val_loss (rows of their own), and in fsdp-report's table
-#     and CSV;
+#     and CSV; a resumed run appends its validations to the run file (also
+#     to one written before validation existed);
 #   - with -val_data the training file and -lr 0, the validation loss after
 #     step 1 equals the training loss of step 1 (validation batch 0 is
 #     training micro-batch 0; 1e-12 relative) at W = 1 and W = 2: the
@@ -118,6 +119,26 @@ assert ('step 2 %.4f' % s['val_losses'][0][1]) in text, text
 row = list(csv.DictReader(open(sys.argv[1] + '/csv')))[0]
 assert abs(float(row['final_val_loss']) - last) <= 1e-12 * last and row['final_val_step'] == '4', row
 print('table and CSV: %.4f after step 4' % last)"
+
+# ---- a resumed run appends its validations to the run file ------------------------------
+train r1 4 -batch_size 2 $common -steps 2 -metrics "$tmp/r.h5" -checkpoint_dir "$tmp/ck" -checkpoint_every 2
+cp "$tmp/r.h5" "$tmp/old.h5"
+"$py" -c 'import h5py, sys
+with h5py.File(sys.argv[1], "r+") as f:   # a run file written before validation existed
+    del f["metrics/val_step"], f["metrics/val_loss"]' "$tmp/old.h5"
+train r2 4 -batch_size 2 $common -metrics "$tmp/r.h5" -resume "$tmp/ck/ckpt_00000002.h5"
+train r3 4 -batch_size 2 $common -metrics "$tmp/old.h5" -resume "$tmp/ck/ckpt_00000002.h5"
+pycheck "resumed runs append validation rows" "$JSON
+import h5py
+want = summary('w4')['val_losses']
+for name, steps in (('r.h5', [2, 4]), ('old.h5', [4])):
+    with h5py.File(sys.argv[1] + '/' + name, 'r') as f:
+        st, vl = list(f['metrics/val_step'][()]), list(f['metrics/val_loss'][()])
+    assert st == steps, (name, st)
+    for s, v in zip(st, vl):
+        w = dict(want)[s]
+        assert abs(v - w) <= 1e-6 * w, (name, s, v, w)
+print('r.h5: val_step [2, 4]; a file without validation datasets gets them: [4]')"
 
 # ---- -val_data: validation batch k is global batch k ---------------------------------
 "$py" -c 'import struct, sys
