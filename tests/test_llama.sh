@@ -11,6 +11,7 @@
 # - the JSON summary names the family and every attribute;
 # - fsdp-ckpt info/verify read a Llama checkpoint (Hugging Face names) and
 #   refuse an impossible one; an llm.c LLaMA-3 (uint32) token file trains;
+# - validation (-val_every) and fsdp-sample (greedy, W=1 = W=2) work on it;
 # - usage errors name the option and exit 2.
 #   usage: test_llama.sh MPIEXEC "PREFLAGS" BINDIR
 set -u
@@ -30,7 +31,7 @@ fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 common="-model llama-tiny -steps 10 -lr 1e-2 -warmup 2 -seed 11 -summary json -log_every 0"
 
 run 4 "$tmp/full" $common -batch_size 2 -checkpoint_dir "$tmp/ck" -checkpoint_every 5 \
-  -metrics "$tmp/run.h5" -trace "$tmp/trace.json" || { fail "the 10-step run failed"; cat "$tmp/full.err"; }
+  -metrics "$tmp/run.h5" -trace "$tmp/trace.json" -val_every 5 || { fail "the 10-step run failed"; cat "$tmp/full.err"; }
 [ -f "$tmp/ck/ckpt_00000005.h5" ] || fail "no checkpoint at step 5: $(ls "$tmp/ck")"
 [ -s "$tmp/trace.json" ] || fail "no trace written"
 run 2 "$tmp/r2" $common -batch_size 4 -sharding_factor 1 -resume "$tmp/ck/ckpt_00000005.h5" \
@@ -61,6 +62,9 @@ want = {"name": "llama-tiny", "family": "llama", "n_layer": 2, "n_embd": 32, "n_
         "rope_theta": 500000.0, "norm_eps": 1e-5, "param_count": 28832}
 if any(m.get(k) != v for k, v in want.items()):
     print(f"FAIL: summary model {m}, expected {want}"); bad += 1
+val = full.get("val_losses")
+if not val or [s for s, _ in val] != [5, 10] or not all(2.0 < v < 6.0 for _, v in val):
+    print(f"FAIL: validation losses of the Llama run: {val}"); bad += 1
 units = [u["name"] for u in full["units"]]
 if units != ["root", "model.layers.0", "model.layers.1"]:
     print(f"FAIL: units {units}"); bad += 1
@@ -100,6 +104,16 @@ grep -q "^family *llama" "$tmp/info" && grep -q "model.layers.1.self_attn.k_proj
 "$BIN/fsdp-ckpt" verify "$tmp/ck/ckpt_00000005.h5" >"$tmp/verify" 2>&1 || fail "fsdp-ckpt verify: $(cat "$tmp/verify")"
 "$BIN/fsdp-ckpt" export-llmc "$tmp/ck/ckpt_00000005.h5" "$tmp/x.bin" >"$tmp/exp" 2>&1
 [ $? -eq 2 ] && grep -q "llama model" "$tmp/exp" || fail "export-llmc of a llama checkpoint: $(cat "$tmp/exp")"
+
+# fsdp-sample from a Llama checkpoint: greedy, the same tokens at W=1 and W=2 (F 2)
+for np in 1 2; do
+  # shellcheck disable=SC2086
+  timeout 120 "$MPIEXEC" $PREFLAGS -n $np "$BIN/fsdp-sample" -resume "$tmp/ck/ckpt_00000005.h5" \
+    -max_new_tokens 8 -temperature 0 -prompt_tokens 3,5,7 >"$tmp/sample$np" 2>"$tmp/sample$np.err" \
+    || fail "fsdp-sample at $np ranks: $(cat "$tmp/sample$np.err")"
+done
+[ "$(wc -w <"$tmp/sample1")" -eq 8 ] && cmp -s "$tmp/sample1" "$tmp/sample2" \
+  || fail "fsdp-sample: W=1 gave '$(cat "$tmp/sample1")', W=2 '$(cat "$tmp/sample2")'"
 
 # a Llama checkpoint with an impossible shape is refused naming the file
 cp "$tmp/ck/ckpt_00000005.h5" "$tmp/badkv.h5"

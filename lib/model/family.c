@@ -71,6 +71,10 @@ static int GptSetBatchV(void *m, const int *in, const int *tg)
   return GptModelSetBatch((GptModel)m, in, tg);
 }
 static double GptLossV(void *m) { return GptModelLoss((GptModel)m); }
+static int GptLogitsV(void *m, int b, int t, float *out)
+{
+  return GptModelLogits((GptModel)m, b, t, out);
+}
 static void GptSetLossScaleV(void *m, float s) { GptModelSetLossScale((GptModel)m, s); }
 
 /* GptPresetNames without its trailing "custom" (FsdpModelOptionsFromDb adds
@@ -91,6 +95,7 @@ const FsdpModelFamily FsdpGptFamily = {
     .set_up = GptSetUpV,
     .set_batch = GptSetBatchV,
     .loss = GptLossV,
+    .logits = GptLogitsV,
     .set_loss_scale = GptSetLossScaleV,
 };
 
@@ -219,6 +224,10 @@ int FsdpModelSetBatch(FsdpModel m, const int *inputs, const int *targets)
   return m->fam->set_batch(m->impl, inputs, targets);
 }
 double FsdpModelLoss(FsdpModel m) { return m->fam->loss(m->impl); }
+int FsdpModelLogits(FsdpModel m, int b, int t, float *out)
+{
+  return m->fam->logits(m->impl, b, t, out);
+}
 void FsdpModelSetLossScale(FsdpModel m, float scale) { m->fam->set_loss_scale(m->impl, scale); }
 const FsdpModelFamily *FsdpModelGetFamily(FsdpModel m) { return m->fam; }
 void *FsdpModelImpl(FsdpModel m) { return m->impl; }

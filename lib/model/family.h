@@ -39,6 +39,9 @@ typedef struct {
   int (*set_up)(void *model);
   int (*set_batch)(void *model, const int *inputs, const int *targets);
   double (*loss)(void *model);
+  /* The vocab_size logits of the last forward at sequence b, position t,
+   * into host memory (fsdp-sample). */
+  int (*logits)(void *model, int b, int t, float *out);
   void (*set_loss_scale)(void *model, float scale);
 } FsdpModelFamily;
 
@@ -71,6 +74,7 @@ const FsdpModelTable *FsdpModelGetTable(FsdpModel m);
 int FsdpModelSetUp(FsdpModel m);
 int FsdpModelSetBatch(FsdpModel m, const int *inputs, const int *targets);
 double FsdpModelLoss(FsdpModel m);
+int FsdpModelLogits(FsdpModel m, int b, int t, float *out);
 void FsdpModelSetLossScale(FsdpModel m, float scale);
 const FsdpModelFamily *FsdpModelGetFamily(FsdpModel m);
 /* The family's object (a GptModel for "gpt2", a LlamaModel for "llama"). */

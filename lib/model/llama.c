@@ -532,6 +532,18 @@ int LlamaModelSetBatch(LlamaModel m, const int *inputs, const int *targets)
 }
 
 double LlamaModelLoss(LlamaModel m) { return m->loss; }
+
+int LlamaModelLogits(LlamaModel m, int b, int t, float *out)
+{
+  if (!m->logits) FSDP_ERROR(FSDP_ERR_STATE, "LlamaModelLogits before LlamaModelSetUp");
+  if (b < 0 || b >= m->B || t < 0 || t >= m->T)
+    FSDP_ERROR(FSDP_ERR_STATE, "LlamaModelLogits: position (%d, %d) outside the batch (%d, %d)",
+               b, t, m->B, m->T);
+  size_t V = (size_t)m->cfg.vocab_size;
+  /* crossentropy writes probs, so the head's logits stay in their buffer */
+  FSDP_CALL(m->k->copy_to_host(out, m->logits + ((size_t)b * m->T + t) * V, V * sizeof(float)));
+  return FSDP_SUCCESS;
+}
 void LlamaModelSetLossScale(LlamaModel m, float scale) { m->loss_scale = scale; }
 
 /* ---- stages --------------------------------------------------------------- */
@@ -761,6 +773,10 @@ static int SetBatch(void *m, const int *in, const int *tg)
   return LlamaModelSetBatch((LlamaModel)m, in, tg);
 }
 static double Loss(void *m) { return LlamaModelLoss((LlamaModel)m); }
+static int Logits(void *m, int b, int t, float *out)
+{
+  return LlamaModelLogits((LlamaModel)m, b, t, out);
+}
 static void SetLossScale(void *m, float s) { LlamaModelSetLossScale((LlamaModel)m, s); }
 
 const FsdpModelFamily FsdpLlamaFamily = {
@@ -776,5 +792,6 @@ const FsdpModelFamily FsdpLlamaFamily = {
     .set_up = SetUp,
     .set_batch = SetBatch,
     .loss = Loss,
+    .logits = Logits,
     .set_loss_scale = SetLossScale,
 };

@@ -78,6 +78,8 @@ const FsdpModelTable *LlamaModelTable(LlamaModel m);
 int LlamaModelSetUp(LlamaModel m);
 int LlamaModelSetBatch(LlamaModel m, const int *inputs, const int *targets);
 double LlamaModelLoss(LlamaModel m);
+/* As GptModelLogits: the logits of the last forward at (b, t), to host. */
+int LlamaModelLogits(LlamaModel m, int b, int t, float *out);
 void LlamaModelSetLossScale(LlamaModel m, float scale);
 /* Bytes LlamaModelSetUp allocates. */
 uint64_t LlamaActivationBytes(const LlamaConfig *cfg, int B, int T);
