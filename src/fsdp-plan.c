@@ -214,16 +214,6 @@ typedef struct {
   int gather_slots, grad_slots;
 } PlanMemory;
 
-/* Activation and backward-scratch bytes the model allocates in
- * GptModelSetUp (its list, per layer and shared), for B sequences of T. */
-static uint64_t PlanActivationBytes(const GptConfig *c, int B, int T)
-{
-  uint64_t BT = (uint64_t)B * T, C = (uint64_t)c->n_embd, V = (uint64_t)c->vocab_size;
-  uint64_t att = (uint64_t)B * c->n_head * T * T;
-  uint64_t layer = 16 * BT * C + 4 * BT + 2 * att;
-  uint64_t shared = 16 * BT * C + 3 * BT + 3 * BT * V + 2 * att;
-  return 4 * ((uint64_t)c->n_layer * layer + shared);
-}
 
 static int Run(int argc, char **argv, int *handled_help)
 {
@@ -314,7 +304,10 @@ static int Run(int argc, char **argv, int *handled_help)
     mem.grad_buffer += (uint64_t)mem.grad_slots * (slotP * kr + (po.F > 1 ? slotP / F * kr : 0));
     if (rootP) mem.grad_buffer += rootP * kr + (po.F > 1 ? rootP / F * kr : 0);
   }
-  mem.activations = PlanActivationBytes(&po.t.model, po.t.batch_size, po.t.model.seq_len);
+  /* the bytes GptModelSetUp allocates, from the model's own sizing
+   * function ([Note: GPT recomputation] in gpt.c) */
+  mem.activations = GptActivationBytes(&po.t.model, po.t.wrap, po.t.batch_size,
+                                       po.t.model.seq_len, fo->recompute);
   uint64_t mem_total = mem.param_shard + mem.grad_shard + mem.low_shard + mem.optim_state +
                        mem.gather_buffer + mem.compute_buffer + mem.grad_buffer + mem.activations;
 
@@ -370,12 +363,12 @@ static int Run(int argc, char **argv, int *handled_help)
     for (int i = 0; i < nu; i++) FsdpSummaryUnit(j, u[i].name, u[i].fp);
     FsdpJsonEndArray(j);
     FsdpSummaryMemory sm = {mem.param_shard,   mem.grad_shard,  mem.optim_state,
-                            mem.gather_buffer, mem.grad_buffer, mem.compute_buffer};
+                            mem.gather_buffer, mem.grad_buffer, mem.compute_buffer,
+                            mem.activations};
     FsdpSummaryBeginMemory(j, &sm);
     FsdpJsonUint(j, "low_shard_bytes", mem.low_shard);
     FsdpJsonInt(j, "gather_slots", mem.gather_slots);
     FsdpJsonInt(j, "grad_slots", mem.grad_slots);
-    FsdpJsonUint(j, "activation_bytes", mem.activations);
     FsdpJsonUint(j, "total_bytes", mem_total);
     FsdpJsonEndObject(j);
     FsdpCommCounters per_step;
@@ -430,11 +423,11 @@ static int Run(int argc, char **argv, int *handled_help)
     const double MiB = 1048576.0;
     printf("memory per rank (MiB): param shards %.2f (+ %s copies %.2f) | grad shards %.2f | "
            "optimizer %.2f | gather ring %.2f (%d slots + root) | fp32 compute buffers %.2f | "
-           "grad buffers %.2f | activations %.2f | total %.2f\n",
+           "grad buffers %.2f | activations %.2f%s | total %.2f\n",
            mem.param_shard / MiB, FsdpDtypeNames[po.param_dt], mem.low_shard / MiB,
            mem.grad_shard / MiB, mem.optim_state / MiB, mem.gather_buffer / MiB,
            mem.gather_slots, mem.compute_buffer / MiB, mem.grad_buffer / MiB,
-           mem.activations / MiB, mem_total / MiB);
+           mem.activations / MiB, fo->recompute ? " (recomputed)" : "", mem_total / MiB);
     printf("%-15s %8s %16s %16s %16s\n", "per step", "calls", "bytes", "intra-node", "inter-node");
     for (int k = 0; k < FSDP_COLL_NKINDS; k++)
       printf("%-15s %8llu %16llu %16llu %16llu\n", FsdpCollKindNames[k],
