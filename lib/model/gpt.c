@@ -443,25 +443,10 @@ int GptModelSetUp(GptModel m)
   }
   for (int l = 0; l < m->cfg.n_layer; l++) {
     BlockActs *a = &m->acts[l];
-    if (m->ws) {
-      *a = m->ws[l % m->wrap];
-      a->res3 = NULL;
-      FSDP_CALL(Alloc(m, &a->res3, BT * C));
-      continue;
-    }
-    FSDP_CALL(Alloc(m, &a->ln1, BT * C));
-    FSDP_CALL(Alloc(m, &a->ln1_mean, BT));
-    FSDP_CALL(Alloc(m, &a->ln1_rstd, BT));
-    FSDP_CALL(Alloc(m, &a->qkv, BT * 3 * C));
-    FSDP_CALL(Alloc(m, &a->atty, BT * C));
-    FSDP_CALL(Alloc(m, &a->preatt, B * NH * T * T));
-    FSDP_CALL(Alloc(m, &a->att, B * NH * T * T));
-    FSDP_CALL(Alloc(m, &a->res2, BT * C));
-    FSDP_CALL(Alloc(m, &a->ln2, BT * C));
-    FSDP_CALL(Alloc(m, &a->ln2_mean, BT));
-    FSDP_CALL(Alloc(m, &a->ln2_rstd, BT));
-    FSDP_CALL(Alloc(m, &a->fch, BT * 4 * C));
-    FSDP_CALL(Alloc(m, &a->fch_gelu, BT * 4 * C));
+    /* with recomputation all but res3 are the working-set slot's (whose
+     * res3 is NULL) */
+    if (m->ws) *a = m->ws[l % m->wrap];
+    else FSDP_CALL(AllocBlockRest(m, a));
     FSDP_CALL(Alloc(m, &a->res3, BT * C));
   }
   FSDP_CALL(Alloc(m, &m->encoded, BT * C));
