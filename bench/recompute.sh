@@ -50,7 +50,7 @@ echo "openblas: $(OPENBLAS_VERBOSE=2 "$BIN/fsdp-plan" -world_size 1 -model tiny 
 echo "== runs: $NP ranks, $STEPS steps, $ROUNDS rounds of -recompute 0 then 1, $MODEL"
 printf '%-10s %14s %14s %12s %12s %12s %12s\n' recompute act_run_MiB act_plan_MiB rss_MiB step_ms cpu_s final_loss
 TIMEFORMAT='%U %S'
-for round in $(seq "$ROUNDS"); do
+for _ in $(seq "$ROUNDS"); do
   for r in 0 1; do
     # cpu_s: user + system seconds of all ranks (bash's time of mpiexec and
     # its children), less sensitive than wall time to other load

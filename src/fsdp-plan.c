@@ -344,6 +344,11 @@ static int Run(int argc, char **argv, int *handled_help)
   double tokens = (double)po.t.batch_size * c->seq_len;
   double flop = tokens * (6.0 * (double)GptConfigParamCount(c) +
                           6.0 * c->n_layer * (double)c->seq_len * c->n_embd);
+  /* -recompute 1 runs the blocks' forward (a third of their training
+   * FLOP) once more ([Note: activation recomputation], fsdp.h) */
+  if (fo->recompute)
+    flop += tokens * (2.0 * c->n_layer * (12.0 * c->n_embd * c->n_embd + 13.0 * c->n_embd) +
+                      2.0 * c->n_layer * (double)c->seq_len * c->n_embd);
   double t_comp = po.flops > 0 ? flop / po.flops : 0.0;
   double t_intra = po.intra_bw > 0 ? intra / po.intra_bw : 0.0;
   double t_inter = po.inter_bw > 0 ? (double)po.G * inter / po.inter_bw : 0.0;
