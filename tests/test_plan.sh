@@ -8,7 +8,8 @@
 # and gradient buffer bytes, the activation bytes, per-step bytes and calls of every collective
 # kind with their intra/inter-node split, and the most gathers in flight
 # must be equal, exactly.
-# Then: gpt-175b on 512 ranks (8 per node) plans in seconds (without touching the model), with
+# Then: -recompute 1 adds the recomputed forward to the predicted step's
+# time, not to the model FLOP; gpt-175b on 512 ranks (8 per node) plans in seconds (without touching the model), with
 # shards summing to the model; bad topology options are usage errors.
 #   usage: test_plan.sh MPIEXEC "PREFLAGS" BINDIR   (BINDIR holds fsdp-train and fsdp-plan)
 set -u
@@ -122,6 +123,29 @@ compare "recompute, hybrid NRAF" 4 -model tiny -sharding_factor 2 -ranks_per_nod
   -reshard_after_forward 0 -recompute 1
 compare "recompute, wrap 2 over 3 blocks, batch 3" 2 -model custom -n_layer 3 -n_embd 24 -n_head 3 \
   -vocab_size 50 -seq_len 8 -wrap 2 -batch_size 3 -recompute 1
+
+# the predicted step counts the recomputed forward (2 N_blocks + 2 L T C
+# FLOP a token) as time, not as model FLOP
+checks=$((checks + 1))
+for r in 0 1; do
+  "$BIN/fsdp-plan" -world_size 1 -model gpt2 -batch_size 2 -flops 1e12 -recompute $r -summary json \
+    >"$tmp/flop$r.out" 2>&1 || { echo "FAIL: fsdp-plan -flops 1e12 -recompute $r failed"; fails=$((fails + 1)); }
+done
+python3 - "$tmp/flop0.out" "$tmp/flop1.out" <<'PY' || fails=$((fails + 1))
+import json, sys
+a, b = (json.loads(open(f).read().strip().splitlines()[-1])["prediction"] for f in sys.argv[1:])
+L, C, T, tokens = 12, 768, 1024, 2 * 1024
+rf = tokens * (2 * L * (12 * C * C + 13 * C) + 2 * L * T * C)
+bad = []
+if a["flop_per_step"] != b["flop_per_step"]: bad.append("model FLOP differs: %r vs %r" % (a["flop_per_step"], b["flop_per_step"]))
+if "recompute_flop_per_step" in a or abs(b.get("recompute_flop_per_step", 0) - rf) > 1e-9 * rf:
+    bad.append("recompute FLOP %r, expected %r (and none without)" % (b.get("recompute_flop_per_step"), rf))
+if abs(b["compute_s"] - (b["flop_per_step"] + rf) / 1e12) > 1e-9 * b["compute_s"]:
+    bad.append("compute_s %r is not (model + recompute FLOP) / 1e12" % b["compute_s"])
+if bad:
+    print("FAIL: the predicted step with -recompute 1:", "; ".join(bad)); sys.exit(1)
+print("ok: -recompute 1 adds %.3g FLOP (%.1f%%) to the predicted step, not to the model FLOP" % (rf, 100 * rf / a["flop_per_step"]))
+PY
 
 # gpt-175b at scale: quick, and the shards add up to the model
 checks=$((checks + 1))
