@@ -144,6 +144,9 @@ int FsdpTrainerCreate(MPI_Comm comm, const FsdpTrainOptions *o, FsdpTrainer *out
     FSDP_CALL(FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &tr->coll));
   }
   FSDP_CALL(GptModelCreate(&o->model, o->wrap, tr->B, tr->T, tr->k, (uint64_t)o->seed, &tr->model));
+  /* before the table is registered: it gives the block stages their
+   * recompute callback ([Note: activation recomputation], fsdp.h) */
+  FSDP_CALL(GptModelSetRecompute(tr->model, o->fsdp.recompute));
   FSDP_CALL(GptConfigDescribe(&o->model, o->model_name, &tr->desc));
   /* data first: a bad file is a usage error before any big allocation */
   FSDP_CALL(FsdpDataCreate(comm, o->data, o->model.vocab_size, tr->T, tr->W * tr->B,
@@ -517,7 +520,8 @@ int FsdpTrainerSummary(FsdpTrainer tr, FILE *out)
   FsdpJsonReal(j, "tokens_per_s", tokens_per_s);
   FsdpSummaryMemory sm = {mem.param_shard_bytes,   mem.grad_shard_bytes,
                           FsdpOptimStateBytes(tr->optim), mem.gather_buffer_bytes,
-                          mem.grad_buffer_bytes,   mem.compute_buffer_bytes};
+                          mem.grad_buffer_bytes,   mem.compute_buffer_bytes,
+                          GptModelActivationBytes(tr->model)};
   FsdpSummaryBeginMemory(j, &sm);
   FsdpJsonUint(j, "peak_unsharded_param_bytes", peak_p);
   FsdpJsonUint(j, "peak_unsharded_grad_bytes", peak_g);
