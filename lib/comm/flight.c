@@ -99,6 +99,7 @@ typedef struct {
   int stop;
   uint64_t seen_dumps;
   struct sigaction old_usr2;
+  int refs; /* creates not yet matched by a destroy */
 } Flight;
 
 static Flight *g_fl;
@@ -509,15 +510,20 @@ static void *WatchdogMain(void *arg)
 
 int FsdpFlightCreate(MPI_Comm world, double timeout_s, const char *run_file)
 {
-  if (g_fl) FSDP_ERROR(FSDP_ERR_STATE, "FsdpFlightCreate: a flight recorder already exists");
   if (!(timeout_s >= 0.0))
     FSDP_ERROR(FSDP_ERR_USAGE, "option -coll_timeout: %g is not a number of seconds >= 0 "
                                "(0 = no timeout)", timeout_s);
+  /* a second trainer in the same process (tests) shares the recorder */
+  if (g_fl) {
+    g_fl->refs++;
+    return FSDP_SUCCESS;
+  }
   Flight *fl = calloc(1, sizeof *fl);
   FSDP_CHECK_ALLOC(fl, sizeof *fl);
   pthread_mutex_init(&fl->mu, NULL);
   pthread_mutex_init(&fl->stop_mu, NULL);
   pthread_cond_init(&fl->stop_cv, NULL);
+  fl->refs = 1;
   fl->t0 = FsdpWallTime();
   fl->timeout = timeout_s;
   fl->phase = -1;
@@ -570,7 +576,7 @@ int FsdpFlightCreate(MPI_Comm world, double timeout_s, const char *run_file)
 int FsdpFlightDestroy(void)
 {
   Flight *fl = g_fl;
-  if (!fl) return FSDP_SUCCESS;
+  if (!fl || --fl->refs > 0) return FSDP_SUCCESS;
   pthread_mutex_lock(&fl->stop_mu);
   fl->stop = 1;
   pthread_cond_signal(&fl->stop_cv);

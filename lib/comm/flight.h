@@ -67,9 +67,12 @@ typedef enum {
 
 /* Collective on world.  Starts the recorder and its watchdog thread and
  * installs the SIGUSR2 handler.  timeout_s: -coll_timeout (0: never time
- * out).  run_file: the -metrics path or NULL (dumps go next to it). */
+ * out).  run_file: the -metrics path or NULL (dumps go next to it).  While
+ * a recorder exists, further creates only count (the first one's settings
+ * stay: two trainers in one process share it). */
 int FsdpFlightCreate(MPI_Comm world, double timeout_s, const char *run_file);
-/* Collective on world (frees the window).  Accepts no recorder. */
+/* Collective on world when it matches the first create (frees the window,
+ * restores the SIGUSR2 disposition).  Accepts no recorder. */
 int FsdpFlightDestroy(void);
 
 /* Recording (coll.c; no-ops without a recorder).  Issue returns a handle
