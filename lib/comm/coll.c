@@ -116,6 +116,15 @@ static uint64_t CollCount(FsdpColl c, FsdpCollKind kind, const FsdpGroup *g,
   return b;
 }
 
+/* A blocking call in the flight recorder (flight.h): it runs from issue. */
+static uint64_t CollFlightBlocking(const FsdpGroup *g, FsdpCollKind kind, uint64_t bytes,
+                                   FsdpDtype dt)
+{
+  uint64_t h = FsdpFlightIssue(g->comm, FsdpCollGroupName(g), (FsdpFlightKind)kind, -1, bytes, dt);
+  FsdpFlightStart(h);
+  return h;
+}
+
 /* ---- lifecycle ----------------------------------------------------------- */
 
 /* The back-end of each FsdpCollBackend; NULL when this build has none. */
@@ -168,9 +177,8 @@ int FsdpCollAllGather(FsdpColl c, const FsdpGroup *g, const void *send, void *re
                       size_t count, FsdpDtype dt)
 {
   FSDP_CALL(CollCheck(c, FSDP_COLL_ALL_GATHER, g, send, recv, count, dt));
-  uint64_t h = FsdpFlightIssue(g->comm, FsdpCollGroupName(g), (FsdpFlightKind)FSDP_COLL_ALL_GATHER, -1,
-                               CollCount(c, FSDP_COLL_ALL_GATHER, g, (size_t)g->size * count, dt), dt);
-  FsdpFlightStart(h);
+  uint64_t bytes = CollCount(c, FSDP_COLL_ALL_GATHER, g, (size_t)g->size * count, dt);
+  uint64_t h = CollFlightBlocking(g, FSDP_COLL_ALL_GATHER, bytes, dt);
   FSDP_CALL(c->ops->all_gather(c->state, g, send, recv, count, dt));
   FsdpFlightEnd(h);
   return FSDP_SUCCESS;
@@ -180,9 +188,8 @@ int FsdpCollReduceScatter(FsdpColl c, const FsdpGroup *g, void *send, void *recv
                           size_t count, FsdpDtype dt, float scale)
 {
   FSDP_CALL(CollCheck(c, FSDP_COLL_REDUCE_SCATTER, g, send, recv, count, dt));
-  uint64_t h = FsdpFlightIssue(g->comm, FsdpCollGroupName(g), (FsdpFlightKind)FSDP_COLL_REDUCE_SCATTER, -1,
-                               CollCount(c, FSDP_COLL_REDUCE_SCATTER, g, (size_t)g->size * count, dt), dt);
-  FsdpFlightStart(h);
+  uint64_t bytes = CollCount(c, FSDP_COLL_REDUCE_SCATTER, g, (size_t)g->size * count, dt);
+  uint64_t h = CollFlightBlocking(g, FSDP_COLL_REDUCE_SCATTER, bytes, dt);
   FSDP_CALL(c->ops->reduce_scatter(c->state, g, send, recv, count, dt, scale));
   FsdpFlightEnd(h);
   return FSDP_SUCCESS;
@@ -192,9 +199,8 @@ int FsdpCollAllReduce(FsdpColl c, const FsdpGroup *g, void *buf, size_t count,
                       FsdpDtype dt, float scale)
 {
   FSDP_CALL(CollCheck(c, FSDP_COLL_ALL_REDUCE, g, buf, buf, count, dt));
-  uint64_t h = FsdpFlightIssue(g->comm, FsdpCollGroupName(g), (FsdpFlightKind)FSDP_COLL_ALL_REDUCE, -1,
-                               CollCount(c, FSDP_COLL_ALL_REDUCE, g, count, dt), dt);
-  FsdpFlightStart(h);
+  uint64_t bytes = CollCount(c, FSDP_COLL_ALL_REDUCE, g, count, dt);
+  uint64_t h = CollFlightBlocking(g, FSDP_COLL_ALL_REDUCE, bytes, dt);
   FSDP_CALL(c->ops->all_reduce(c->state, g, buf, count, dt, scale));
   FsdpFlightEnd(h);
   return FSDP_SUCCESS;
@@ -254,8 +260,10 @@ static int CollIssue(FsdpColl c, FsdpCollKind kind, const FsdpGroup *g, const vo
   if (FsdpStreamFaultSkip(s, FsdpCollKindNames[kind])) return FSDP_SUCCESS;
   int unit = -1;
   FsdpStreamTaskIdentity(s, &unit, NULL);
-  uint64_t bytes = CollCount(c, kind, g, kind == FSDP_COLL_ALL_REDUCE ? count : (size_t)g->size * count, dt);
-  uint64_t h = FsdpFlightIssue(g->comm, FsdpCollGroupName(g), (FsdpFlightKind)kind, unit, bytes, dt);
+  size_t total = kind == FSDP_COLL_ALL_REDUCE ? count : (size_t)g->size * count;
+  uint64_t bytes = CollCount(c, kind, g, total, dt);
+  uint64_t h = FsdpFlightIssue(g->comm, FsdpCollGroupName(g), (FsdpFlightKind)kind, unit, bytes,
+                               dt);
   if (c->ops->issue_async) {
     FSDP_CALL(c->ops->issue_async(c->state, kind, g, send, recv, count, dt, scale, s, ev));
     FsdpFlightDevice(h); /* completes on the device: recorded, not timed */

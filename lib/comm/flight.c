@@ -375,8 +375,11 @@ static _Noreturn void Diagnose(Flight *fl, const Entry *e)
       }
       if (all || waited >= window) break;
     }
+    /* a record left mid-write (its rank stopped there) is taken as it is:
+     * its world rank never changes, the rest is best effort */
     for (int p = 0; p < nn; p++)
-      if (!PubRead(fl->peers[p], &snap[p])) snap[p].world_rank = -1;
+      if (!PubRead(fl->peers[p], &snap[p]))
+        memcpy(&snap[p], (const void *)fl->peers[p], sizeof *snap);
     pthread_mutex_lock(&fl->mu);
     PubRead(fl->me, &snap[fl->node_rank]);
     pthread_mutex_unlock(&fl->mu);
@@ -388,7 +391,8 @@ static _Noreturn void Diagnose(Flight *fl, const Entry *e)
         fl->world_rank, kKindNames[e->kind], (unsigned long long)e->seq, mine->name, mine->size,
         e->unit, (long long)e->step, e->phase >= 0 && e->phase < 3 ? FsdpPhaseNames[e->phase] : "-",
         (unsigned long long)e->bytes, DtName(e->dt), stuck_s, fl->timeout);
-    int named = 0;
+    /* error.c keeps 2 KiB of a message: name at most 8 ranks one by one */
+    int named = 0, elsewhere = 0, more = 0;
     for (int i = 0; i < fl->nmembers[e->comm]; i++) {
       int r = fl->members[e->comm][i];
       if (r == fl->world_rank) continue;
@@ -396,22 +400,28 @@ static _Noreturn void Diagnose(Flight *fl, const Entry *e)
       for (int q = 0; q < nn; q++)
         if (snap[q].world_rank == r) p = q;
       if (p < 0) {
-        Add(&m, "; rank %d is on another node (its progress cannot be read here)", r);
+        elsewhere++;
         continue;
       }
       const PubComm *pc = PeerComm(&snap[p], mine);
-      if (!moved[p]) {
-        Add(&m, "; rank %d has not arrived: no heartbeat for %.0f s (the process is stopped or "
-                "dead), its newest call on this comm: ",
-            r, waited);
-        AddNewest(&m, pc);
-        named++;
-      } else if (!pc || pc->issued < e->seq) {
-        Add(&m, "; rank %d has not arrived: its newest call on this comm is ", r);
-        AddNewest(&m, pc);
-        named++;
+      int stopped = !moved[p], behind = !pc || pc->issued < e->seq;
+      if (!stopped && !behind) continue;
+      if (named == 8) {
+        more++;
+        continue;
       }
+      if (stopped)
+        Add(&m, "; rank %d has not arrived: no heartbeat in the last %.0f s (the process is "
+                "stopped or dead), its newest call on this comm: ",
+            r, waited);
+      else
+        Add(&m, "; rank %d has not arrived: its newest call on this comm is ", r);
+      AddNewest(&m, pc);
+      named++;
     }
+    if (more) Add(&m, "; %d more ranks have not arrived", more);
+    if (elsewhere)
+      Add(&m, "; %d members are on other nodes (their progress cannot be read here)", elsewhere);
     if (!named) Add(&m, "; every member on this node has issued #%llu", (unsigned long long)e->seq);
     /* the first sequence at which two ranks recorded different calls, per comm */
     const PubRank *me = &snap[fl->node_rank];
@@ -420,7 +430,7 @@ static _Noreturn void Diagnose(Flight *fl, const Entry *e)
       int who = -1;
       const PubCall *a = NULL, *b = NULL;
       for (int p = 0; p < nn; p++) {
-        if (p == fl->node_rank || snap[p].world_rank < 0) continue;
+        if (p == fl->node_rank) continue;
         const PubComm *pc = PeerComm(&snap[p], &me->comm[c]);
         if (!pc) continue;
         for (int i = 0; i < FSDP_FLIGHT_RECENT; i++) {
@@ -481,7 +491,8 @@ static void *WatchdogMain(void *arg)
     }
     /* a SIGUSR2 on any rank of the node: every rank dumps */
     uint64_t req = 0;
-    for (int p = 0; p < fl->nnode; p++) req += __atomic_load_n(&fl->peers[p]->dump_req, __ATOMIC_ACQUIRE);
+    for (int p = 0; p < fl->nnode; p++)
+      req += __atomic_load_n(&fl->peers[p]->dump_req, __ATOMIC_ACQUIRE);
     if (req != fl->seen_dumps) {
       fl->seen_dumps = req;
       DumpAll(fl, "SIGUSR2");

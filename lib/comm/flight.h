@@ -52,7 +52,7 @@
 
 #include "base/dtype.h"
 
-#define FSDP_FLIGHT_RING 256
+#define FSDP_FLIGHT_RING 64
 #define FSDP_FLIGHT_RECENT 32
 
 /* Kinds: the FsdpCollKind values, then the scalar reductions. */

@@ -106,7 +106,8 @@ static void FaultParseOnce(void)
     snprintf(f.text, sizeof f.text, "%s", entry);
     char *save2 = NULL;
     int bad = 0;
-    for (char *kv = strtok_r(entry + (skip ? 5 : 7), ":", &save2); kv && !bad; kv = strtok_r(NULL, ":", &save2)) {
+    for (char *kv = strtok_r(entry + (skip ? 5 : 7), ":", &save2); kv && !bad;
+         kv = strtok_r(NULL, ":", &save2)) {
       char *end = NULL;
       if (strncmp(kv, "rank=", 5) == 0) {
         long v = strtol(kv + 5, &end, 10);
