@@ -134,9 +134,10 @@ else
 fi
 cleanup_job
 
-# 3. rank 2 skips the all-gather of unit 1 in step 2.  The gathers of
-# step 1 are #1..#6 on the gathers' communicator, so the skipped one is
-# #7: from there rank 2's call #n is the others' #n+1 (unit 2's gather,
+# 3. rank 2 skips the all-gather of unit 1 in step 2.  On the gathers'
+# communicator step 1 issues #1..#5 (forward 0, 1, 2; backward 2, 1) and
+# step 2 starts with the root's #6, so the skipped one is #7: from there
+# rank 2's call #n is the others' #n+1 (unit 2's gather,
 # the same size, so MPI matches them and the ranks run on until the others'
 # last gather of the step finds no partner).
 export FSDP_FAULT=skip:rank=2:step=2:kind=all-gather:unit=1

@@ -244,16 +244,23 @@ void FsdpFlightSetPhase(int phase)
 
 static void DumpTo(Flight *fl, FILE *f, const char *why)
 {
+  /* copy under the lock, print without it: a slow stderr never holds up
+   * the threads that record */
+  Entry ring[FSDP_FLIGHT_RING];
+  char names[FL_COMMS][40];
   pthread_mutex_lock(&fl->mu);
   uint64_t n = fl->npos, first = n > FSDP_FLIGHT_RING ? n - FSDP_FLIGHT_RING : 0;
+  memcpy(ring, fl->ring, sizeof ring);
+  for (int c = 0; c < FL_COMMS; c++) memcpy(names[c], fl->me->comm[c].name, sizeof names[c]);
+  pthread_mutex_unlock(&fl->mu);
   double now = FsdpWallTime();
   fprintf(f, "[fsdp rank %d] flight recorder (%s): last %llu of %llu collectives, times in s "
              "since start, now %.3f\n",
           fl->world_rank, why, (unsigned long long)(n - first), (unsigned long long)n,
           now - fl->t0);
   for (uint64_t p = first; p < n; p++) {
-    const Entry *e = &fl->ring[p % FSDP_FLIGHT_RING];
-    const char *cn = e->comm >= 0 ? fl->me->comm[e->comm].name : "?";
+    const Entry *e = &ring[p % FSDP_FLIGHT_RING];
+    const char *cn = e->comm >= 0 ? names[e->comm] : "?";
     char st[32] = "-", en[32] = "-";
     if (e->state != ST_ISSUED && e->start > 0) snprintf(st, sizeof st, "%.3f", e->start - fl->t0);
     if (e->state == ST_DONE) snprintf(en, sizeof en, "%.3f", e->end - fl->t0);
@@ -264,7 +271,6 @@ static void DumpTo(Flight *fl, FILE *f, const char *why)
             (unsigned long long)e->bytes, DtName(e->dt), e->issue - fl->t0, st, en,
             kStateNames[e->state]);
   }
-  pthread_mutex_unlock(&fl->mu);
   fflush(f);
 }
 
