@@ -1,7 +1,8 @@
 #!/bin/sh
 # test_flight.sh: the hang watchdog and flight recorder ([Note: hang
 # watchdog] in lib/comm/flight.h), fsdp-train on 4 ranks of the tiny model:
-#  1. -coll_timeout with a bad value: usage error naming the option, exit 2.
+#  1. -coll_timeout with a bad value: usage error naming the option, exit 2
+#     (and so is a malformed FSDP_FAULT=skip:... entry).
 #  2. one rank stopped with SIGSTOP mid-run, -coll_timeout 5: the job ends
 #     (not by the test's own timeout) within timeout + 30 s -- the issue's
 #     bound is timeout + 10 s; 20 s more of slack for a loaded machine --
@@ -100,6 +101,17 @@ for bad in -1 abc; do
     echo "ok: -coll_timeout $bad -> status 2: $(grep -m1 coll_timeout "$tmp/out" | cut -c1-140)"
   fi
 done
+
+# a malformed skip: entry of the test-only FSDP_FAULT is a usage error too
+# shellcheck disable=SC2086
+FSDP_FAULT=skip:rank=two:step=2 timeout 120 "$MPIEXEC" $PREFLAGS -n 4 "$TRAIN" -model tiny \
+  -steps 2 >"$tmp/out" 2>&1
+status=$?
+if [ "$status" -ne 2 ] || ! grep -q "FSDP_FAULT entry 'skip:rank=two:step=2'" "$tmp/out"; then
+  fail "FSDP_FAULT=skip:rank=two:step=2: status $status, expected 2 and a message naming the entry"
+else
+  echo "ok: FSDP_FAULT=skip:rank=two:step=2 -> status 2"
+fi
 
 # 2. SIGSTOP one rank mid-run
 timeout_s=5
