@@ -27,6 +27,7 @@
 #include "io/ckpt.h"
 #include "io/metrics.h"
 #include "comm/trace.h"
+#include "comm/flight.h"
 #include "driver/train.h"
 
 #endif
