@@ -9,6 +9,7 @@
 #include "device/device.h"
 #include "base/error.h"
 #include "base/mem.h"
+#include "comm/flight.h"
 
 const char *const FsdpUnitStateNames[FSDP_UNIT_NSTATES] = {"SHARDED", "GATHERING", "UNSHARDED"};
 const char *const FsdpPrefetchNames[FSDP_NPREFETCH + 1] = {"none", "backward", "both", NULL};
@@ -486,7 +487,11 @@ int FsdpRuntimeSetTrace(FsdpRuntime rt, FsdpTrace trace)
   return FSDP_SUCCESS;
 }
 
-void FsdpRuntimeSetStep(FsdpRuntime rt, int64_t step) { rt->step = step; }
+void FsdpRuntimeSetStep(FsdpRuntime rt, int64_t step)
+{
+  rt->step = step;
+  FsdpFlightSetStep(step + 1); /* counted from 1, as the stream tasks' identity */
+}
 
 /* ---- stream tasks: casts and landing reduced gradients ------------------- */
 
@@ -888,6 +893,7 @@ int FsdpRuntimeForwardBackward(FsdpRuntime rt, void *model, int micro, int nmicr
   int pos = 0; /* position in this step's forward order */
   /* forward: stages in order; record the order units are first used */
   rt->phase = FSDP_PHASE_FORWARD;
+  FsdpFlightSetPhase(rt->phase);
   for (int s = 0; s < rt->nstages; s++) {
     int u = rt->stages[s].unit;
     Unit *x = &rt->units[u];
@@ -903,6 +909,7 @@ int FsdpRuntimeForwardBackward(FsdpRuntime rt, void *model, int micro, int nmicr
   rt->have_prev_order = 1;
   /* backward: stages in reverse */
   rt->phase = FSDP_PHASE_BACKWARD;
+  FsdpFlightSetPhase(rt->phase);
   for (int s = rt->nstages - 1; s >= 0; s--) {
     int u = rt->stages[s].unit;
     Unit *x = &rt->units[u];
