@@ -151,8 +151,8 @@ static const char kHelp[] =
 #define MSG_SIZE 1400
 #define LLMC_MAGIC 20240326
 #define LLMC_HEADER_INTS 256
-/* elements per read while scanning or converting (16 MiB of fp32) */
-#define CHUNK_ELEMS ((int64_t)1 << 22)
+/* elements per read while scanning or converting (1 MiB of fp32) */
+#define CHUNK_ELEMS ((int64_t)1 << 18)
 
 /* ------------------------------------------------------------------ */
 /* the model's parameter list ([Note: the model's parameter list])     */
@@ -830,9 +830,7 @@ static int ImportTensors(FILE *fp, const char *path, const LlmcHeader *h, Engine
   int elem = h->version == 3 ? 4 : 2;
   uint16_t *scratch = NULL;
   float *buf = NULL;
-  int64_t npad = (int64_t)(h->Vp - h->V) * h->C, cap = npad > 1 ? npad : 1;
-  for (int i = 0; i < e->nparams; i++)
-    if (FlatParamSpecNumel(e->params[i].spec) > cap) cap = FlatParamSpecNumel(e->params[i].spec);
+  int64_t npad = (int64_t)(h->Vp - h->V) * h->C, cap = CHUNK_ELEMS;
   int err = FSDP_SUCCESS;
   if (elem == 2) FSDP_GOTO(FsdpMalloc(FSDP_MEM_OTHER, (size_t)CHUNK_ELEMS * sizeof(uint16_t), &scratch));
   FSDP_GOTO(FsdpMalloc(FSDP_MEM_OTHER, (size_t)cap * sizeof(float), &buf));
@@ -841,18 +839,23 @@ static int ImportTensors(FILE *fp, const char *path, const LlmcHeader *h, Engine
       ParamRef *p;
       FSDP_GOTO(LlmcParam(e, h, t, l, &p));
       int64_t n = FlatParamSpecNumel(p->spec);
-      FSDP_GOTO(ReadFloats(fp, elem, buf, n, scratch, path));
       FSDP_GOTO(FsdpCkptWriterBegin(w, p->spec));
-      FSDP_GOTO(FsdpCkptWriterWrite(w, 0, n, buf));
+      for (int64_t i = 0; i < n; i += CHUNK_ELEMS) {
+        int64_t k = n - i < CHUNK_ELEMS ? n - i : CHUNK_ELEMS;
+        FSDP_GOTO(ReadFloats(fp, elem, buf, k, scratch, path));
+        FSDP_GOTO(FsdpCkptWriterWrite(w, i, k, buf));
+      }
       FSDP_GOTO(FsdpCkptWriterEnd(w));
-      if (t == 0 && npad > 0) { /* wte rows V..Vp-1: llm.c keeps them zero */
-        FSDP_GOTO(ReadFloats(fp, elem, buf, npad, scratch, path));
-        for (int64_t i = 0; i < npad; i++)
-          if (buf[i] != 0.0f) {
+      int warned = 0; /* wte rows V..Vp-1: llm.c keeps them zero */
+      for (int64_t i = 0; t == 0 && i < npad; i += CHUNK_ELEMS) {
+        int64_t k = npad - i < CHUNK_ELEMS ? npad - i : CHUNK_ELEMS;
+        FSDP_GOTO(ReadFloats(fp, elem, buf, k, scratch, path));
+        for (int64_t j = 0; j < k && !warned; j++)
+          if (buf[j] != 0.0f) {
             FsdpWarn(0, "llm.c checkpoint %s: padded wte row %lld is not zero; rows %d..%d are "
                         "dropped (fsdp's wte has V = %d rows)",
-                     path, (long long)(h->V + i / h->C), h->V, h->Vp - 1, h->V);
-            break;
+                     path, (long long)(h->V + (i + j) / h->C), h->V, h->Vp - 1, h->V);
+            warned = 1;
           }
       }
     }
@@ -973,6 +976,7 @@ static int ImportLlmc(const char *in, const char *out, int64_t global_batch)
  * largest tensor, never the model: tests/test_hf.sh measures it. */
 
 #define HF_BLOCK ((int64_t)1 << 16) /* elements per transposed block */
+#define HF_PIECE ((int64_t)1 << 18) /* elements per piece of an untransposed tensor */
 
 typedef struct {
   char fsdp[FSDP_MAX_NAME];
@@ -1463,9 +1467,11 @@ static int64_t HfBlockCap(const HfModel *m, int import)
 static int HfImportTensors(HfModel *m, const HfSource *src, const HfSource *head,
                            FsdpCkptWriter w)
 {
-  int64_t cap = 2 * HF_BLOCK, bcap = HfBlockCap(m, 1);
+  /* untransposed tensors stream in pieces of HF_PIECE; a transposed one
+   * is read whole */
+  int64_t cap = HF_PIECE, bcap = HfBlockCap(m, 1);
   for (int k = 0; k < m->n; k++)
-    if (src[k].t->numel > cap) cap = src[k].t->numel;
+    if (m->t[k].transpose && src[k].t->numel > cap) cap = src[k].t->numel;
   float *buf = NULL, *blk = NULL;
   int err = FSDP_SUCCESS;
   FSDP_GOTO(FsdpMalloc(FSDP_MEM_OTHER, (size_t)cap * sizeof(float), &buf));
@@ -1481,10 +1487,14 @@ static int HfImportTensors(HfModel *m, const HfSource *src, const HfSource *head
     spec.shape[1] = e->shape[1];
     int64_t n = src[k].t->numel;
     FSDP_GOTO(FsdpCkptWriterBegin(w, &spec));
-    FSDP_GOTO(FsdpStRead(src[k].f, src[k].t, 0, n, buf));
     if (!e->transpose) {
-      FSDP_GOTO(FsdpCkptWriterWrite(w, 0, n, buf));
-    } else { /* HF [in, out] -> fsdp [out, in], a block of rows at a time */
+      for (int64_t i = 0; i < n; i += HF_PIECE) {
+        int64_t kk = n - i < HF_PIECE ? n - i : HF_PIECE;
+        FSDP_GOTO(FsdpStRead(src[k].f, src[k].t, i, kk, buf));
+        FSDP_GOTO(FsdpCkptWriterWrite(w, i, kk, buf));
+      }
+    } else {
+      FSDP_GOTO(FsdpStRead(src[k].f, src[k].t, 0, n, buf)); /* HF [in, out] -> fsdp [out, in], a block of rows at a time */
       int64_t out = e->shape[0], in = e->shape[1], per = bcap / in;
       for (int64_t r = 0; r < out; r += per) {
         int64_t r1 = r + per < out ? r + per : out;
