@@ -4,7 +4,7 @@
 Developer script (needs torch, transformers, safetensors; the C tests do not):
 
     python3 tests/oracle/hf_oracle.py --out tests/oracle/hf        # regenerate
-    python3 tests/oracle/hf_oracle.py --check-export DIR --golden tests/oracle/hf/gpt2/oracle.json
+    python3 tests/oracle/hf_oracle.py --check-export DIR... --golden tests/oracle/hf/gpt2/oracle.json...
 
 --out writes tiny random models with save_pretrained (see tests/oracle/README.md):
   gpt2/          GPT2LMHeadModel, F32, one model.safetensors
@@ -129,14 +129,16 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out")
     ap.add_argument("--seed", type=int, default=1234)
-    ap.add_argument("--check-export")
-    ap.add_argument("--golden")
+    ap.add_argument("--check-export", nargs="+", help="folders written by export-hf")
+    ap.add_argument("--golden", nargs="+", help="their oracle.json files, in the same order")
     ap.add_argument("--tol", type=float, default=1e-5)
     a = ap.parse_args()
     if a.out:
         generate(a.out, a.seed)
     if a.check_export:
-        return check_export(a.check_export, a.golden, a.tol)
+        if not a.golden or len(a.golden) != len(a.check_export):
+            ap.error("--check-export and --golden need as many folders as oracle files")
+        return max(check_export(d, g, a.tol) for d, g in zip(a.check_export, a.golden))
     return 0
 
 
