@@ -6,6 +6,8 @@
  *   fsdp-ckpt import-llmc gpt2_124M.bin gpt2.h5
  *   fsdp-train -model custom -n_layer 12 -n_embd 768 -n_head 12 \
  *              -vocab_size 50257 -seq_len 1024 -resume gpt2.h5 -steps ...
+ *   fsdp-ckpt import-hf ./gpt2-hf gpt2.h5        # Hugging Face folder
+ *   fsdp-ckpt export-hf ckpt_00000100.h5 ./out -hf_dtype bf16
  *
  * One process (no mpiexec needed; MPI starts as a singleton).  Options are
  * PETSc style and come after the subcommand and its files.
@@ -959,7 +961,9 @@ static int ImportLlmc(const char *in, const char *out, int64_t global_batch)
  * is tied to wte (lm_head.weight, when a file has it, must equal wte).
  * Files saved from GPT2Model name tensors without "transformer.", and old
  * ones carry the attention mask buffers h.<i>.attn.bias / masked_bias:
- * both are accepted.  Llama: fsdp's names are LlamaForCausalLM's
+ * both are accepted.  The vocabulary is never padded (fsdp's wte and
+ * Hugging Face's both have vocab_size rows; only llm.c's file pads to
+ * Vp).  Llama: fsdp's names are LlamaForCausalLM's
  * (model.embed_tokens.weight, model.layers.<i>.self_attn.q_proj.weight,
  * ..., model.norm.weight, lm_head.weight only when untied), nothing is
  * transposed.  For GPT-2 the table is checked against the engine's
@@ -1078,9 +1082,6 @@ static int HfModelFromDesc(const FsdpModelDesc *desc, const char *what, HfModel 
                  what, (long long)L, (long long)C, (long long)H, (long long)K, (long long)F,
                  (long long)V, (long long)T, (long long)tie, HfReal(desc, "rope_theta"),
                  HfReal(desc, "norm_eps"));
-    if (V > 65536)
-      FSDP_ERROR(FSDP_ERR_USAGE, "%s: vocab_size %lld is above 65536 (fsdp stores tokens as uint16)",
-                 what, (long long)V);
     int64_t hd = C / H;
     m->llama = 1;
     m->tied = (int)tie;

@@ -5,6 +5,9 @@
 #   - import-hf of each folder (GPT-2 F32, sharded, BF16; Llama tied F32,
 #     untied F16) prints the fsdp-train line that loads it; the checkpoint
 #     passes fsdp-ckpt verify;
+#   - GPT2Model's names (no "transformer."), attention mask buffers and a
+#     tied lm_head.weight equal to wte import to the same checkpoint; a
+#     tensor present under both names is refused;
 #   - every /model tensor equals the safetensors value exactly, read by an
 #     independent reader (numpy: BF16 and F16 widened by numpy, GPT-2's
 #     Conv1D weights transposed), moments zero, the description right;
@@ -241,6 +244,39 @@ def rne(x):
 bad = [k for k in a if b[k][1] != 'BF16' or rne(a[k][0]).tobytes() != b[k][0].tobytes()]
 print('bf16 export:', 'every value the nearest-even bf16 of the fp32 export' if not bad else 'bad: %s' % bad)
 sys.exit(1 if bad else 0)" || fail "export-hf -hf_dtype bf16 rounding"
+
+# ---- GPT2Model's names (no "transformer."), mask buffers, a tied lm_head ----
+# as in the Hub's gpt2/model.safetensors: the same checkpoint comes out
+cat >"$tmp/hub.py" <<'EOF2'
+import json, os, shutil, struct, sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+from st import read_folder
+src, out, twice = sys.argv[2], sys.argv[3], sys.argv[4] == "1"
+t = read_folder(src)
+os.makedirs(out)
+shutil.copy(os.path.join(src, "config.json"), out)
+items = [(k[len("transformer."):], a) for k, (a, dt) in t.items()]
+items.append(("h.0.attn.bias", np.tril(np.ones((8, 8), np.float32)).reshape(1, 1, 8, 8)))
+items.append(("lm_head.weight", t["transformer.wte.weight"][0]))
+if twice:
+    items.append(("transformer.wpe.weight", t["transformer.wpe.weight"][0]))
+hdr, off, blobs = {}, 0, []
+for k, a in items:
+    b = np.ascontiguousarray(a, "<f4").tobytes()
+    hdr[k] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
+    off += len(b)
+    blobs.append(b)
+h = json.dumps(hdr).encode()
+with open(os.path.join(out, "model.safetensors"), "wb") as f:
+    f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+EOF2
+checks=$((checks + 1))
+"$py" "$tmp/hub.py" "$tmp" "$GOLD/gpt2" "$tmp/hub" 0 || fail "making the GPT2Model-style folder"
+expect 0 "^fsdp-train " import-hf "$tmp/hub" "$tmp/hub.h5"
+"$py" "$tmp/same.py" "$tmp/gpt2.h5" "$tmp/hub.h5" || fail "GPT2Model names, mask buffers, tied lm_head: another checkpoint"
+"$py" "$tmp/hub.py" "$tmp" "$GOLD/gpt2" "$tmp/hub2" 1
+expect 2 "holds tensor wpe twice \\(as wpe.weight and transformer.wpe.weight\\)" import-hf "$tmp/hub2" "$tmp/bad0.h5"
 
 # ---- refusals: exit 2, a message naming the problem, no output left --------
 expect 2 "$tmp/gpt2.h5 exists" import-hf "$GOLD/gpt2" "$tmp/gpt2.h5"
