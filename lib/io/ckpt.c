@@ -1242,7 +1242,10 @@ int FsdpCkptWriterCreate(const char *path, const FsdpCkptMeta *meta, int nparams
   hid_t optim = -1;
   const float zero = 0.0f;
   /* the moments are zero: HDF5 writes the fill value when it allocates
-   * (a fixed-size fill buffer), so no moment ever sits in memory */
+   * (a fixed-size fill buffer), so no moment ever sits in memory.  They
+   * are allocated and filled, not left unallocated (1/3 of the file):
+   * FsdpCkptLoad's collective read of a never-written dataset hung on 2
+   * ranks (OpenMPI, HDF5 1.14) when that was tried */
   FSDP_HDF5_GOTO(w->zero_dcpl = H5Pcreate(H5P_DATASET_CREATE));
   FSDP_HDF5_GOTO(H5Pset_fill_value(w->zero_dcpl, H5T_NATIVE_FLOAT, &zero));
   FSDP_HDF5_GOTO(H5Pset_alloc_time(w->zero_dcpl, H5D_ALLOC_TIME_EARLY));
