@@ -33,16 +33,13 @@ static int64_t GptParamCountDesc(const FsdpModelDesc *desc)
   return GptConfigParamCount(&c);
 }
 
-/* What GptModelSetUp allocates (its list, per layer and shared). */
-static uint64_t GptActivationBytes(const FsdpModelDesc *desc, int B, int T)
+/* What GptModelSetUp allocates: gpt.c's own count. */
+static uint64_t GptActivationBytesDesc(const FsdpModelDesc *desc, int wrap, int B, int T,
+                                       int recompute)
 {
   GptConfig c;
   if (GptConfigFromDesc(desc, "description", &c)) return 0;
-  uint64_t BT = (uint64_t)B * T, C = (uint64_t)c.n_embd, V = (uint64_t)c.vocab_size;
-  uint64_t att = (uint64_t)B * c.n_head * T * T;
-  uint64_t layer = 16 * BT * C + 4 * BT + 2 * att;
-  uint64_t shared = 16 * BT * C + 3 * BT + 3 * BT * V + 2 * att;
-  return 4 * ((uint64_t)c.n_layer * layer + shared);
+  return GptActivationBytes(&c, wrap, B, T, recompute);
 }
 
 static int GptCreateDesc(const FsdpModelDesc *desc, int wrap, int B, int T,
@@ -71,6 +68,8 @@ static int GptSetBatchV(void *m, const int *in, const int *tg)
   return GptModelSetBatch((GptModel)m, in, tg);
 }
 static double GptLossV(void *m) { return GptModelLoss((GptModel)m); }
+static uint64_t GptModelActBytesV(void *m) { return GptModelActivationBytes((GptModel)m); }
+static int GptSetRecomputeV(void *m, int r) { return GptModelSetRecompute((GptModel)m, r); }
 static int GptLogitsV(void *m, int b, int t, float *out)
 {
   return GptModelLogits((GptModel)m, b, t, out);
@@ -88,7 +87,9 @@ const FsdpModelFamily FsdpGptFamily = {
     .from_db = GptFromDb,
     .check = GptCheck,
     .param_count = GptParamCountDesc,
-    .activation_bytes = GptActivationBytes,
+    .activation_bytes = GptActivationBytesDesc,
+    .model_activation_bytes = GptModelActBytesV,
+    .set_recompute = GptSetRecomputeV,
     .create = GptCreateDesc,
     .destroy = GptDestroyV,
     .table = GptTableV,
@@ -219,6 +220,18 @@ int FsdpModelDestroy(FsdpModel *pm)
 
 const FsdpModelTable *FsdpModelGetTable(FsdpModel m) { return m->fam->table(m->impl); }
 int FsdpModelSetUp(FsdpModel m) { return m->fam->set_up(m->impl); }
+int FsdpModelSetRecompute(FsdpModel m, int recompute)
+{
+  return m->fam->set_recompute(m->impl, recompute);
+}
+uint64_t FsdpModelActivationBytes(FsdpModel m) { return m->fam->model_activation_bytes(m->impl); }
+
+uint64_t FsdpModelDescActivationBytes(const FsdpModelDesc *desc, int wrap, int B, int T,
+                                      int recompute)
+{
+  const FsdpModelFamily *fam = FsdpModelFamilyFind(desc->family);
+  return fam ? fam->activation_bytes(desc, wrap, B, T, recompute) : 0;
+}
 int FsdpModelSetBatch(FsdpModel m, const int *inputs, const int *targets)
 {
   return m->fam->set_batch(m->impl, inputs, targets);

@@ -30,8 +30,15 @@ typedef struct {
   int (*check)(const FsdpModelDesc *desc, const char *what);
   int64_t (*param_count)(const FsdpModelDesc *desc);
   /* Bytes of activations and backward scratch set_up allocates for B
-   * sequences of T tokens (fsdp-plan's memory plan). */
-  uint64_t (*activation_bytes)(const FsdpModelDesc *desc, int B, int T);
+   * sequences of T tokens, -wrap and -recompute (fsdp-plan's memory plan),
+   * and what a model's set_up did allocate (the summary). */
+  uint64_t (*activation_bytes)(const FsdpModelDesc *desc, int wrap, int B, int T, int recompute);
+  uint64_t (*model_activation_bytes)(void *model);
+  /* Activation recomputation ([Note: activation recomputation] in
+   * runtime/fsdp.h): before the table is registered and before set_up.
+   * A family whose stages give no recompute callback keeps everything
+   * (the runtime then has nothing to recompute). */
+  int (*set_recompute)(void *model, int recompute);
   int (*create)(const FsdpModelDesc *desc, int wrap, int B, int T, const FsdpKernelOps *ops,
                 uint64_t seed, void **model);
   int (*destroy)(void **model);
@@ -72,6 +79,11 @@ int FsdpModelCreate(const FsdpModelDesc *desc, int wrap, int B, int T, const Fsd
 int FsdpModelDestroy(FsdpModel *m);
 const FsdpModelTable *FsdpModelGetTable(FsdpModel m);
 int FsdpModelSetUp(FsdpModel m);
+int FsdpModelSetRecompute(FsdpModel m, int recompute);
+uint64_t FsdpModelActivationBytes(FsdpModel m);
+/* The plan's count for a description (0 for an unknown family). */
+uint64_t FsdpModelDescActivationBytes(const FsdpModelDesc *desc, int wrap, int B, int T,
+                                      int recompute);
 int FsdpModelSetBatch(FsdpModel m, const int *inputs, const int *targets);
 double FsdpModelLoss(FsdpModel m);
 int FsdpModelLogits(FsdpModel m, int b, int t, float *out);

@@ -369,7 +369,7 @@ int LlamaModelCreate(const LlamaConfig *cfg, int wrap, int B, int T, const FsdpK
   root->is_root = 1;
   root->nparams = cfg->tie_embeddings ? ROOT_HEAD : ROOT_MAXPARAMS;
   root->params = m->root_specs;
-  m->stages[0] = (FsdpModelStage){0, EmbedForward, EmbedBackward};
+  m->stages[0] = (FsdpModelStage){0, EmbedForward, EmbedBackward, NULL};
   for (int u = 1, l = 0; l < L; u++, l += wrap) {
     int n = l + wrap > L ? L - l : wrap;
     FsdpModelUnit *x = &m->units[u];
@@ -377,9 +377,9 @@ int LlamaModelCreate(const LlamaConfig *cfg, int wrap, int B, int T, const FsdpK
     else snprintf(x->name, sizeof x->name, "model.layers.%d-%d", l, l + n - 1);
     x->nparams = n * BLK_NPARAMS;
     x->params = m->unit_specs + (size_t)l * BLK_NPARAMS;
-    m->stages[u] = (FsdpModelStage){u, UnitForward, UnitBackward};
+    m->stages[u] = (FsdpModelStage){u, UnitForward, UnitBackward, NULL};
   }
-  m->stages[m->nunits] = (FsdpModelStage){0, HeadForward, HeadBackward};
+  m->stages[m->nunits] = (FsdpModelStage){0, HeadForward, HeadBackward, NULL};
   FsdpModelTable *t = &m->table;
   FSDP_CALL(LlamaConfigDescribe(cfg, "", &t->desc));
   t->ctx = m;
@@ -738,10 +738,25 @@ static int64_t ParamCount(const FsdpModelDesc *desc)
   return LlamaConfigFromDesc(desc, "description", &c) ? 0 : LlamaConfigParamCount(&c);
 }
 
-static uint64_t ActBytes(const FsdpModelDesc *desc, int B, int T)
+/* Llama keeps every activation: -recompute does not change its bytes
+ * (its stages give the runtime no recompute callback). */
+static uint64_t ActBytes(const FsdpModelDesc *desc, int wrap, int B, int T, int recompute)
 {
+  (void)wrap, (void)recompute;
   LlamaConfig c;
   return LlamaConfigFromDesc(desc, "description", &c) ? 0 : LlamaActivationBytes(&c, B, T);
+}
+
+static uint64_t ModelActBytes(void *model)
+{
+  LlamaModel m = (LlamaModel)model;
+  return m->acts ? LlamaActivationBytes(&m->cfg, m->B, m->T) : 0;
+}
+
+static int SetRecompute(void *model, int recompute)
+{
+  (void)model, (void)recompute;
+  return FSDP_SUCCESS;
 }
 
 static int Create(const FsdpModelDesc *desc, int wrap, int B, int T, const FsdpKernelOps *ops,
@@ -786,6 +801,8 @@ const FsdpModelFamily FsdpLlamaFamily = {
     .check = Check,
     .param_count = ParamCount,
     .activation_bytes = ActBytes,
+    .model_activation_bytes = ModelActBytes,
+    .set_recompute = SetRecompute,
     .create = Create,
     .destroy = Destroy,
     .table = Table,
