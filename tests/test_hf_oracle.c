@@ -1,5 +1,5 @@
 /* test_hf_oracle: fsdp's Llama and GPT-2 against Hugging Face transformers
- * (golden files tests/oracle/hf_*.bin from tests/oracle/hf_oracle.py, see
+ * (golden files tests/oracle/hf_*.bin from tests/oracle/hf_grad_oracle.py, see
  * tests/oracle/README.md): loss and every parameter's gradient to 1e-5
  * relative, then three AdamW steps on the same batch (the loss before each
  * step to 1e-5, the parameters after them to 1e-2 of their change), with

@@ -12,6 +12,8 @@
 # - fsdp-ckpt info/verify read a Llama checkpoint (Hugging Face names) and
 #   refuse an impossible one; an llm.c LLaMA-3 (uint32) token file trains;
 # - validation (-val_every) and fsdp-sample (greedy, W=1 = W=2) work on it;
+# - Hugging Face Llama weights imported with fsdp-ckpt import-hf give
+#   transformers' next-token argmax at every prefix (tied and untied);
 # - usage errors name the option and exit 2.
 #   usage: test_llama.sh MPIEXEC "PREFLAGS" BINDIR
 set -u
@@ -139,6 +141,31 @@ with open(sys.argv[1], "wb") as f:
 PY
 run 1 "$tmp/l3" -model llama-tiny -vocab_size 70000 -steps 2 -batch_size 2 -log_every 0 \
   -data "$tmp/l3.bin" -summary json || fail "training on a uint32 token file: $(cat "$tmp/l3.err")"
+
+# Hugging Face Llama weights (tests/oracle/hf, fsdp-ckpt import-hf) predict
+# what transformers predicts: for every prefix of the golden tokens the
+# greedy next token of fsdp-sample is the argmax of transformers' float64
+# logits at that position (the golden margins are checked to exceed 1e-3)
+SRC=${FSDP_SRCDIR:-$(dirname "$0")/..}
+for d in llama-tied llama-untied; do
+  if ! "$BIN/fsdp-ckpt" import-hf "$SRC/tests/oracle/hf/$d" "$tmp/$d.h5" >"$tmp/$d.imp" 2>&1; then
+    fail "import-hf $d: $(cat "$tmp/$d.imp")"; continue
+  fi
+  python3 - "$SRC/tests/oracle/hf/$d/oracle.json" >"$tmp/$d.want" <<'PY' || fail "$d golden margins"
+import json, sys
+d = json.load(open(sys.argv[1]))
+for L in range(1, len(d["tokens"]) + 1):
+    row = d["logits"][L - 1]
+    order = sorted(range(len(row)), key=lambda v: -row[v])
+    assert row[order[0]] - row[order[1]] > 1e-3, (L, row[order[0]] - row[order[1]])
+    print(",".join(map(str, d["tokens"][:L])), order[0])
+PY
+  while read -r prompt want; do
+    got=$("$BIN/fsdp-sample" -resume "$tmp/$d.h5" -prompt_tokens "$prompt" -max_new_tokens 1 \
+          -temperature 0 2>"$tmp/$d.err")
+    [ "$got" = "$want" ] || fail "$d: after $prompt fsdp predicts '$got', transformers $want ($(cat "$tmp/$d.err"))"
+  done <"$tmp/$d.want"
+done
 
 # a GPT checkpoint does not load into a Llama model
 run 1 "$tmp/g" -model tiny -steps 2 -checkpoint_dir "$tmp/gck" -checkpoint_every 2 -log_every 0 || fail "gpt run"

@@ -11,7 +11,7 @@ set: not norms, biases or embeddings).  tests/test_hf_oracle.c reads them,
 so the C test suite never needs Python.  Layout: tests/oracle/README.md.
 
 Usage (developers only; the files are committed):
-    /opt/oracle-venv/bin/python tests/oracle/hf_oracle.py --outdir tests/oracle
+    /opt/oracle-venv/bin/python tests/oracle/hf_grad_oracle.py --outdir tests/oracle
 """
 
 import argparse
