@@ -6,7 +6,8 @@
 #   losses of steps 6-10 equal the uninterrupted run's (1e-4);
 # - the FSDP knobs do not change the math at fp32: NRAF + wrap 2 +
 #   prefetch both + limiter 1, and grad_accum 2 of half batches, give the
-#   default run's losses (1e-4); bf16 and fp16 (with the scaler) runs are
+#   default run's losses (1e-4); -recompute 1 gives the same losses bit for
+#   bit with fewer activation bytes; bf16 and fp16 (with the scaler) runs are
 #   finite and learn; the tied variant learns;
 # - the JSON summary names the family and every attribute;
 # - fsdp-ckpt info/verify read a Llama checkpoint (Hugging Face names) and
@@ -42,6 +43,10 @@ run 4 "$tmp/r4" $common -batch_size 2 -sharding_factor 2 -ranks_per_node 2 \
   -resume "$tmp/ck/ckpt_00000005.h5" || { fail "resume at W=4 F=2 failed"; cat "$tmp/r4.err"; }
 run 4 "$tmp/knobs" $common -batch_size 2 -reshard_after_forward 0 -wrap 2 -prefetch both \
   -limit_all_gathers 1 || { fail "NRAF/wrap/prefetch run failed"; cat "$tmp/knobs.err"; }
+run 4 "$tmp/recompute" $common -batch_size 2 -recompute 1 -wrap 2 -n_layer 3 \
+  || { fail "recompute run failed"; cat "$tmp/recompute.err"; }
+run 4 "$tmp/keep" $common -batch_size 2 -recompute 0 -wrap 2 -n_layer 3 \
+  || { fail "3-layer run failed"; cat "$tmp/keep.err"; }
 run 4 "$tmp/accum" $common -batch_size 1 -grad_accum 2 -sharding_factor 2 \
   || { fail "grad_accum run failed"; cat "$tmp/accum.err"; }
 run 2 "$tmp/bf16" $common -batch_size 4 -param_dtype bf16 -reduce_dtype bf16 \
@@ -84,6 +89,13 @@ for n, label in (("r2", "resumed at W=2 F=1"), ("r4", "resumed at W=4 F=2")):
     same(label, s["losses"], 5)
 same("NRAF, wrap 2, prefetch both, limiter 1", last_json("knobs")["losses"])
 same("grad_accum 2 of batch 1, hybrid", last_json("accum")["losses"])
+rc, kp = last_json("recompute"), last_json("keep")
+if rc["losses"] != kp["losses"] or not rc["memory"]["activation_bytes"] < kp["memory"]["activation_bytes"]:
+    print(f"FAIL: -recompute 1: losses {rc['losses']} vs {kp['losses']}, activation bytes "
+          f"{rc['memory']['activation_bytes']} vs {kp['memory']['activation_bytes']}"); bad += 1
+else:
+    print(f"ok: -recompute 1 (wrap 2, 3 layers): the same losses bit for bit, activations "
+          f"{rc['memory']['activation_bytes']} B instead of {kp['memory']['activation_bytes']} B")
 for n in ("bf16", "fp16", "tied"):
     l = last_json(n)["losses"]
     ok = all(x == x and x < 10 for x in l) and l[-1] < l[0] - 0.1

@@ -120,6 +120,7 @@ compare "grad_accum 2, reduce every micro-step, bf16" 4 -model tiny -grad_accum 
 compare "llama-tiny full sharding" 4 -model llama-tiny
 compare "llama-tiny hybrid, NRAF, bf16" 4 -model llama-tiny -sharding_factor 2 -ranks_per_node 2 \
   -reshard_after_forward 0 -param_dtype bf16
+compare "llama-tiny recompute, wrap 2" 4 -model llama-tiny -n_layer 3 -wrap 2 -recompute 1
 compare "llama custom tied MQA, wrap 2, odd sizes" 2 -model custom -family llama -n_layer 3 \
   -n_embd 24 -n_head 3 -n_kv_head 1 -multiple_of 7 -vocab_size 37 -seq_len 8 -tie_embeddings 1 -wrap 2
 

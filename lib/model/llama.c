@@ -65,6 +65,7 @@ struct LlamaModel_ {
   FsdpModelTable table;
   int *inputs, *targets;
   BlockActs *acts;
+  int recompute;  /* [Note: Llama recomputation] */
   float *encoded, *zero_pos, *dpos; /* (B,T,C) (T,C) (T,C): see EmbedForward */
   float *lnf, *rstdf, *logits, *probs, *losses, *losses_host;
   double loss;
@@ -460,16 +461,27 @@ static int ListBuffers(LlamaModel m, const LlamaConfig *c, int Bi, int Ti, Buf *
 #define NSHARED_BUFS 28
 #define NLAYER_BUFS 13
 
-uint64_t LlamaActivationBytes(const LlamaConfig *c, int B, int T)
+/* [Note: Llama recomputation] As GPT's ([Note: GPT recomputation] in
+ * gpt.c): with -recompute 1 block l keeps only its output res3 (the last
+ * of its buffers in ListBuffers), and its other buffers are those of block
+ * l % wrap -- the first unit's blocks are the working set, every later
+ * block's pointers alias them -- so the block code is unchanged; a unit's
+ * forward overwrites the working set and the runtime runs it again (the
+ * stage's recompute callback, UnitForward) right before its backward. */
+static int NumSlots(const LlamaConfig *c, int wrap) { return wrap < c->n_layer ? wrap : c->n_layer; }
+
+uint64_t LlamaActivationBytes(const LlamaConfig *c, int wrap, int B, int T, int recompute)
 {
   /* per layer the same sizes: count one layer and the shared ones */
   LlamaConfig one = *c;
   one.n_layer = 1;
   Buf bufs[NLAYER_BUFS + NSHARED_BUFS];
   int n = ListBuffers(NULL, &one, B, T, bufs);
-  uint64_t layer = 0, shared = 0;
+  uint64_t layer = 0, shared = 0, res3 = bufs[NLAYER_BUFS - 1].n;
   for (int i = 0; i < n; i++) *(i < NLAYER_BUFS ? &layer : &shared) += bufs[i].n;
-  return 4 * ((uint64_t)c->n_layer * layer + shared + 2 * (uint64_t)B * T); /* + token ids */
+  uint64_t L = (uint64_t)c->n_layer;
+  uint64_t blocks = recompute ? L * res3 + (uint64_t)NumSlots(c, wrap) * (layer - res3) : L * layer;
+  return 4 * (blocks + shared + 2 * (uint64_t)B * T); /* + token ids */
 }
 
 static int ForEachBuffer(LlamaModel m, int alloc)
@@ -478,9 +490,17 @@ static int ForEachBuffer(LlamaModel m, int alloc)
   Buf *bufs = malloc((size_t)nb * sizeof *bufs);
   FSDP_CHECK_ALLOC(bufs, (size_t)nb * sizeof *bufs);
   int n = ListBuffers(m, &m->cfg, m->B, m->T, bufs), err = FSDP_SUCCESS;
-  for (int i = 0; i < n && !err; i++)
+  int nlayer = m->cfg.n_layer * NLAYER_BUFS, slots = NumSlots(&m->cfg, m->wrap);
+  for (int i = 0; i < n && !err; i++) {
+    int l = i / NLAYER_BUFS, k = i % NLAYER_BUFS;
+    if (m->recompute && i < nlayer && l >= slots && k != NLAYER_BUFS - 1) {
+      /* [Note: Llama recomputation]: the working set's buffer, aliased */
+      *bufs[i].p = alloc ? *bufs[(l % slots) * NLAYER_BUFS + k].p : NULL;
+      continue;
+    }
     err = alloc ? m->k->alloc(FSDP_MEM_ACTS, bufs[i].n * sizeof(float), bufs[i].p)
                 : m->k->free(bufs[i].p);
+  }
   free(bufs);
   return err;
 }
@@ -688,6 +708,13 @@ static int UnitForward(void *model, int stage, const FsdpUnitTensors *t)
   return FSDP_SUCCESS;
 }
 
+/* The stage's recompute callback ([Note: Llama recomputation]): its
+ * forward again, from the unit's input that every layer keeps. */
+static int UnitRecompute(void *model, int stage, const FsdpUnitTensors *t)
+{
+  return UnitForward(model, stage, t);
+}
+
 static int UnitBackward(void *model, int stage, const FsdpUnitTensors *t)
 {
   LlamaModel m = (LlamaModel)model;
@@ -738,24 +765,25 @@ static int64_t ParamCount(const FsdpModelDesc *desc)
   return LlamaConfigFromDesc(desc, "description", &c) ? 0 : LlamaConfigParamCount(&c);
 }
 
-/* Llama keeps every activation: -recompute does not change its bytes
- * (its stages give the runtime no recompute callback). */
 static uint64_t ActBytes(const FsdpModelDesc *desc, int wrap, int B, int T, int recompute)
 {
-  (void)wrap, (void)recompute;
   LlamaConfig c;
-  return LlamaConfigFromDesc(desc, "description", &c) ? 0 : LlamaActivationBytes(&c, B, T);
+  return LlamaConfigFromDesc(desc, "description", &c) ? 0
+                                                      : LlamaActivationBytes(&c, wrap, B, T, recompute);
 }
 
 static uint64_t ModelActBytes(void *model)
 {
   LlamaModel m = (LlamaModel)model;
-  return m->acts ? LlamaActivationBytes(&m->cfg, m->B, m->T) : 0;
+  return m->acts ? LlamaActivationBytes(&m->cfg, m->wrap, m->B, m->T, m->recompute) : 0;
 }
 
 static int SetRecompute(void *model, int recompute)
 {
-  (void)model, (void)recompute;
+  LlamaModel m = (LlamaModel)model;
+  if (m->acts) FSDP_ERROR(FSDP_ERR_STATE, "Llama recompute set after LlamaModelSetUp");
+  m->recompute = recompute != 0;
+  for (int s = 1; s < m->nunits; s++) m->stages[s].recompute = m->recompute ? UnitRecompute : NULL;
   return FSDP_SUCCESS;
 }
 

@@ -81,8 +81,9 @@ double LlamaModelLoss(LlamaModel m);
 /* As GptModelLogits: the logits of the last forward at (b, t), to host. */
 int LlamaModelLogits(LlamaModel m, int b, int t, float *out);
 void LlamaModelSetLossScale(LlamaModel m, float scale);
-/* Bytes LlamaModelSetUp allocates. */
-uint64_t LlamaActivationBytes(const LlamaConfig *cfg, int B, int T);
+/* Bytes LlamaModelSetUp allocates for wrap, B, T, with or without
+ * recomputation ([Note: Llama recomputation] in llama.c). */
+uint64_t LlamaActivationBytes(const LlamaConfig *cfg, int wrap, int B, int T, int recompute);
 int LlamaParamDecays(const char *name, int decay_embeddings);
 
 #endif
