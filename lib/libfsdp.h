@@ -24,8 +24,10 @@
 #include "model/model.h"
 #include "model/gpt.h"
 #include "runtime/optim.h"
+#include "runtime/steptime.h"
 #include "io/ckpt.h"
 #include "io/metrics.h"
+#include "io/profile.h"
 #include "comm/trace.h"
 #include "driver/train.h"
 

@@ -26,6 +26,7 @@
  * fsdp.h).  tests/test_plan.sh holds every number against the counters of
  * real fsdp-train runs, so a drift between the two is a test failure.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,7 @@
 #include "libfsdp.h"
 #include "driver/summary.h"
 #include "driver/train.h"
+#include "runtime/steptime.h"
 
 static const char kHelp[] =
     "fsdp-plan: per-rank memory and per-step collective bytes (intra/inter node) of\n"
@@ -47,6 +49,11 @@ typedef struct {
   int rank;               /* the rank whose counters are planned */
   FsdpDtype param_dt, reduce_dt;
   double intra_bw, inter_bw, flops; /* bytes/s per rank, bytes/s per node, FLOP/s per rank */
+  const char *profile;    /* -profile FILE: measured rates (fsdp-probe) */
+  int schedule;           /* -plan_schedule: list the replayed step's events */
+  int tune, tune_top;     /* -tune: search the options ([Note: the tuner]) */
+  double memory_limit;    /* -memory_limit bytes per rank (0: 90% of the profile's) */
+  const char *options_out;/* -options_out FILE: the winner as an options file */
 } PlanOptions;
 
 typedef struct {
@@ -59,10 +66,13 @@ typedef struct {
 
 /* Units of the model as the run registers them, each with a FlatParam for
  * the planned F (shard rank: my position in my sharding group). */
-static int PlanUnits(const PlanOptions *po, int shard_rank, PlanUnit **out, int *nout)
+static int PlanUnits(const PlanOptions *po, int shard_rank, PlanUnit **out, int *nout,
+                     int **stage_unit, int *nstages)
 {
   *out = NULL;
   *nout = 0;
+  *stage_unit = NULL;
+  *nstages = 0;
   /* a runtime on a one-rank topology only records the registration: no
    * setup, nothing allocated */
   FsdpTopoOptions to = {0, 0, FSDP_PLACEMENT_BLOCK, 0};
@@ -91,6 +101,12 @@ static int PlanUnits(const PlanOptions *po, int shard_rank, PlanUnit **out, int 
     memcpy(x->specs, s, (size_t)x->nparams * sizeof *x->specs);
     FSDP_CALL(FlatParamCreate(x->specs, x->nparams, po->F, shard_rank, &x->fp));
   }
+  /* the stages in forward order, for the step replay (runtime/steptime.h) */
+  const FsdpModelTable *tb = GptModelTable(m);
+  *stage_unit = malloc((size_t)tb->nstages * sizeof **stage_unit + 1);
+  FSDP_CHECK_ALLOC(*stage_unit, (size_t)tb->nstages * sizeof **stage_unit);
+  for (int i = 0; i < tb->nstages; i++) (*stage_unit)[i] = tb->stages[i].unit;
+  *nstages = tb->nstages;
   FSDP_CALL(GptModelDestroy(&m));
   FSDP_CALL(FsdpRuntimeDestroy(&rt));
   FSDP_CALL(FsdpCollDestroy(&coll));
@@ -174,6 +190,23 @@ static int PlanOptionsFromDb(FsdpOpts db, PlanOptions *po)
                               1e18, &po->inter_bw));
   FSDP_CALL(FsdpOptsGetDouble(db, g, "flops", "sustained compute rate of one rank in FLOP/s "
                               "(0 = no time prediction)", 0, 0, 1e21, &po->flops));
+  FSDP_CALL(FsdpOptsGetString(db, g, "profile", "machine profile written by fsdp-probe "
+                              "-profile_out: predict the step time from its measured rates "
+                              "(instead of -flops, -intra_bw, -inter_bw)", "", &po->profile));
+  FSDP_CALL(FsdpOptsGetBool(db, g, "plan_schedule", "with -profile and -summary json: list the "
+                            "replayed step's events (gathers, stages, reductions) in order", 0,
+                            &po->schedule));
+  int64_t top = 5;
+  FSDP_CALL(FsdpOptsGetBool(db, g, "tune", "with -profile: search sharding factor, -wrap, "
+                            "-prefetch, RAF/NRAF and micro-batch x accumulation for the most "
+                            "predicted tokens/s within -memory_limit", 0, &po->tune));
+  FSDP_CALL(FsdpOptsGetInt(db, g, "tune_top", "-tune: candidates to list", 5, 1, 1000, &top));
+  po->tune_top = (int)top;
+  FSDP_CALL(FsdpOptsGetDouble(db, g, "memory_limit", "-tune: bytes a rank may use (0: 90% of the "
+                              "profile's available memory)", 0, 0, 1e18, &po->memory_limit));
+  FSDP_CALL(FsdpOptsGetString(db, g, "options_out", "-tune: write the winning options to FILE "
+                              "(an options file for fsdp-train -options_file)", "",
+                              &po->options_out));
   return FSDP_SUCCESS;
 }
 
@@ -225,30 +258,200 @@ static uint64_t PlanActivationBytes(const GptConfig *c, int B, int T)
   return 4 * ((uint64_t)c->n_layer * layer + shared);
 }
 
-static int Run(int argc, char **argv, int *handled_help)
+/* ---- prediction from a measured profile (fsdp-probe) -------------------- */
+
+/* A profile answers for this plan only if it was measured on the same
+ * back-end, with the plan's ranks per node, and on at least as many nodes
+ * (the cross-node curves of 2 nodes say nothing of 64). */
+static int CheckProfile(const PlanOptions *po, const FsdpProfile *p)
 {
-  FsdpOpts db = NULL;
+  const char *want = po->t.device_cuda ? "nccl" : "mpi";
+  if (strcmp(p->backend, want) != 0)
+    FSDP_ERROR(FSDP_ERR_USAGE, "-profile %s was measured with the %s back-end but this plan "
+               "runs on %s (-device %s): measure with fsdp-probe on the run's device",
+               po->profile, p->backend, want, po->t.device_cuda ? "cuda" : "cpu");
+  if (p->ranks_per_node != po->G)
+    FSDP_ERROR(FSDP_ERR_USAGE, "-profile %s was measured with %d ranks per node but the plan has "
+               "%d (-ranks_per_node): node-level rates depend on it; measure again", po->profile,
+               p->ranks_per_node, po->G);
+  if (p->nodes < po->N)
+    FSDP_ERROR(FSDP_ERR_USAGE, "-profile %s was measured on %d node(s) but the plan spans %d: "
+               "measure on at least as many nodes as the run uses", po->profile, p->nodes, po->N);
+  return FSDP_SUCCESS;
+}
+
+/* The gemm rate measured for a (C, OC) weight, else the profile's rate
+ * for all its matmuls (a shape the probe's model did not have, or a
+ * described profile). */
+static double GemmRate(const FsdpProfile *p, int64_t C, int64_t OC)
+{
+  for (int i = 0; i < p->ngemm; i++)
+    if (p->gemm[i].C == C && p->gemm[i].OC == OC) return p->gemm[i].flops_per_s;
+  return p->gemm_flops_per_s;
+}
+
+typedef struct {
+  double compute_s, gemm_s, attention_s, memory_s, optimizer_s;
+  double coll_s[FSDP_COLL_NKINDS];
+  FsdpStepTimeResult sim; /* the schedule replayed (runtime/steptime.h) */
+  FsdpStepEvent *events;  /* its events, with -plan_schedule */
+  int nevents;
+  double peak;            /* the profile's peak FLOP/s of a rank (0: unknown) */
+} ProfilePrediction;
+
+/* Seconds of traffic on group g, split into the intra-node part
+ * (intra-node bytes at the node level's bandwidth) and the inter-node part
+ * (inter-node bytes at the cross-node level's, measured with the node's
+ * link shared by its G ranks, as in a run); each call adds one latency,
+ * the cross-node level's when g leaves the node (to the inter-node part),
+ * else the node level's. */
+static void CollSeconds(const FsdpProfile *p, FsdpCollKind k, const FsdpGroup *g, uint64_t calls,
+                        uint64_t intra, uint64_t inter, double *t_intra, double *t_inter)
+{
+  const FsdpProfileCurve *node = &p->coll[FSDP_PROFILE_NODE][k];
+  const FsdpProfileCurve *cross = &p->coll[FSDP_PROFILE_CROSS][k];
+  *t_intra = intra && node->bandwidth > 0 ? (double)intra / node->bandwidth : 0.0;
+  *t_inter = inter && cross->bandwidth > 0 ? (double)inter / cross->bandwidth : 0.0;
+  if (g->peers_inter > 0) *t_inter += (double)calls * cross->latency_s;
+  else *t_intra += (double)calls * node->latency_s;
+}
+
+/* Seconds of one call of kind on g over elems elements of dt. */
+static double CallSeconds(const FsdpProfile *p, FsdpCollKind k, const FsdpGroup *g, int64_t elems,
+                          FsdpDtype dt)
+{
+  if (g->size <= 1) return 0.0;
+  uint64_t b = 0, i = 0, e = 0;
+  FsdpCollVolume(k, g, (size_t)elems, FsdpDtypeSize(dt), &b, &i, &e);
+  double a = 0, x = 0;
+  CollSeconds(p, k, g, 1, i, e, &a, &x);
+  return a + x;
+}
+
+/* The step predicted from a profile.  Compute per unit and micro-step:
+ * every 2-D parameter of a non-root unit is a matmul weight (6 N C OC FLOP
+ * forward and backward, N = B T), the root's largest 2-D parameter is the
+ * head; causal attention (12 B T^2 C per block) and the memory-bound
+ * passes (the step's activations moved three times: written in forward,
+ * read and their gradients written in backward, at the streaming rate) are
+ * shared among the non-root units by size (exact for equal blocks).  A
+ * unit's compute is split evenly over its stages (the root's all on its
+ * last forward stage, the head), a third forward and two thirds backward.
+ * AdamW moves 28 bytes per shard element.  Each unit's gather and
+ * reduction take CallSeconds on the run's groups; FsdpStepTimeSimulate
+ * replays the schedule over them. */
+static int PredictFromProfile(const PlanOptions *po, const FsdpProfile *p, const PlanUnit *u, int nu,
+                              const int *stage_unit, int nstages, const FsdpGroup *shard,
+                              const FsdpGroup *replica, uint64_t activation_bytes,
+                              uint64_t shard_elems, int gather_slots, int grad_slots,
+                              int want_events, ProfilePrediction *out)
+{
+  double N = (double)po->t.batch_size * po->t.model.seq_len;
+  int K = po->t.fsdp.grad_accum > 0 ? po->t.fsdp.grad_accum : 1;
+  const GptConfig *c = &po->t.model;
+  double *unit_s = calloc((size_t)nu, sizeof *unit_s), *gather_s = calloc((size_t)nu, sizeof *gather_s);
+  double *reduce_s = calloc((size_t)nu, sizeof *reduce_s);
+  double *fwd_s = calloc((size_t)nstages + 1, sizeof *fwd_s), *bwd_s = calloc((size_t)nstages + 1, sizeof *bwd_s);
+  int *nst = calloc((size_t)nu, sizeof *nst), *last = calloc((size_t)nu, sizeof *last);
+  int *is_root = calloc((size_t)nu, sizeof *is_root);
+  int err = FSDP_SUCCESS;
+  if (!unit_s || !gather_s || !reduce_s || !fwd_s || !bwd_s || !nst || !last || !is_root) {
+    err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_MEM, "out of memory predicting a step");
+    goto done;
+  }
+  double attention = p->attention_flops_per_s > 0
+                         ? c->n_layer * 12.0 * N * c->seq_len * c->n_embd / p->attention_flops_per_s
+                         : 0.0;
+  double memory = p->stream_bytes_per_s > 0 ? 3.0 * (double)activation_bytes / p->stream_bytes_per_s : 0.0;
+  double nonroot_P = 0;
+  for (int i = 0; i < nu; i++)
+    if (!u[i].is_root) nonroot_P += (double)FlatParamNumel(u[i].fp);
+  for (int i = 0; i < nu; i++) {
+    const FsdpParamSpec *head = NULL;
+    double gemm = 0;
+    for (int j = 0; j < u[i].nparams; j++) {
+      const FsdpParamSpec *sp = &u[i].specs[j];
+      if (sp->ndim != 2) continue;
+      if (u[i].is_root) {
+        if (!head || sp->shape[0] > head->shape[0]) head = sp;
+        continue;
+      }
+      double r = GemmRate(p, sp->shape[1], sp->shape[0]);
+      if (r > 0) gemm += 6.0 * N * (double)sp->shape[0] * (double)sp->shape[1] / r;
+    }
+    if (head) {
+      double r = GemmRate(p, head->shape[1], head->shape[0]);
+      if (r > 0) gemm += 6.0 * N * (double)head->shape[0] * (double)head->shape[1] / r;
+    }
+    double share = !u[i].is_root && nonroot_P > 0 ? (double)FlatParamNumel(u[i].fp) / nonroot_P : 0;
+    unit_s[i] = gemm + share * (attention + memory);
+    out->gemm_s += gemm;
+    is_root[i] = u[i].is_root;
+    int64_t P = FlatParamPaddedNumel(u[i].fp), S = FlatParamShardNumel(u[i].fp);
+    if (po->F > 1) {
+      gather_s[i] = CallSeconds(p, FSDP_COLL_ALL_GATHER, shard, P, po->param_dt);
+      reduce_s[i] = CallSeconds(p, FSDP_COLL_REDUCE_SCATTER, shard, P, po->reduce_dt) +
+                    CallSeconds(p, FSDP_COLL_ALL_REDUCE, replica, S, po->reduce_dt);
+    } else {
+      reduce_s[i] = CallSeconds(p, FSDP_COLL_ALL_REDUCE, replica, P, po->reduce_dt);
+    }
+  }
+  out->attention_s = attention;
+  out->memory_s = memory;
+  for (int st = 0; st < nstages; st++) {
+    nst[stage_unit[st]]++;
+    last[stage_unit[st]] = st;
+  }
+  for (int st = 0; st < nstages; st++) {
+    int i = stage_unit[st];
+    double t = u[i].is_root ? (st == last[i] ? unit_s[i] : 0.0) : unit_s[i] / nst[i];
+    fwd_s[st] = t / 3.0;
+    bwd_s[st] = 2.0 * t / 3.0;
+  }
+  if (p->adamw_bytes_per_s > 0) out->optimizer_s = 28.0 * (double)shard_elems / p->adamw_bytes_per_s;
+  out->gemm_s *= K;
+  out->attention_s *= K;
+  out->memory_s *= K;
+  out->compute_s = out->gemm_s + out->attention_s + out->memory_s + out->optimizer_s;
+  FsdpStepTimeInput in = {&po->t.fsdp, po->F, po->R, nu, nstages, is_root, stage_unit, fwd_s,
+                          bwd_s, gather_s, reduce_s, out->optimizer_s, gather_slots, grad_slots};
+  int max_ev = want_events ? 8 * K * (nstages + nu) + 8 : 0;
+  if (max_ev) {
+    out->events = calloc((size_t)max_ev, sizeof *out->events);
+    if (!out->events) max_ev = 0;
+  }
+  err = FsdpStepTimeSimulate(&in, &out->sim, out->events, max_ev, &out->nevents);
+done:
+  free(unit_s);
+  free(gather_s);
+  free(reduce_s);
+  free(fwd_s);
+  free(bwd_s);
+  free(nst);
+  free(last);
+  free(is_root);
+  return err;
+}
+
+/* What -tune compares of one plan. */
+typedef struct {
+  uint64_t mem_total;
+  double step_s, exposed_s, compute_s, tokens_per_s;
+} PlanOutcome;
+
+/* One plan of the options in db: printed (print), and its outcome (may be
+ * NULL).  cached: the profile already read (NULL: read -profile). */
+static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutcome *outcome)
+{
   PlanOptions po;
-  *handled_help = 0;
-  FSDP_CALL(FsdpOptsCreate(MPI_COMM_WORLD, argc, argv, &db));
-  int err = PlanOptionsFromDb(db, &po);
-  if (FsdpOptsHelpRequested(db)) {
-    FsdpOptsPrintHelp(db, stdout, kHelp);
-    *handled_help = 1;
-    FsdpOptsDestroy(&db);
-    return FSDP_SUCCESS;
-  }
-  if (!err) err = FsdpOptsCheckUnknown(db);
-  if (!err) err = PlanTopology(&po);
-  if (err) {
-    FsdpOptsDestroy(&db);
-    return err;
-  }
+  FSDP_CALL(PlanOptionsFromDb(db, &po));
+  FSDP_CALL(PlanTopology(&po));
   FsdpGroup shard, replica;
   PlanUnit *u = NULL;
   int nu = 0;
   FSDP_CALL(PlanGroups(&po, &shard, &replica));
-  FSDP_CALL(PlanUnits(&po, shard.rank, &u, &nu));
+  int *stage_unit = NULL, nstages = 0;
+  FSDP_CALL(PlanUnits(&po, shard.rank, &u, &nu, &stage_unit, &nstages));
 
   /* memory: [Note: gather memory], [Note: mixed precision] and [Note:
    * gradient accumulation] in fsdp.h, as FsdpRuntimeSetUp allocates it */
@@ -355,10 +558,51 @@ static int Run(int argc, char **argv, int *handled_help)
   double t_intra = po.intra_bw > 0 ? intra / po.intra_bw : 0.0;
   double t_inter = po.inter_bw > 0 ? (double)po.G * inter / po.inter_bw : 0.0;
   int predict = po.flops > 0 || po.intra_bw > 0 || po.inter_bw > 0;
+  ProfilePrediction pp;
+  memset(&pp, 0, sizeof pp);
+  int use_profile = po.profile[0] != '\0';
+  if (use_profile) {
+    FsdpProfile *prof = malloc(sizeof *prof);
+    int perr = !prof ? FSDP_ERR_MEM : cached ? (*prof = *cached, FSDP_SUCCESS)
+                                             : FsdpProfileRead(po.profile, prof);
+    if (!perr) perr = CheckProfile(&po, prof);
+    if (!perr) pp.peak = prof->peak_flops_per_s;
+    if (!perr)
+      perr = PredictFromProfile(&po, prof, u, nu, stage_unit, nstages, &shard, &replica,
+                                mem.activations, mem.param_shard / 4, mem.gather_slots,
+                                mem.grad_slots, po.schedule, &pp);
+    t_intra = t_inter = 0;
+    for (int k = 0; !perr && k < FSDP_COLL_NKINDS; k++) {
+      double a = 0, e = 0;
+      CollSeconds(prof, (FsdpCollKind)k, k == FSDP_COLL_ALL_REDUCE ? &replica : &shard,
+                  cm.calls[k], cm.intra[k], cm.inter[k], &a, &e);
+      pp.coll_s[k] = a + e;
+      t_intra += a;
+      t_inter += e;
+    }
+    free(prof);
+    if (perr) {
+      free(pp.events);
+      PlanUnitsFree(u, nu);
+      free(stage_unit);
+      return FsdpErrorTrace(__FILE__, __LINE__, __func__, perr);
+    }
+    predict = 1;
+    t_comp = pp.compute_s;
+  }
+  double tokens_per_step = (double)po.W * po.t.batch_size * c->seq_len * K;
 
+  if (outcome) {
+    outcome->mem_total = mem_total;
+    outcome->step_s = pp.sim.step_s;
+    outcome->exposed_s = pp.sim.exposed_s;
+    outcome->compute_s = pp.sim.compute_s;
+    outcome->tokens_per_s = pp.sim.step_s > 0 ? tokens_per_step / pp.sim.step_s : 0.0;
+  }
   int rank = 0;
   FSDP_CALL_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  if (rank == 0 && po.t.summary == FSDP_SUMMARY_JSON) {
+  if (!print) {
+  } else if (rank == 0 && po.t.summary == FSDP_SUMMARY_JSON) {
     /* [Note: one writer for the shared keys] (driver/summary.h) */
     FsdpJson j = NULL;
     FSDP_CALL(FsdpJsonCreate(&j));
@@ -407,6 +651,45 @@ static int Run(int argc, char **argv, int *handled_help)
       FsdpJsonReal(j, "step_time_s_no_overlap", t_comp + t_intra + t_inter);
       FsdpJsonReal(j, "step_time_s_full_overlap",
                    t_comp > t_intra + t_inter ? t_comp : t_intra + t_inter);
+      if (use_profile) {
+        FsdpJsonString(j, "profile", po.profile);
+        FsdpJsonReal(j, "gemm_s", pp.gemm_s);
+        FsdpJsonReal(j, "attention_s", pp.attention_s);
+        FsdpJsonReal(j, "memory_bound_s", pp.memory_s);
+        FsdpJsonReal(j, "optimizer_s", pp.optimizer_s);
+        static const char *const kCollKey[FSDP_COLL_NKINDS] = {"all_gather_s", "reduce_scatter_s",
+                                                               "all_reduce_s"};
+        for (int k = 0; k < FSDP_COLL_NKINDS; k++) FsdpJsonReal(j, kCollKey[k], pp.coll_s[k]);
+      }
+      FsdpJsonEndObject(j);
+    }
+    if (use_profile) {
+      /* the step replayed over the profile's rates ([Note: the schedule
+       * replayed] in runtime/steptime.h) */
+      FsdpJsonBeginObject(j, "predicted");
+      FsdpJsonReal(j, "step_time_ms", 1e3 * pp.sim.step_s);
+      FsdpJsonReal(j, "exposed_comm_ms", 1e3 * pp.sim.exposed_s);
+      FsdpJsonReal(j, "compute_ms", 1e3 * pp.sim.compute_s);
+      FsdpJsonReal(j, "gather_stream_busy_ms", 1e3 * pp.sim.gather_busy_s);
+      FsdpJsonReal(j, "reduce_stream_busy_ms", 1e3 * pp.sim.reduce_busy_s);
+      FsdpJsonReal(j, "tokens_per_s", pp.sim.step_s > 0 ? tokens_per_step / pp.sim.step_s : 0.0);
+      FsdpJsonInt(j, "max_gathers_in_flight", pp.sim.max_in_flight);
+      /* model FLOP utilization: the step's training FLOP (flop_per_step
+       * above, every micro-step) over the time and the ranks' peak */
+      FsdpJsonReal(j, "mfu", pp.peak > 0 && pp.sim.step_s > 0
+                                 ? flop * K / (pp.sim.step_s * pp.peak) : 0.0);
+      if (po.schedule) {
+        FsdpJsonBeginArray(j, "schedule");
+        for (int e = 0; e < pp.nevents; e++) {
+          FsdpJsonBeginObject(j, NULL);
+          FsdpJsonString(j, "event", FsdpStepEventNames[pp.events[e].kind]);
+          FsdpJsonInt(j, "unit", pp.events[e].unit);
+          FsdpJsonInt(j, "micro", pp.events[e].micro);
+          FsdpJsonReal(j, "t_ms", 1e3 * pp.events[e].t);
+          FsdpJsonEndObject(j);
+        }
+        FsdpJsonEndArray(j);
+      }
       FsdpJsonEndObject(j);
     }
     FsdpJsonEndObject(j);
@@ -442,6 +725,12 @@ static int Run(int argc, char **argv, int *handled_help)
              (unsigned long long)cm.intra[k], (unsigned long long)cm.inter[k]);
     printf("%-15s %8s %16llu %16llu %16llu\n", "total", "", (unsigned long long)(intra + inter),
            (unsigned long long)intra, (unsigned long long)inter);
+    if (use_profile)
+      printf("predicted from %s (schedule replayed): step %.4g ms, exposed communication %.4g ms, "
+             "compute %.4g ms, %.4g tokens/s, MFU %.1f%%\n",
+             po.profile, 1e3 * pp.sim.step_s, 1e3 * pp.sim.exposed_s, 1e3 * pp.sim.compute_s,
+             pp.sim.step_s > 0 ? tokens_per_step / pp.sim.step_s : 0.0,
+             pp.peak > 0 && pp.sim.step_s > 0 ? 100.0 * flop * K / (pp.sim.step_s * pp.peak) : 0.0);
     if (predict)
       printf("predicted step: compute %.4g s + intra-node %.4g s + inter-node %.4g s = %.4g s "
              "without overlap, %.4g s with full overlap\n",
@@ -449,9 +738,179 @@ static int Run(int argc, char **argv, int *handled_help)
              t_comp > t_intra + t_inter ? t_comp : t_intra + t_inter);
   }
   fflush(stdout);
+  free(pp.events);
   PlanUnitsFree(u, nu);
-  FsdpOptsDestroy(&db);
+  free(stage_unit);
   return FSDP_SUCCESS;
+}
+
+/* ---- -tune: the fastest options that fit -------------------------------- */
+
+typedef struct {
+  int F, wrap, prefetch, raf, B, K;
+  PlanOutcome o;
+} Candidate;
+
+static int CompareCandidates(const void *a, const void *b)
+{
+  const Candidate *x = a, *y = b;
+  if (x->o.tokens_per_s != y->o.tokens_per_s) return x->o.tokens_per_s < y->o.tokens_per_s ? 1 : -1;
+  return (x->o.mem_total > y->o.mem_total) - (x->o.mem_total < y->o.mem_total);
+}
+
+static int SetInt(FsdpOpts db, const char *name, long long v)
+{
+  char buf[32];
+  snprintf(buf, sizeof buf, "%lld", v);
+  return FsdpOptsSetValue(db, name, buf);
+}
+
+static int SetCandidate(FsdpOpts db, const Candidate *c)
+{
+  FSDP_CALL(SetInt(db, "sharding_factor", c->F));
+  FSDP_CALL(SetInt(db, "wrap", c->wrap));
+  FSDP_CALL(FsdpOptsSetValue(db, "prefetch", FsdpPrefetchNames[c->prefetch]));
+  FSDP_CALL(SetInt(db, "reshard_after_forward", c->raf));
+  FSDP_CALL(SetInt(db, "batch_size", c->B));
+  FSDP_CALL(SetInt(db, "grad_accum", c->K));
+  return FSDP_SUCCESS;
+}
+
+/* Writes the winner as an options file fsdp-train takes (-options_file):
+ * the options the search set, nothing else (the run's own options file
+ * goes first on the command line, this one after it). */
+static int WriteOptionsFile(const char *path, const PlanOptions *po, const Candidate *c)
+{
+  FILE *f = fopen(path, "w");
+  if (!f) FSDP_ERROR(FSDP_ERR_USAGE, "-options_out %s: cannot write it: %s", path, strerror(errno));
+  fprintf(f,
+          "# fsdp-plan -tune: the fastest options predicted for %s on %d ranks (%d per node)\n"
+          "# from the profile %s: step %.4g ms, exposed communication %.4g ms,\n"
+          "# %.4g tokens/s, %.3f GiB per rank.  Use after the run's own options:\n"
+          "#   fsdp-train -options_file run.opts -options_file %s\n"
+          "-sharding_factor %d\n-wrap %d\n-prefetch %s\n-reshard_after_forward %d\n"
+          "-batch_size %d\n-grad_accum %d\n",
+          po->t.model_name, po->W, po->G, po->profile, 1e3 * c->o.step_s, 1e3 * c->o.exposed_s,
+          c->o.tokens_per_s, c->o.mem_total / 1073741824.0, path, c->F, c->wrap,
+          FsdpPrefetchNames[c->prefetch], c->raf, c->B, c->K);
+  if (fclose(f) != 0)
+    FSDP_ERROR(FSDP_ERR_IO, "-options_out %s: writing failed: %s", path, strerror(errno));
+  return FSDP_SUCCESS;
+}
+
+/* [Note: the tuner] Every combination of: F among the divisors of W whose
+ * sharding groups keep to whole nodes or whole groups of nodes (F divides
+ * G, or G divides F); -wrap among the divisors of n_layer up to 8; the
+ * three prefetch modes; RAF and NRAF; the micro-batch B among the divisors
+ * of the sequences per rank per step (-batch_size x -grad_accum as given),
+ * with K = that / B.  -limit_all_gathers is not searched: while prefetch
+ * runs one unit ahead it changes neither memory nor time ([Note: prefetch
+ * and the limiter] in fsdp.c).  Each is planned exactly as fsdp-plan plans
+ * one run and replayed on the profile; the fastest that fits the memory
+ * limit wins, ties going to less memory. */
+static int Tune(FsdpOpts db, const PlanOptions *po0)
+{
+  PlanOptions po = *po0;
+  if (!po.profile[0])
+    FSDP_ERROR(FSDP_ERR_USAGE, "-tune needs -profile FILE (a machine profile from fsdp-probe)");
+  FSDP_CALL(PlanTopology(&po));
+  FsdpProfile *prof = malloc(sizeof *prof);
+  FSDP_CHECK_ALLOC(prof, sizeof *prof);
+  int err = FsdpProfileRead(po.profile, prof);
+  if (!err) err = CheckProfile(&po, prof);
+  double limit = po.memory_limit > 0 ? po.memory_limit : 0.9 * (double)prof->mem_available;
+  int per_rank = po.t.batch_size * (po.t.fsdp.grad_accum > 0 ? po.t.fsdp.grad_accum : 1);
+  int nl = po.t.model.n_layer;
+  size_t cap = 4096, n = 0;
+  Candidate *c = err ? NULL : malloc(cap * sizeof *c);
+  if (!err && !c) err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_MEM, "out of memory");
+  Candidate smallest = {0};
+  smallest.o.mem_total = UINT64_MAX;
+  int tried = 0;
+  for (int F = 1; !err && F <= po.W; F++) {
+    if (po.W % F || (po.G % F && F % po.G)) continue;
+    for (int wrap = 1; !err && wrap <= (nl < 8 ? nl : 8); wrap++) {
+      if (nl % wrap) continue;
+      for (int pf = 0; !err && pf < FSDP_NPREFETCH; pf++)
+        for (int raf = 1; !err && raf >= 0; raf--)
+          for (int B = 1; !err && B <= per_rank; B++) {
+            if (per_rank % B) continue;
+            Candidate x = {F, wrap, pf, raf, B, per_rank / B, {0}};
+            err = SetCandidate(db, &x);
+            if (!err) err = PlanOnce(db, 0, prof, &x.o);
+            if (err) break;
+            tried++;
+            if (x.o.mem_total < smallest.o.mem_total) smallest = x;
+            if ((double)x.o.mem_total > limit) continue;
+            if (n == cap) {
+              Candidate *more = realloc(c, 2 * cap * sizeof *c);
+              if (!more) {
+                err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_MEM, "out of memory");
+                break;
+              }
+              c = more;
+              cap *= 2;
+            }
+            c[n++] = x;
+          }
+    }
+  }
+  if (!err && n == 0)
+    err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_USAGE,
+                         "-tune: none of %d configurations fits the memory limit of %.0f bytes "
+                         "(%.3f GiB) per rank; the smallest needs %llu bytes (%.3f GiB: "
+                         "-sharding_factor %d -wrap %d -prefetch %s -reshard_after_forward %d "
+                         "-batch_size %d -grad_accum %d)",
+                         tried, limit, limit / 1073741824.0,
+                         (unsigned long long)smallest.o.mem_total,
+                         smallest.o.mem_total / 1073741824.0, smallest.F, smallest.wrap,
+                         FsdpPrefetchNames[smallest.prefetch], smallest.raf, smallest.B, smallest.K);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (!err) {
+    qsort(c, n, sizeof *c, CompareCandidates);
+    if (rank == 0) {
+      int top = po.tune_top < (int)n ? po.tune_top : (int)n;
+      printf("fsdp-plan -tune: %s on %d ranks (%d nodes x %d), %d sequences per rank per step, "
+             "profile %s (%s); %d configurations, %zu fit %.3f GiB per rank\n",
+             po.t.model_name, po.W, po.N, po.G, per_rank, po.profile, prof->source, tried, n,
+             limit / 1073741824.0);
+      printf("%4s %5s %4s %-8s %4s %4s %4s %12s %12s %14s %10s\n", "rank", "F", "wrap", "prefetch",
+             "RAF", "B", "K", "step ms", "exposed ms", "tokens/s", "GiB/rank");
+      for (int i = 0; i < top; i++)
+        printf("%4d %5d %4d %-8s %4d %4d %4d %12.4g %12.4g %14.6g %10.3f\n", i + 1, c[i].F,
+               c[i].wrap, FsdpPrefetchNames[c[i].prefetch], c[i].raf, c[i].B, c[i].K,
+               1e3 * c[i].o.step_s, 1e3 * c[i].o.exposed_s, c[i].o.tokens_per_s,
+               c[i].o.mem_total / 1073741824.0);
+      if (po.options_out[0]) {
+        err = WriteOptionsFile(po.options_out, &po, &c[0]);
+        if (!err) printf("fsdp-plan -tune: wrote the winner to %s\n", po.options_out);
+      }
+      fflush(stdout);
+    }
+  }
+  free(c);
+  free(prof);
+  return err;
+}
+
+static int Run(int argc, char **argv, int *handled_help)
+{
+  FsdpOpts db = NULL;
+  PlanOptions po;
+  *handled_help = 0;
+  FSDP_CALL(FsdpOptsCreate(MPI_COMM_WORLD, argc, argv, &db));
+  int err = PlanOptionsFromDb(db, &po);
+  if (FsdpOptsHelpRequested(db)) {
+    FsdpOptsPrintHelp(db, stdout, kHelp);
+    *handled_help = 1;
+    FsdpOptsDestroy(&db);
+    return FSDP_SUCCESS;
+  }
+  if (!err) err = FsdpOptsCheckUnknown(db);
+  if (!err) err = po.tune ? Tune(db, &po) : PlanOnce(db, 1, NULL, NULL);
+  FsdpOptsDestroy(&db);
+  return err;
 }
 
 int main(int argc, char **argv)

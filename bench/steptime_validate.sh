@@ -1,0 +1,125 @@
+#!/bin/bash
+# steptime_validate.sh: does fsdp-plan's predicted step time hold against
+# fsdp-train on the same machine?  One setting per call:
+#   node     one node, W = 2 (plain mpirun)
+#   1gbit    2 emulated nodes x 2 ranks, a 1 Gbit/s shaped link
+#   10gbit   the same at 10 Gbit/s        (tests/cluster/netcluster.sh; root)
+# In one run: fsdp-probe measures the machine the way the runs are launched
+# (the profile), then for each configuration (sharding factor, -wrap,
+# -prefetch, RAF/NRAF, -limit_all_gathers) fsdp-train runs REPS times,
+# interleaved, and fsdp-plan -profile predicts it.  Printed: per
+# configuration the measured median step time and exposed communication
+# (fsdp-train's summary: median step, exposed_ms), the predicted ones, and
+# predicted/measured; then how many predictions fall within 20%, Kendall's
+# tau between predicted and measured exposed communication, and the
+# tuner's pick (fsdp-plan -tune over the space, its winner measured as the
+# last row) against the fastest measured configuration of the sweep.
+#
+#   bench/steptime_validate.sh node|1gbit|10gbit [BINDIR]
+#   REPS=3 STEPS=6 MODEL="-model custom ..." bench/steptime_validate.sh 1gbit
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+MODE=${1:-node}
+BIN=${2:-$root/build/src}
+REPS=${REPS:-3}
+STEPS=${STEPS:-6}
+MODEL=${MODEL:--model custom -n_layer 6 -n_embd 384 -n_head 6 -vocab_size 8192 -seq_len 128 -batch_size 4}
+[ -x "$BIN/fsdp-train" ] || { echo "steptime_validate: $BIN/fsdp-train not found"; exit 2; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
+  if grep -qw avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
+  elif grep -qw avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi
+fi
+tmp=$(mktemp -d /tmp/fsdp_steptime.XXXXXX)
+case "$MODE" in
+  node)
+    W=2 G=2
+    launch() { mpirun --oversubscribe -n 2 "$@"; }
+    configs=("-sharding_factor 2 -prefetch none" "-sharding_factor 2 -prefetch backward"
+             "-sharding_factor 2 -prefetch both" "-sharding_factor 2 -prefetch backward -wrap 2"
+             "-sharding_factor 2 -prefetch both -wrap 3" "-sharding_factor 2 -prefetch backward -reshard_after_forward 0"
+             "-sharding_factor 2 -prefetch both -limit_all_gathers 1" "-sharding_factor 1 -prefetch backward"
+             "-sharding_factor 1 -prefetch none -wrap 2" "-sharding_factor 1 -prefetch both -wrap 3"
+             "-sharding_factor 2 -prefetch none -wrap 6")
+    trap 'rm -rf "$tmp"' EXIT ;;
+  1gbit|10gbit)
+    W=4 G=2
+    # shellcheck source=../tests/cluster/netcluster.sh
+    . "$root/tests/cluster/netcluster.sh"
+    nc_check || exit 77
+    nc_up 2 "$MODE" || exit 1
+    trap 'nc_down; rm -rf "$tmp"' EXIT
+    export -f nc_run nc_mpirun
+    export NC_PREFIX NC_DIR
+    launch() { bash -c 'nc_mpirun "$@"' nc_mpirun node1:2,node2:2 -n 4 -x OMP_NUM_THREADS \
+                 -x OPENBLAS_NUM_THREADS -x OPENBLAS_CORETYPE "$@"; }
+    configs=("-sharding_factor 4 -prefetch none" "-sharding_factor 4 -prefetch backward"
+             "-sharding_factor 4 -prefetch both" "-sharding_factor 4 -prefetch backward -wrap 2"
+             "-sharding_factor 4 -prefetch backward -reshard_after_forward 0"
+             "-sharding_factor 4 -prefetch both -limit_all_gathers 1" "-sharding_factor 2 -prefetch none"
+             "-sharding_factor 2 -prefetch backward" "-sharding_factor 2 -prefetch both -wrap 2"
+             "-sharding_factor 1 -prefetch backward" "-sharding_factor 1 -prefetch none -wrap 3"
+             "-sharding_factor 4 -prefetch both -wrap 3") ;;
+  *) echo "steptime_validate: MODE must be node, 1gbit or 10gbit"; exit 2 ;;
+esac
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+echo "steptime_validate: $MODE, W $W ($G per node), $cpu, OPENBLAS_CORETYPE ${OPENBLAS_CORETYPE:-auto}, REPS $REPS, STEPS $STEPS"
+echo "model: $MODEL"
+# shellcheck disable=SC2086
+launch "$BIN/fsdp-probe" $MODEL -probe_max_bytes 8388608 -profile_out "$tmp/prof.h5" >"$tmp/probe.out" 2>&1 ||
+  { echo "fsdp-probe failed"; tail -n 5 "$tmp/probe.out"; exit 1; }
+grep -E 'BLAS core|matmuls' "$tmp/probe.out"
+# the tuner's pick over the same space (same sequences per rank), measured
+# with the others
+# shellcheck disable=SC2086
+"$BIN/fsdp-plan" -world_size "$W" -ranks_per_node "$G" $MODEL -profile "$tmp/prof.h5" -tune -tune_top 3 \
+  -options_out "$tmp/win.opts" >"$tmp/tune.out" 2>&1 || { echo "tune failed"; cat "$tmp/tune.out"; exit 1; }
+configs+=("$(grep -v '^#' "$tmp/win.opts" | tr '\n' ' ')")
+for rep in $(seq "$REPS"); do
+  for i in "${!configs[@]}"; do
+    # shellcheck disable=SC2086
+    launch "$BIN/fsdp-train" $MODEL ${configs[$i]} -steps "$STEPS" -log_every 0 -summary json \
+      >"$tmp/run-$i-$rep.out" 2>&1 || { echo "run ${configs[$i]} failed"; tail -n 5 "$tmp/run-$i-$rep.out"; exit 1; }
+  done
+  echo "steptime_validate: repetition $rep/$REPS done"
+done
+for i in "${!configs[@]}"; do
+  # shellcheck disable=SC2086
+  "$BIN/fsdp-plan" -world_size "$W" -ranks_per_node "$G" $MODEL ${configs[$i]} -profile "$tmp/prof.h5" \
+    -summary json >"$tmp/plan-$i.out" 2>&1 || { echo "plan ${configs[$i]} failed"; cat "$tmp/plan-$i.out"; exit 1; }
+done
+printf '%s\n' "${configs[@]}" >"$tmp/configs"
+python3 - "$tmp" "$REPS" <<'PY'
+import json, statistics, sys
+d, reps = sys.argv[1], int(sys.argv[2])
+configs = open(d + "/configs").read().splitlines()
+def last(path): return json.loads([l for l in open(path) if l.strip()][-1])
+rows = []
+for i, c in enumerate(configs):
+    runs = [last("%s/run-%d-%d.out" % (d, i, r)) for r in range(1, reps + 1)]
+    meas = statistics.median(r["step_time_ms_median"] for r in runs)
+    mexp = statistics.median(r["comm_time_per_step"]["exposed_ms"] for r in runs)
+    p = last("%s/plan-%d.out" % (d, i))["predicted"]
+    rows.append((c, meas, mexp, p["step_time_ms"], p["exposed_comm_ms"]))
+print("%-58s %10s %10s %10s %10s %7s" % ("configuration", "meas ms", "meas exp", "pred ms", "pred exp", "pred/m"))
+within = 0
+for c, m, me, p, pe in rows:
+    within += abs(p / m - 1) <= 0.2
+    print("%-58s %10.1f %10.1f %10.1f %10.1f %7.3f" % (c, m, me, p, pe, p / m))
+def tau(a, b):
+    n, s = len(a), 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            x, y = a[i] - a[j], b[i] - b[j]
+            s += (x * y > 0) - (x * y < 0)
+    return s / (n * (n - 1) / 2)
+print("within 20%%: %d of %d; Kendall tau of exposed communication (predicted vs measured): %.2f"
+      % (within, len(rows), tau([r[4] for r in rows], [r[2] for r in rows])))
+fastest = min(rows[:-1], key=lambda r: r[1])
+pick = rows[-1]
+print("fastest measured of the sweep: %s (%.1f ms); the tuner's pick (last row) measured %.1f ms: %.3f of it"
+      % (fastest[0], fastest[1], pick[1], pick[1] / fastest[1]))
+tune = open(d + "/tune.out").read().splitlines()
+print("\n".join(l for l in tune if l.strip()[:1].isdigit() or l.startswith("fsdp-plan -tune") or l.strip().startswith("rank")))
+PY

@@ -1,0 +1,361 @@
+/* profile.c: the machine profile's fit and its HDF5 file ([Note: what a
+ * profile holds] in profile.h).
+ *
+ * File layout (one process writes it, serial HDF5):
+ *   /                      attributes: kind "fsdp-profile", format_version,
+ *                          host, cpu, date, backend, blas_core, model,
+ *                          source, world_size, ranks_per_node, nodes,
+ *                          threads, mem_available_bytes, gemm_flops_per_s,
+ *                          peak_flops_per_s, attention_flops_per_s,
+ *                          stream_bytes_per_s, adamw_bytes_per_s
+ *   /compute/gemm_name     [ngemm] strings; gemm_N, gemm_C, gemm_OC int64;
+ *                          gemm_flops_per_s float64
+ *   /collectives/<level>   attributes size (ranks in the group), peers_intra,
+ *                          peers_inter (rank 0's group: members on its node
+ *                          and on other nodes)
+ *   /collectives/<level>/<kind>   bytes, seconds float64 [n]; attributes
+ *                          latency_s, bandwidth_bytes_per_s (0 = latency only)
+ */
+#include "io/profile.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/error.h"
+#include "io/fileutil.h"
+#include "io/h5util.h"
+
+const char *const FsdpProfileLevelNames[FSDP_PROFILE_NLEVELS] = {"node", "cross", "world"};
+
+static const char kKind[] = "fsdp-profile";
+
+/* Weighted least squares of t = a + v * s (s = 1/bandwidth), weights w. */
+static void FitLine(const FsdpProfileCurve *c, double *a, double *s)
+{
+  double sw = 0, sv = 0, st = 0, svv = 0, svt = 0;
+  for (int i = 0; i < c->n; i++) {
+    double t = c->seconds[i], v = c->bytes[i], w = t > 0 ? 1.0 / (t * t) : 0.0;
+    sw += w;
+    sv += w * v;
+    st += w * t;
+    svv += w * v * v;
+    svt += w * v * t;
+  }
+  double det = sw * svv - sv * sv;
+  if (sw <= 0 || fabs(det) <= 1e-300 * sw * svv) { /* one size, or none */
+    *a = sw > 0 ? st / sw : 0;
+    *s = 0;
+    return;
+  }
+  *s = (sw * svt - sv * st) / det;
+  *a = (st - *s * sv) / sw;
+  /* noise can push one term below zero: then the other alone, from the
+   * same weighted sums */
+  if (*s < 0) {
+    *s = 0;
+    *a = st / sw;
+  } else if (*a < 0) {
+    *a = 0;
+    *s = svv > 0 ? svt / svv : 0;
+  }
+}
+
+void FsdpProfileFit(FsdpProfileCurve *c)
+{
+  double a = 0, s = 0;
+  FitLine(c, &a, &s);
+  c->latency_s = a;
+  c->bandwidth = s > 0 ? 1.0 / s : 0.0;
+}
+
+double FsdpProfileCurveSeconds(const FsdpProfileCurve *c, double bytes)
+{
+  return c->latency_s + (c->bandwidth > 0 ? bytes / c->bandwidth : 0.0);
+}
+
+/* ---- writing ---------------------------------------------------------- */
+
+static herr_t WriteArray(hid_t loc, const char *name, hid_t type, const void *data, int n)
+{
+  hsize_t dim = (hsize_t)n;
+  hid_t space = H5Screate_simple(1, &dim, NULL);
+  if (space < 0) return -1;
+  hid_t d = H5Dcreate2(loc, name, type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  herr_t st = d < 0 ? -1 : (n > 0 ? H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) : 0);
+  if (d >= 0 && H5Dclose(d) < 0) st = -1;
+  H5Sclose(space);
+  return st;
+}
+
+static herr_t WriteStrings(hid_t loc, const char *name, const char *data, size_t width, int n)
+{
+  hid_t t = H5Tcopy(H5T_C_S1);
+  if (t < 0) return -1;
+  herr_t st = H5Tset_size(t, width);
+  if (st >= 0) st = WriteArray(loc, name, t, data, n);
+  H5Tclose(t);
+  return st;
+}
+
+static int WriteFile(const FsdpProfile *p, const char *tmp)
+{
+  int err = FSDP_SUCCESS;
+  hid_t f = -1, g = -1, lg = -1, kg = -1;
+  FSDP_HDF5_GOTO(f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+  FSDP_HDF5_GOTO(FsdpHdf5AttrWriteString(f, "kind", kKind));
+  FSDP_HDF5_GOTO(FsdpHdf5AttrWriteInt64(f, "format_version", FSDP_PROFILE_FORMAT_VERSION));
+  const struct {
+    const char *name, *value;
+  } strings[] = {{"host", p->host},           {"cpu", p->cpu},
+                 {"date", p->date},           {"backend", p->backend},
+                 {"blas_core", p->blas_core}, {"model", p->model},
+                 {"source", p->source}};
+  for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++)
+    FSDP_HDF5_GOTO(FsdpHdf5AttrWriteString(f, strings[i].name, strings[i].value));
+  const struct {
+    const char *name;
+    int64_t value;
+  } ints[] = {{"world_size", p->world_size}, {"ranks_per_node", p->ranks_per_node},
+              {"nodes", p->nodes},           {"threads", p->threads},
+              {"mem_available_bytes", p->mem_available}};
+  for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+    FSDP_HDF5_GOTO(FsdpHdf5AttrWriteInt64(f, ints[i].name, ints[i].value));
+  FSDP_HDF5_GOTO(FsdpHdf5AttrWriteDouble(f, "gemm_flops_per_s", p->gemm_flops_per_s));
+  FSDP_HDF5_GOTO(FsdpHdf5AttrWriteDouble(f, "peak_flops_per_s", p->peak_flops_per_s));
+  FSDP_HDF5_GOTO(FsdpHdf5AttrWriteDouble(f, "attention_flops_per_s", p->attention_flops_per_s));
+  FSDP_HDF5_GOTO(FsdpHdf5AttrWriteDouble(f, "stream_bytes_per_s", p->stream_bytes_per_s));
+  FSDP_HDF5_GOTO(FsdpHdf5AttrWriteDouble(f, "adamw_bytes_per_s", p->adamw_bytes_per_s));
+
+  FSDP_HDF5_GOTO(g = H5Gcreate2(f, "compute", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  char names[FSDP_PROFILE_MAX_GEMMS][sizeof p->gemm[0].name];
+  int64_t N[FSDP_PROFILE_MAX_GEMMS], C[FSDP_PROFILE_MAX_GEMMS], OC[FSDP_PROFILE_MAX_GEMMS];
+  double rate[FSDP_PROFILE_MAX_GEMMS];
+  memset(names, 0, sizeof names);
+  for (int i = 0; i < p->ngemm; i++) {
+    memcpy(names[i], p->gemm[i].name, sizeof names[i]);
+    N[i] = p->gemm[i].N;
+    C[i] = p->gemm[i].C;
+    OC[i] = p->gemm[i].OC;
+    rate[i] = p->gemm[i].flops_per_s;
+  }
+  FSDP_HDF5_GOTO(WriteStrings(g, "gemm_name", &names[0][0], sizeof names[0], p->ngemm));
+  FSDP_HDF5_GOTO(WriteArray(g, "gemm_N", H5T_NATIVE_INT64, N, p->ngemm));
+  FSDP_HDF5_GOTO(WriteArray(g, "gemm_C", H5T_NATIVE_INT64, C, p->ngemm));
+  FSDP_HDF5_GOTO(WriteArray(g, "gemm_OC", H5T_NATIVE_INT64, OC, p->ngemm));
+  FSDP_HDF5_GOTO(WriteArray(g, "gemm_flops_per_s", H5T_NATIVE_DOUBLE, rate, p->ngemm));
+  FsdpHdf5Close(&g);
+
+  FSDP_HDF5_GOTO(g = H5Gcreate2(f, "collectives", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  for (int l = 0; l < FSDP_PROFILE_NLEVELS; l++) {
+    FSDP_HDF5_GOTO(lg = H5Gcreate2(g, FsdpProfileLevelNames[l], H5P_DEFAULT, H5P_DEFAULT,
+                                   H5P_DEFAULT));
+    FSDP_HDF5_GOTO(FsdpHdf5AttrWriteInt64(lg, "size", p->level_size[l]));
+    FSDP_HDF5_GOTO(FsdpHdf5AttrWriteInt64(lg, "peers_intra", p->level_peers_intra[l]));
+    FSDP_HDF5_GOTO(FsdpHdf5AttrWriteInt64(lg, "peers_inter", p->level_peers_inter[l]));
+    for (int k = 0; p->level_size[l] > 0 && k < FSDP_COLL_NKINDS; k++) {
+      const FsdpProfileCurve *c = &p->coll[l][k];
+      FSDP_HDF5_GOTO(kg = H5Gcreate2(lg, FsdpCollKindNames[k], H5P_DEFAULT, H5P_DEFAULT,
+                                     H5P_DEFAULT));
+      FSDP_HDF5_GOTO(WriteArray(kg, "bytes", H5T_NATIVE_DOUBLE, c->bytes, c->n));
+      FSDP_HDF5_GOTO(WriteArray(kg, "seconds", H5T_NATIVE_DOUBLE, c->seconds, c->n));
+      FSDP_HDF5_GOTO(FsdpHdf5AttrWriteDouble(kg, "latency_s", c->latency_s));
+      FSDP_HDF5_GOTO(FsdpHdf5AttrWriteDouble(kg, "bandwidth_bytes_per_s", c->bandwidth));
+      FsdpHdf5Close(&kg);
+    }
+    FsdpHdf5Close(&lg);
+  }
+done:
+  FsdpHdf5Close(&kg);
+  FsdpHdf5Close(&lg);
+  FsdpHdf5Close(&g);
+  if (FsdpHdf5Close(&f) < 0 && !err) err = FsdpHdf5Raise(__FILE__, __LINE__, __func__, "H5Fclose");
+  return err;
+}
+
+int FsdpProfileWrite(const FsdpProfile *p, const char *path)
+{
+  FsdpHdf5Init();
+  char tmp[4096];
+  int e = FsdpTempFileCreate(path, "tmp", tmp, sizeof tmp);
+  if (e)
+    FSDP_ERROR(e == ENOENT || e == EACCES || e == ENAMETOOLONG ? FSDP_ERR_USAGE : FSDP_ERR_IO,
+               "-profile_out %s: cannot create a file there: %s", path, strerror(e));
+  int err = WriteFile(p, tmp);
+  if (!err) {
+    FsdpPublishStep step;
+    e = FsdpPublish(tmp, path, 1, &step);
+    if (e && step != FSDP_PUBLISH_SYNC_DIR) {
+      unlink(tmp);
+      FSDP_ERROR(FSDP_ERR_IO, "could not publish the profile %s: %s", path, strerror(e));
+    }
+    return FSDP_SUCCESS;
+  }
+  unlink(tmp);
+  return FsdpErrorTrace(__FILE__, __LINE__, __func__, err);
+}
+
+/* ---- reading ---------------------------------------------------------- */
+
+/* Reads a 1-D dataset of at most max elements into buf; its length in *n. */
+static herr_t ReadArray(hid_t loc, const char *name, hid_t type, void *buf, int max, int *n)
+{
+  hid_t d = H5Dopen2(loc, name, H5P_DEFAULT);
+  if (d < 0) return -1;
+  hid_t s = H5Dget_space(d);
+  hsize_t dim = 0;
+  herr_t st = s < 0 || H5Sget_simple_extent_ndims(s) != 1 ? -1 : 0;
+  if (st >= 0) st = H5Sget_simple_extent_dims(s, &dim, NULL) < 0 ? -1 : 0;
+  if (st >= 0 && dim > (hsize_t)max) st = -1;
+  if (st >= 0 && dim > 0) st = H5Dread(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
+  if (s >= 0) H5Sclose(s);
+  H5Dclose(d);
+  *n = (int)dim;
+  return st;
+}
+
+#define READ_OR_FAIL(expr, what)                                                  \
+  do {                                                                            \
+    if ((expr) < 0) {                                                             \
+      err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_USAGE, "-profile %s: fsdp profile without %s "  \
+                         "(damaged, or written by another version)", path, what); \
+      goto done;                                                                  \
+    }                                                                             \
+  } while (0)
+
+int FsdpProfileRead(const char *path, FsdpProfile *p)
+{
+  FsdpHdf5Init();
+  memset(p, 0, sizeof *p);
+  if (access(path, R_OK) != 0)
+    FSDP_ERROR(FSDP_ERR_USAGE, "-profile %s: cannot read it: %s (write one with fsdp-probe "
+               "-profile_out FILE)", path, strerror(errno));
+  if (H5Fis_hdf5(path) <= 0)
+    FSDP_ERROR(FSDP_ERR_USAGE, "-profile %s is not an HDF5 file (expected a profile written "
+               "by fsdp-probe -profile_out)", path);
+  int err = FSDP_SUCCESS;
+  hid_t f = -1, g = -1, lg = -1, kg = -1;
+  FSDP_HDF5_GOTO(f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT));
+  char kind[32] = "";
+  if (FsdpHdf5AttrReadString(f, "kind", kind, sizeof kind) < 0 || strcmp(kind, kKind) != 0) {
+    err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_USAGE, "-profile %s is an HDF5 file but not an fsdp profile "
+                       "(no kind attribute \"%s\"; a checkpoint or run file?)", path, kKind);
+    goto done;
+  }
+  int64_t version = 0;
+  READ_OR_FAIL(FsdpHdf5AttrReadInt64(f, "format_version", &version), "format_version");
+  if (version != FSDP_PROFILE_FORMAT_VERSION) {
+    err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_USAGE, "-profile %s has format version %lld, this fsdp reads "
+                       "version %d: measure again with fsdp-probe", path, (long long)version,
+                       FSDP_PROFILE_FORMAT_VERSION);
+    goto done;
+  }
+  struct {
+    const char *name;
+    char *buf;
+    size_t size;
+  } strings[] = {{"host", p->host, sizeof p->host},
+                 {"cpu", p->cpu, sizeof p->cpu},
+                 {"date", p->date, sizeof p->date},
+                 {"backend", p->backend, sizeof p->backend},
+                 {"blas_core", p->blas_core, sizeof p->blas_core},
+                 {"model", p->model, sizeof p->model},
+                 {"source", p->source, sizeof p->source}};
+  for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++)
+    READ_OR_FAIL(FsdpHdf5AttrReadString(f, strings[i].name, strings[i].buf, strings[i].size),
+                 strings[i].name);
+  int64_t v[5];
+  const char *int_names[5] = {"world_size", "ranks_per_node", "nodes", "threads",
+                              "mem_available_bytes"};
+  for (int i = 0; i < 5; i++) READ_OR_FAIL(FsdpHdf5AttrReadInt64(f, int_names[i], &v[i]), int_names[i]);
+  p->world_size = (int)v[0];
+  p->ranks_per_node = (int)v[1];
+  p->nodes = (int)v[2];
+  p->threads = (int)v[3];
+  p->mem_available = v[4];
+  READ_OR_FAIL(FsdpHdf5AttrReadDouble(f, "gemm_flops_per_s", &p->gemm_flops_per_s),
+               "gemm_flops_per_s");
+  READ_OR_FAIL(FsdpHdf5AttrReadDouble(f, "peak_flops_per_s", &p->peak_flops_per_s),
+               "peak_flops_per_s");
+  READ_OR_FAIL(FsdpHdf5AttrReadDouble(f, "attention_flops_per_s", &p->attention_flops_per_s),
+               "attention_flops_per_s");
+  READ_OR_FAIL(FsdpHdf5AttrReadDouble(f, "stream_bytes_per_s", &p->stream_bytes_per_s),
+               "stream_bytes_per_s");
+  READ_OR_FAIL(FsdpHdf5AttrReadDouble(f, "adamw_bytes_per_s", &p->adamw_bytes_per_s),
+               "adamw_bytes_per_s");
+
+  READ_OR_FAIL(g = H5Gopen2(f, "compute", H5P_DEFAULT), "/compute");
+  {
+    char names[FSDP_PROFILE_MAX_GEMMS][sizeof p->gemm[0].name];
+    int64_t N[FSDP_PROFILE_MAX_GEMMS], C[FSDP_PROFILE_MAX_GEMMS], OC[FSDP_PROFILE_MAX_GEMMS];
+    double rate[FSDP_PROFILE_MAX_GEMMS];
+    int n[5] = {0};
+    hid_t st = H5Tcopy(H5T_C_S1);
+    READ_OR_FAIL(st, "a string type");
+    H5Tset_size(st, sizeof names[0]);
+    herr_t r = ReadArray(g, "gemm_name", st, names, FSDP_PROFILE_MAX_GEMMS, &n[0]);
+    H5Tclose(st);
+    READ_OR_FAIL(r, "/compute/gemm_name");
+    READ_OR_FAIL(ReadArray(g, "gemm_N", H5T_NATIVE_INT64, N, FSDP_PROFILE_MAX_GEMMS, &n[1]),
+                 "/compute/gemm_N");
+    READ_OR_FAIL(ReadArray(g, "gemm_C", H5T_NATIVE_INT64, C, FSDP_PROFILE_MAX_GEMMS, &n[2]),
+                 "/compute/gemm_C");
+    READ_OR_FAIL(ReadArray(g, "gemm_OC", H5T_NATIVE_INT64, OC, FSDP_PROFILE_MAX_GEMMS, &n[3]),
+                 "/compute/gemm_OC");
+    READ_OR_FAIL(ReadArray(g, "gemm_flops_per_s", H5T_NATIVE_DOUBLE, rate,
+                           FSDP_PROFILE_MAX_GEMMS, &n[4]),
+                 "/compute/gemm_flops_per_s");
+    READ_OR_FAIL(n[1] == n[0] && n[2] == n[0] && n[3] == n[0] && n[4] == n[0] ? 0 : -1,
+                 "/compute arrays of one length");
+    p->ngemm = n[0];
+    for (int i = 0; i < n[0]; i++) {
+      names[i][sizeof names[i] - 1] = '\0';
+      memcpy(p->gemm[i].name, names[i], sizeof names[i]);
+      p->gemm[i].N = N[i];
+      p->gemm[i].C = C[i];
+      p->gemm[i].OC = OC[i];
+      p->gemm[i].flops_per_s = rate[i];
+    }
+  }
+  FsdpHdf5Close(&g);
+
+  READ_OR_FAIL(g = H5Gopen2(f, "collectives", H5P_DEFAULT), "/collectives");
+  for (int l = 0; l < FSDP_PROFILE_NLEVELS; l++) {
+    char what[96];
+    snprintf(what, sizeof what, "/collectives/%s", FsdpProfileLevelNames[l]);
+    READ_OR_FAIL(lg = H5Gopen2(g, FsdpProfileLevelNames[l], H5P_DEFAULT), what);
+    int64_t size = 0;
+    int64_t intra = 0, inter = 0;
+    READ_OR_FAIL(FsdpHdf5AttrReadInt64(lg, "size", &size), what);
+    READ_OR_FAIL(FsdpHdf5AttrReadInt64(lg, "peers_intra", &intra), what);
+    READ_OR_FAIL(FsdpHdf5AttrReadInt64(lg, "peers_inter", &inter), what);
+    p->level_size[l] = (int)size;
+    p->level_peers_intra[l] = (int)intra;
+    p->level_peers_inter[l] = (int)inter;
+    for (int k = 0; size > 0 && k < FSDP_COLL_NKINDS; k++) {
+      FsdpProfileCurve *c = &p->coll[l][k];
+      snprintf(what, sizeof what, "/collectives/%s/%s", FsdpProfileLevelNames[l],
+               FsdpCollKindNames[k]);
+      READ_OR_FAIL(kg = H5Gopen2(lg, FsdpCollKindNames[k], H5P_DEFAULT), what);
+      int nb = 0, ns = 0;
+      READ_OR_FAIL(ReadArray(kg, "bytes", H5T_NATIVE_DOUBLE, c->bytes, FSDP_PROFILE_MAX_SIZES, &nb),
+                   what);
+      READ_OR_FAIL(ReadArray(kg, "seconds", H5T_NATIVE_DOUBLE, c->seconds,
+                             FSDP_PROFILE_MAX_SIZES, &ns), what);
+      READ_OR_FAIL(nb == ns ? 0 : -1, what);
+      c->n = nb;
+      READ_OR_FAIL(FsdpHdf5AttrReadDouble(kg, "latency_s", &c->latency_s), what);
+      READ_OR_FAIL(FsdpHdf5AttrReadDouble(kg, "bandwidth_bytes_per_s", &c->bandwidth), what);
+      FsdpHdf5Close(&kg);
+    }
+    FsdpHdf5Close(&lg);
+  }
+done:
+  FsdpHdf5Close(&kg);
+  FsdpHdf5Close(&lg);
+  FsdpHdf5Close(&g);
+  FsdpHdf5Close(&f);
+  return err ? FsdpErrorTrace(__FILE__, __LINE__, __func__, err) : FSDP_SUCCESS;
+}

@@ -1,0 +1,104 @@
+/* profile.h: a measured machine profile (fsdp-probe writes it, fsdp-plan
+ * reads it with -profile FILE).
+ *
+ * [Note: what a profile holds] Rates measured with the project's own
+ * kernels and collectives on the ranks and nodes of the job:
+ *   - compute: the sgemm rate of each matmul shape of the model (forward
+ *     and backward together, N = B*T rows), the causal-attention kernel's
+ *     rate, and the streaming rate of the memory-bound passes (residual
+ *     add) and of the AdamW update;
+ *   - collectives: time against size of all-gather, reduce-scatter and
+ *     all-reduce at three levels: "node" (the G ranks of a node, all nodes
+ *     at once), "cross" (one rank per node, all G such groups at once, so
+ *     the node's link is shared as in a run) and "world" (all W ranks).
+ *     Each (level, kind) curve is fitted to t = latency + v / bandwidth,
+ *     v the volume a rank receives ([Note: byte accounting] in coll.h), so
+ *     the fit applies directly to the byte counters fsdp-plan computes;
+ *   - the memory a rank can allocate (MemAvailable / ranks on the node on
+ *     CPU).
+ * A level a job does not have (cross with one node, node with one rank
+ * per node) has size 0 and no curve.
+ * A profile may also be described instead of measured (fsdp-probe
+ * -describe: a cluster on paper, each rate given as an option); its
+ * "source" attribute says which.
+ */
+#ifndef FSDP_PROFILE_H
+#define FSDP_PROFILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm/coll.h"
+
+#define FSDP_PROFILE_MAX_SIZES 32
+#define FSDP_PROFILE_MAX_GEMMS 16
+#define FSDP_PROFILE_FORMAT_VERSION 1
+
+typedef enum {
+  FSDP_PROFILE_NODE,
+  FSDP_PROFILE_CROSS,
+  FSDP_PROFILE_WORLD,
+  FSDP_PROFILE_NLEVELS
+} FsdpProfileLevel;
+
+extern const char *const FsdpProfileLevelNames[FSDP_PROFILE_NLEVELS];
+
+/* One collective at one level: median seconds against received bytes,
+ * and the fit t = latency_s + bytes / bandwidth (bytes/s). */
+typedef struct {
+  int n;
+  double bytes[FSDP_PROFILE_MAX_SIZES];   /* received volume per rank */
+  double seconds[FSDP_PROFILE_MAX_SIZES]; /* median over repetitions */
+  double latency_s, bandwidth;
+} FsdpProfileCurve;
+
+typedef struct {
+  char name[64];       /* the model's parameter it stands for: "h.0/attn.c_attn.weight" */
+  int64_t N, C, OC;    /* out (N,OC) = inp (N,C) @ weight (OC,C)^T */
+  double flops_per_s;  /* forward + backward: 6*N*C*OC FLOP over their time */
+} FsdpProfileGemm;
+
+typedef struct {
+  /* where and how it was measured */
+  char host[64], cpu[96], date[40], backend[16], blas_core[32], model[32];
+  char source[16]; /* "measured" (fsdp-probe) or "described" (-describe) */
+  int world_size, ranks_per_node, nodes, threads;
+  int64_t mem_available; /* bytes one rank may allocate (the smallest rank's) */
+  /* compute */
+  int ngemm;
+  FsdpProfileGemm gemm[FSDP_PROFILE_MAX_GEMMS];
+  double gemm_flops_per_s;      /* matmuls of shapes not listed: all measured FLOP over their time */
+  double peak_flops_per_s;      /* the device's peak, for MFU (0: not known) */
+  double attention_flops_per_s; /* causal attention forward + backward */
+  double stream_bytes_per_s;    /* residual add: 3 * 4 bytes per element */
+  double adamw_bytes_per_s;     /* AdamW: 4 arrays read, 3 written, fp32 */
+  /* collectives; level_size[l] == 0: not measured.  Rank 0's group of
+   * each level, by where its members are: peers on rank 0's node and
+   * elsewhere (what the level measures: node links, or the network) */
+  int level_size[FSDP_PROFILE_NLEVELS];
+  int level_peers_intra[FSDP_PROFILE_NLEVELS], level_peers_inter[FSDP_PROFILE_NLEVELS];
+  FsdpProfileCurve coll[FSDP_PROFILE_NLEVELS][FSDP_COLL_NKINDS];
+} FsdpProfile;
+
+/* Not collective.  Least-squares fit of c's points to t = a + v / b,
+ * each point weighted by 1/t^2 (relative error: small messages count as
+ * much as large ones).  A negative a or b (noise) refits the other term
+ * alone (a = 0, or b = infinity).  Sets c->latency_s and c->bandwidth
+ * (0 = infinite, latency-only). */
+void FsdpProfileFit(FsdpProfileCurve *c);
+
+/* Not collective.  Predicted seconds of one call moving `bytes` (received
+ * volume) on curve c: latency + bytes / bandwidth. */
+double FsdpProfileCurveSeconds(const FsdpProfileCurve *c, double bytes);
+
+/* Not collective.  Rank 0 calls it.  Writes p to path atomically (a
+ * temporary name, then rename): an existing file is replaced only by a
+ * complete one. */
+int FsdpProfileWrite(const FsdpProfile *p, const char *path);
+
+/* Not collective.  Reads path.  A missing file, a file that is not HDF5,
+ * or an HDF5 file that is not an fsdp profile (a checkpoint, a run file)
+ * is a usage error naming the file and what it is. */
+int FsdpProfileRead(const char *path, FsdpProfile *p);
+
+#endif

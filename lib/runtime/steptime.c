@@ -1,0 +1,278 @@
+/* steptime.c: [Note: the schedule replayed] in steptime.h.  Each function
+ * below names the runtime function of fsdp.c it replays. */
+#include "runtime/steptime.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+
+const char *const FsdpStepEventNames[4] = {"gather", "forward", "backward", "reduce"};
+
+typedef enum { SHARDED, GATHERING, UNSHARDED } State;
+
+typedef struct {
+  State state;
+  double gather_end; /* when its gather finishes */
+  long seq;          /* issue order of its gather (the limiter waits on the oldest) */
+  int slot;          /* gather ring slot, -1 none */
+  int holds_grad;    /* has an unsharded gradient buffer */
+  int grad_slot;     /* gradient ring slot (-2: the root's, -1: none) */
+  int first_fwd, last_fwd; /* its first and last forward stage */
+} SimUnit;
+
+typedef struct {
+  const FsdpStepTimeInput *in;
+  SimUnit *u;
+  int *gslot_owner;     /* [gather_slots] */
+  double *rslot_done;   /* [grad_slots]: when the slot's last reduction ends */
+  double root_rslot_done;
+  int next_gslot, next_rslot;
+  double tc, tg, tr;    /* compute thread, gather stream, reduce stream */
+  double exposed, compute, gbusy, rbusy;
+  long seq;
+  int in_flight, max_in_flight;
+  int record;           /* recording events of the reported step */
+  double t0;
+  FsdpStepEvent *ev;
+  int max_ev, nev;
+  int micro;
+} Sim;
+
+static void Note(Sim *s, FsdpStepEventKind kind, int unit, double t)
+{
+  if (!s->record || !s->ev) return;
+  if (s->nev < s->max_ev) s->ev[s->nev] = (FsdpStepEvent){kind, unit, s->micro, t - s->t0};
+  s->nev++;
+}
+
+/* The compute thread blocks until t (an event's end): exposed time. */
+static void WaitUntil(Sim *s, double t)
+{
+  if (t > s->tc) {
+    s->exposed += t - s->tc;
+    s->tc = t;
+  }
+}
+
+/* GradIsShard in fsdp.c: F = 1 with fp32 reductions, no per-micro-step sums. */
+static int GradIsShard(const FsdpStepTimeInput *in)
+{
+  const FsdpRuntimeOptions *o = in->opt;
+  return in->F == 1 && o->reduce_dtype == FSDP_DTYPE_FP32 &&
+         (o->grad_accum <= 1 || !o->accum_comm);
+}
+
+/* UnitIssueGather */
+static int IssueGather(Sim *s, int u)
+{
+  SimUnit *x = &s->u[u];
+  x->state = GATHERING;
+  x->seq = s->seq++;
+  if (s->in->F == 1) { /* [Note: no sharding]: nothing moves */
+    x->gather_end = s->tc;
+  } else {
+    if (!s->in->unit_is_root[u]) {
+      if (s->gslot_owner[s->next_gslot] >= 0)
+        FSDP_ERROR(FSDP_ERR_INTERNAL, "step replay: unit %d needs gather slot %d, held by unit %d",
+                   u, s->next_gslot, s->gslot_owner[s->next_gslot]);
+      s->gslot_owner[s->next_gslot] = u;
+      x->slot = s->next_gslot;
+      s->next_gslot = (s->next_gslot + 1) % s->in->gather_slots;
+    }
+    double start = s->tc > s->tg ? s->tc : s->tg;
+    x->gather_end = start + s->in->gather_s[u];
+    s->tg = x->gather_end;
+    if (s->record) s->gbusy += s->in->gather_s[u];
+    Note(s, FSDP_STEP_EV_GATHER, u, s->tc);
+  }
+  s->in_flight++;
+  if (s->in_flight > s->max_in_flight) s->max_in_flight = s->in_flight;
+  return FSDP_SUCCESS;
+}
+
+/* UnitWaitGather */
+static void WaitGather(Sim *s, int u)
+{
+  WaitUntil(s, s->u[u].gather_end);
+  s->u[u].state = UNSHARDED;
+  s->in_flight--;
+}
+
+/* UnitUnshard */
+static int Unshard(Sim *s, int u)
+{
+  if (s->u[u].state == UNSHARDED) return FSDP_SUCCESS;
+  if (s->u[u].state == SHARDED) FSDP_CALL(IssueGather(s, u));
+  WaitGather(s, u);
+  return FSDP_SUCCESS;
+}
+
+/* UnitPrefetch, with the limiter */
+static int Prefetch(Sim *s, int u)
+{
+  if (u < 0 || s->in->F == 1) return FSDP_SUCCESS;
+  SimUnit *x = &s->u[u];
+  if (x->state != SHARDED) return FSDP_SUCCESS;
+  if (!s->in->unit_is_root[u] && s->gslot_owner[s->next_gslot] >= 0) return FSDP_SUCCESS;
+  int L = s->in->opt->limit_all_gathers;
+  while (L > 0 && s->in_flight >= L) {
+    int oldest = -1;
+    for (int v = 0; v < s->in->nunits; v++)
+      if (s->u[v].state == GATHERING && (oldest < 0 || s->u[v].seq < s->u[oldest].seq)) oldest = v;
+    WaitGather(s, oldest);
+  }
+  return IssueGather(s, u);
+}
+
+/* UnitReshard */
+static void Reshard(Sim *s, int u)
+{
+  SimUnit *x = &s->u[u];
+  if (x->slot >= 0) s->gslot_owner[x->slot] = -1;
+  x->slot = -1;
+  x->state = SHARDED;
+}
+
+/* UnitAcquireGrad: the ring's slot is free once its last reduction ran */
+static void AcquireGrad(Sim *s, int u)
+{
+  SimUnit *x = &s->u[u];
+  const FsdpRuntimeOptions *o = s->in->opt;
+  if (x->holds_grad) return;
+  x->holds_grad = 1;
+  int persistent = o->grad_accum > 1 && !o->accum_comm && !GradIsShard(s->in);
+  if (GradIsShard(s->in) || persistent) return;
+  if (s->in->unit_is_root[u]) {
+    WaitUntil(s, s->root_rslot_done);
+    x->grad_slot = -2;
+  } else {
+    WaitUntil(s, s->rslot_done[s->next_rslot]);
+    x->grad_slot = s->next_rslot;
+    s->next_rslot = (s->next_rslot + 1) % s->in->grad_slots;
+  }
+}
+
+/* UnitReduceGrad */
+static void ReduceGrad(Sim *s, int u, int micro, int nmicro)
+{
+  SimUnit *x = &s->u[u];
+  const FsdpRuntimeOptions *o = s->in->opt;
+  x->holds_grad = 0;
+  if (!o->accum_comm && micro != nmicro - 1) return; /* accumulate locally */
+  if (GradIsShard(s->in) && s->in->R == 1) return;    /* nothing to reduce */
+  double start = s->tc > s->tr ? s->tc : s->tr;
+  s->tr = start + s->in->reduce_s[u];
+  if (s->record) s->rbusy += s->in->reduce_s[u];
+  Note(s, FSDP_STEP_EV_REDUCE, u, s->tc);
+  if (x->grad_slot == -2) s->root_rslot_done = s->tr;
+  else if (x->grad_slot >= 0) s->rslot_done[x->grad_slot] = s->tr;
+  x->grad_slot = -1;
+}
+
+static void RunStage(Sim *s, int st, int backward)
+{
+  const FsdpStepTimeInput *in = s->in;
+  Note(s, backward ? FSDP_STEP_EV_BACKWARD : FSDP_STEP_EV_FORWARD, in->stage_unit[st], s->tc);
+  double t = backward ? in->bwd_s[st] : in->fwd_s[st];
+  s->tc += t;
+  if (s->record) s->compute += t;
+}
+
+/* FsdpRuntimeForwardBackward */
+static int ForwardBackward(Sim *s, int micro, int fwd_prefetch, int *order, int *prev, int *norder)
+{
+  const FsdpStepTimeInput *in = s->in;
+  int raf = in->opt->reshard_after_forward;
+  int bwd_prefetch = in->opt->prefetch != FSDP_PREFETCH_NONE;
+  int pos = 0;
+  s->micro = micro;
+  for (int st = 0; st < in->nstages; st++) {
+    int u = in->stage_unit[st];
+    if (st == s->u[u].first_fwd) order[pos++] = u;
+    FSDP_CALL(Unshard(s, u));
+    if (fwd_prefetch && pos < *norder) FSDP_CALL(Prefetch(s, prev[pos]));
+    RunStage(s, st, 0);
+    if (raf && !in->unit_is_root[u] && st == s->u[u].last_fwd) Reshard(s, u);
+  }
+  *norder = pos;
+  memcpy(prev, order, (size_t)pos * sizeof *order);
+  for (int st = in->nstages - 1; st >= 0; st--) {
+    int u = in->stage_unit[st];
+    FSDP_CALL(Unshard(s, u));
+    if (bwd_prefetch && st > 0 && in->stage_unit[st - 1] != u)
+      FSDP_CALL(Prefetch(s, in->stage_unit[st - 1]));
+    AcquireGrad(s, u);
+    RunStage(s, st, 1);
+    if (st == s->u[u].first_fwd) {
+      ReduceGrad(s, u, micro, in->opt->grad_accum > 0 ? in->opt->grad_accum : 1);
+      Reshard(s, u);
+    }
+  }
+  return FSDP_SUCCESS;
+}
+
+int FsdpStepTimeSimulate(const FsdpStepTimeInput *in, FsdpStepTimeResult *out,
+                         FsdpStepEvent *events, int max_events, int *nevents)
+{
+  memset(out, 0, sizeof *out);
+  if (nevents) *nevents = 0;
+  Sim s;
+  memset(&s, 0, sizeof s);
+  s.in = in;
+  s.ev = events;
+  s.max_ev = max_events;
+  int gslots = in->gather_slots > 0 ? in->gather_slots : 1;
+  int rslots = in->grad_slots > 0 ? in->grad_slots : 1;
+  s.u = calloc((size_t)in->nunits, sizeof *s.u);
+  s.gslot_owner = malloc((size_t)gslots * sizeof *s.gslot_owner);
+  s.rslot_done = calloc((size_t)rslots, sizeof *s.rslot_done);
+  int *order = malloc((size_t)(in->nunits + 1) * sizeof *order);
+  int *prev = malloc((size_t)(in->nunits + 1) * sizeof *prev);
+  int err = FSDP_SUCCESS;
+  if (!s.u || !s.gslot_owner || !s.rslot_done || !order || !prev) {
+    err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_MEM,
+                         "out of memory replaying a step of %d units", in->nunits);
+    goto done;
+  }
+  for (int i = 0; i < gslots; i++) s.gslot_owner[i] = -1;
+  for (int u = 0; u < in->nunits; u++) {
+    s.u[u] = (SimUnit){SHARDED, 0.0, 0, -1, 0, -1, -1, -1};
+  }
+  for (int st = 0; st < in->nstages; st++) {
+    SimUnit *x = &s.u[in->stage_unit[st]];
+    if (x->first_fwd < 0) x->first_fwd = st;
+    x->last_fwd = st;
+  }
+  int K = in->opt->grad_accum > 0 ? in->opt->grad_accum : 1, norder = 0, have_prev = 0;
+  for (int step = 0; step < 2 && !err; step++) {
+    s.record = step == 1;
+    s.t0 = s.tc;
+    if (s.record) s.max_in_flight = 0;
+    for (int m = 0; m < K && !err; m++) {
+      int fwd_prefetch = in->opt->prefetch == FSDP_PREFETCH_BOTH && have_prev;
+      err = ForwardBackward(&s, m, fwd_prefetch, order, prev, &norder);
+      have_prev = 1;
+    }
+    /* FsdpRuntimeFinishGradients, then the optimizer */
+    WaitUntil(&s, s.tr);
+    s.tc += in->optimizer_s;
+    if (s.record) {
+      s.compute += in->optimizer_s;
+      out->step_s = s.tc - s.t0;
+    }
+  }
+  out->compute_s = s.compute;
+  out->exposed_s = out->step_s - s.compute;
+  out->gather_busy_s = s.gbusy;
+  out->reduce_busy_s = s.rbusy;
+  out->max_in_flight = s.max_in_flight;
+  if (nevents) *nevents = s.nev < max_events ? s.nev : max_events;
+done:
+  free(s.u);
+  free(s.gslot_owner);
+  free(s.rslot_done);
+  free(order);
+  free(prev);
+  return err;
+}

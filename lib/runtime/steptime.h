@@ -1,0 +1,73 @@
+/* steptime.h: the step's schedule replayed on a virtual clock, for
+ * fsdp-plan's time prediction.
+ *
+ * [Note: the schedule replayed] FsdpStepTimeSimulate walks the same
+ * program that FsdpRuntimeForwardBackward runs (fsdp.c: stages forward then
+ * backward, on-demand and prefetched gathers under the limiter and the
+ * gather ring, RAF/NRAF reshards, the gradient ring's waits, reductions
+ * after each unit's last backward stage, -grad_accum micro-steps with or
+ * without communication, then the wait for the last reductions and the
+ * optimizer) with three clocks: the compute thread, the all-gather stream
+ * and the reduce stream, each running its work in issue order.  A task
+ * starts when it is issued and its stream is free; the compute thread
+ * advances by each stage's compute time and, when it waits on a gather or
+ * a gradient buffer still in use, to that event's end: those waits are the
+ * exposed communication.  Casts and the loss/norm reductions are not
+ * modelled.  The second of two simulated steps is reported (the first has
+ * no forward prefetch: it has no previous order).
+ * The replay is a second reading of fsdp.c's schedule, so it is held to
+ * it: the event order it reports (FsdpStepEvent) must equal the order of
+ * the same events in a -trace of fsdp-train with the same options
+ * (tests/test_steptime.sh).  A change to the runtime's schedule changes
+ * that order and fails the test until this file follows.
+ */
+#ifndef FSDP_STEPTIME_H
+#define FSDP_STEPTIME_H
+
+#include "runtime/fsdp.h"
+
+typedef enum {
+  FSDP_STEP_EV_GATHER,  /* an all-gather issued (on demand or prefetched) */
+  FSDP_STEP_EV_FORWARD, /* a forward stage starts */
+  FSDP_STEP_EV_BACKWARD,/* a backward stage starts */
+  FSDP_STEP_EV_REDUCE   /* a unit's gradient reduction issued */
+} FsdpStepEventKind;
+
+typedef struct {
+  FsdpStepEventKind kind;
+  int unit;   /* runtime unit index */
+  int micro;  /* micro-step */
+  double t;   /* virtual seconds since the step began: issue or start time */
+} FsdpStepEvent;
+
+typedef struct {
+  const FsdpRuntimeOptions *opt; /* prefetch, limiter, RAF, accumulation */
+  int F, R;                      /* sharding factor, replicas */
+  int nunits, nstages;
+  const int *unit_is_root;       /* [nunits] */
+  const int *stage_unit;         /* [nstages], forward order */
+  const double *fwd_s, *bwd_s;   /* [nstages] compute seconds of each stage */
+  const double *gather_s;        /* [nunits] one all-gather of the unit */
+  const double *reduce_s;        /* [nunits] one reduction (reduce-scatter + all-reduce) */
+  double optimizer_s;            /* clipping and AdamW on the shards */
+  int gather_slots, grad_slots;  /* the rings (FsdpGatherRingPlan, [Note: gather memory]) */
+} FsdpStepTimeInput;
+
+typedef struct {
+  double step_s;        /* one steady-state step */
+  double compute_s;     /* stage compute + optimizer */
+  double exposed_s;     /* compute thread waiting on communication */
+  double gather_busy_s, reduce_busy_s; /* stream busy time in the step */
+  int max_in_flight;    /* most gathers issued and not consumed at once */
+} FsdpStepTimeResult;
+
+/* Not collective, allocates only scratch.  events (may be NULL): the
+ * reported step's events in program order, at most max_events, their
+ * number in *nevents.  FSDP_ERR_INTERNAL if the replay takes a ring slot
+ * that is still held (the runtime would fail the same way). */
+int FsdpStepTimeSimulate(const FsdpStepTimeInput *in, FsdpStepTimeResult *out,
+                         FsdpStepEvent *events, int max_events, int *nevents);
+
+extern const char *const FsdpStepEventNames[4];
+
+#endif

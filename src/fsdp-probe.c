@@ -1,0 +1,662 @@
+/* fsdp-probe: measure the machine a job runs on, for fsdp-plan -profile.
+ *
+ *   mpiexec -n 8 fsdp-probe -model gpt2 -batch_size 4 -profile_out m.h5
+ *   srun fsdp-probe -options_file run.opts -profile_out m.h5
+ *   fsdp-plan -options_file run.opts -world_size 64 -profile m.h5
+ *
+ * Launched like fsdp-train (same options, same ranks and nodes), it
+ * measures with the project's own kernels and collectives ([Note: what a
+ * profile holds] in io/profile.h):
+ *   - every rank at once (so memory bandwidth is shared as in a run): the
+ *     sgemm rate of each matmul shape of the model's first block unit and of
+ *     the head (forward + backward, N = B*T rows), the causal-attention
+ *     kernel, the streaming passes (residual add) and the AdamW update; the
+ *     slowest rank's rate is kept, because a step waits for it;
+ *   - all-gather, reduce-scatter and all-reduce against size on the node
+ *     group, the cross-node group (one rank per node, all such groups at
+ *     once: the node's link is shared as in a run) and the world; each
+ *     point is the median over -probe_reps of the slowest rank's time;
+ *   - the memory a rank can allocate.
+ * Rank 0 writes the profile (HDF5, atomic) and prints the fitted latency
+ * and bandwidth per level and kind.
+ */
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "libfsdp.h"
+#include "driver/train.h"
+#include "io/fileutil.h"
+#include "io/profile.h"
+
+static const char kHelp[] =
+    "fsdp-probe: measure compute rates (the model's matmul shapes, attention,\n"
+    "memory-bound passes), collective time against size (node, cross-node and\n"
+    "world groups) and available memory on the ranks of a job, and write them\n"
+    "to an HDF5 profile that fsdp-plan reads with -profile FILE.\n"
+    "Usage: mpiexec -n W fsdp-probe -profile_out FILE [fsdp-train options]\n";
+
+/* A cluster on paper (-describe): every rate given, nothing measured. */
+typedef struct {
+  int on;
+  int64_t nodes, ranks_per_node;
+  const char *backend, *host, *device;
+  double gemm_flops, attention_flops, stream_bw, adamw_bw, mem;
+  double node_latency, node_bw, net_latency, net_bw_per_node;
+} Description;
+
+typedef struct {
+  FsdpTrainOptions t;
+  const char *out;
+  int64_t min_bytes, max_bytes;
+  int reps, compute;
+  double peak_flops;
+  Description d;
+} ProbeOptions;
+
+static const char *const kBackendNames[] = {"mpi", "nccl", NULL};
+
+static int DescriptionFromDb(FsdpOpts db, Description *d)
+{
+  const char *g = "Describe";
+  int idx = 0;
+  FSDP_CALL(FsdpOptsGetBool(db, g, "describe", "write a profile of a cluster described by the "
+                            "-describe_* options instead of measuring this one (one process)", 0,
+                            &d->on));
+  FSDP_CALL(FsdpOptsGetInt(db, g, "describe_nodes", "nodes of the described cluster", 1, 1,
+                           1 << 20, &d->nodes));
+  FSDP_CALL(FsdpOptsGetInt(db, g, "describe_ranks_per_node", "ranks (GPUs) per node", 8, 1,
+                           1 << 12, &d->ranks_per_node));
+  FSDP_CALL(FsdpOptsGetEnum(db, g, "describe_backend", "collectives back-end the rates are for",
+                            kBackendNames, 1, &idx));
+  d->backend = kBackendNames[idx];
+  FSDP_CALL(FsdpOptsGetString(db, g, "describe_host", "name of the described cluster",
+                              "described", &d->host));
+  FSDP_CALL(FsdpOptsGetString(db, g, "describe_device", "the device of a rank (CPU or GPU model)",
+                              "unknown", &d->device));
+  FSDP_CALL(FsdpOptsGetDouble(db, g, "describe_gemm_flops", "sustained matmul rate of one rank, "
+                              "FLOP/s", 0, 0, 1e18, &d->gemm_flops));
+  FSDP_CALL(FsdpOptsGetDouble(db, g, "describe_attention_flops", "sustained attention rate of one "
+                              "rank, FLOP/s (0: the matmul rate)", 0, 0, 1e18, &d->attention_flops));
+  FSDP_CALL(FsdpOptsGetDouble(db, g, "describe_stream_bw", "memory bandwidth of one rank for "
+                              "streaming passes, bytes/s", 0, 0, 1e16, &d->stream_bw));
+  FSDP_CALL(FsdpOptsGetDouble(db, g, "describe_adamw_bw", "memory bandwidth of the AdamW update, "
+                              "bytes/s (0: the streaming bandwidth)", 0, 0, 1e16, &d->adamw_bw));
+  FSDP_CALL(FsdpOptsGetDouble(db, g, "describe_memory", "bytes one rank may allocate", 0, 0,
+                              1e16, &d->mem));
+  FSDP_CALL(FsdpOptsGetDouble(db, g, "describe_node_latency", "latency of a collective inside a "
+                              "node, s", 10e-6, 0, 10, &d->node_latency));
+  FSDP_CALL(FsdpOptsGetDouble(db, g, "describe_node_bw", "bandwidth at which one rank receives "
+                              "from peers on its node, bytes/s", 0, 0, 1e16, &d->node_bw));
+  FSDP_CALL(FsdpOptsGetDouble(db, g, "describe_net_latency", "latency of a collective across "
+                              "nodes, s", 20e-6, 0, 10, &d->net_latency));
+  FSDP_CALL(FsdpOptsGetDouble(db, g, "describe_net_bw_per_node", "bandwidth of a node's links "
+                              "to the other nodes, bytes/s, shared by its ranks", 0, 0, 1e16,
+                              &d->net_bw_per_node));
+  return FSDP_SUCCESS;
+}
+
+static int ProbeOptionsFromDb(FsdpOpts db, ProbeOptions *po)
+{
+  memset(po, 0, sizeof *po);
+  const char *g = "Probe";
+  int64_t v;
+  FSDP_CALL(FsdpTrainOptionsFromDb(db, &po->t));
+  FSDP_CALL(FsdpOptsGetString(db, g, "profile_out", "HDF5 file the profile is written to "
+                              "(required; replaced atomically)", "", &po->out));
+  FSDP_CALL(FsdpOptsGetInt(db, g, "probe_min_bytes", "smallest collective message (bytes of the "
+                           "whole buffer, per call)", 4096, 64, (int64_t)1 << 40, &po->min_bytes));
+  FSDP_CALL(FsdpOptsGetInt(db, g, "probe_max_bytes", "largest collective message (bytes of the "
+                           "whole buffer); sizes double from the smallest", 16 << 20, 64,
+                           (int64_t)1 << 40, &po->max_bytes));
+  FSDP_CALL(FsdpOptsGetInt(db, g, "probe_reps", "timed repetitions per point (the median is "
+                           "kept)", 5, 1, 1000, &v));
+  po->reps = (int)v;
+  FSDP_CALL(FsdpOptsGetBool(db, g, "probe_compute", "measure the compute rates (0: "
+                            "collectives and memory only)", 1, &po->compute));
+  FSDP_CALL(FsdpOptsGetDouble(db, g, "probe_peak_flops", "the device's peak FLOP/s, recorded "
+                              "for fsdp-plan's MFU (0: not known)", 0, 0, 1e18, &po->peak_flops));
+  FSDP_CALL(DescriptionFromDb(db, &po->d));
+  return FSDP_SUCCESS;
+}
+
+static int CheckProbeOptions(const ProbeOptions *po)
+{
+  if (!po->out[0])
+    FSDP_ERROR(FSDP_ERR_USAGE, "fsdp-probe needs -profile_out FILE (the HDF5 profile to write)");
+  if (po->min_bytes > po->max_bytes)
+    FSDP_ERROR(FSDP_ERR_USAGE, "-probe_min_bytes %lld is larger than -probe_max_bytes %lld",
+               (long long)po->min_bytes, (long long)po->max_bytes);
+  const Description *d = &po->d;
+  if (d->on) {
+    const struct {
+      const char *name;
+      double v;
+    } need[] = {{"-describe_gemm_flops", d->gemm_flops}, {"-describe_stream_bw", d->stream_bw},
+                {"-describe_memory", d->mem}, {"-describe_node_bw", d->node_bw},
+                {"-describe_net_bw_per_node", d->net_bw_per_node}};
+    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
+      if (!(need[i].v > 0) && !(i >= 3 && (i == 3 ? d->ranks_per_node == 1 : d->nodes == 1)))
+        FSDP_ERROR(FSDP_ERR_USAGE, "-describe needs %s (a positive rate)", need[i].name);
+    return FSDP_SUCCESS;
+  }
+  if (po->t.device_cuda)
+    FSDP_ERROR(FSDP_ERR_USAGE, "-device cuda: fsdp-probe measures the CPU back-end (MPI "
+               "collectives, CPU kernels) in this version; run it with -device cpu");
+  return FSDP_SUCCESS;
+}
+
+/* Collective on world.  Rank 0 checks before anything is measured that
+ * the profile can be written where asked, so a bad -profile_out is a usage
+ * error on every rank, not a failure after minutes of probing. */
+static int CheckOutputPath(const char *path)
+{
+  int rank = 0, bad = 0;
+  char msg[512] = "";
+  FSDP_CALL_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  if (rank == 0) {
+    char dir[4096];
+    FsdpDirName(path, dir, sizeof dir);
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+      bad = 1;
+      FsdpMsgf(msg, sizeof msg, "-profile_out %s is a directory (expected a file name)", path);
+    } else if (access(dir, W_OK) != 0) {
+      bad = 1;
+      FsdpMsgf(msg, sizeof msg, "-profile_out %s: its directory %s is not writable: %s", path, dir,
+               strerror(errno));
+    }
+  }
+  FSDP_CALL_MPI(MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD));
+  if (bad) FSDP_ERROR(FSDP_ERR_USAGE, "%s", msg);
+  return FSDP_SUCCESS;
+}
+
+static int CompareDouble(const void *a, const void *b)
+{
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double Median(double *x, int n)
+{
+  qsort(x, (size_t)n, sizeof *x, CompareDouble);
+  return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+/* The slowest rank's value of a time (or smallest of a rate) over world. */
+static int WorldMax(double *v)
+{
+  FSDP_CALL_MPI(MPI_Allreduce(MPI_IN_PLACE, v, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+  return FSDP_SUCCESS;
+}
+
+/* ---- compute ---------------------------------------------------------- */
+
+typedef struct {
+  const FsdpKernelOps *k;
+  float *a, *b, *c, *d, *e; /* scratch, each max_elems */
+  size_t max_elems;
+} Scratch;
+
+/* Median seconds of reps calls of fn(ctx) on every rank at once (a
+ * barrier before each, so ranks contend as in a step), slowest rank. */
+typedef void (*ComputeFn)(const Scratch *s, const int64_t *shape);
+
+static int TimeCompute(const Scratch *s, ComputeFn fn, const int64_t *shape, int reps, double *sec)
+{
+  double *t = malloc((size_t)reps * sizeof *t);
+  FSDP_CHECK_ALLOC(t, (size_t)reps * sizeof *t);
+  fn(s, shape); /* warm-up: page faults, BLAS buffers */
+  for (int r = 0; r < reps; r++) {
+    FSDP_CALL_MPI(MPI_Barrier(MPI_COMM_WORLD));
+    double t0 = MPI_Wtime();
+    fn(s, shape);
+    t[r] = MPI_Wtime() - t0;
+  }
+  *sec = Median(t, reps);
+  free(t);
+  return WorldMax(sec);
+}
+
+static void GemmFwdBwd(const Scratch *s, const int64_t *sh)
+{
+  int N = (int)sh[0], C = (int)sh[1], OC = (int)sh[2];
+  /* a: inp (N,C), b: weight (OC,C), c: out / dout (N,OC), d: dinp, e: dweight */
+  s->k->matmul_forward(s->c, s->a, s->b, NULL, N, C, OC);
+  s->k->matmul_backward(s->d, s->e, NULL, s->c, s->a, s->b, N, C, OC);
+}
+
+static void AttentionFwdBwd(const Scratch *s, const int64_t *sh)
+{
+  int B = (int)sh[0], T = (int)sh[1], C = (int)sh[2], NH = (int)sh[3];
+  size_t att = (size_t)B * NH * T * T;
+  float *qkv = s->a, *out = s->b, *preatt = s->c, *attn = s->c + att;
+  float *dqkv = s->d, *dpre = s->e, *datt = s->e + att;
+  s->k->attention_forward(out, preatt, attn, qkv, B, T, C, NH);
+  s->k->attention_backward(dqkv, dpre, datt, out, qkv, attn, B, T, C, NH);
+}
+
+static void Stream(const Scratch *s, const int64_t *sh)
+{
+  s->k->residual_forward(s->c, s->a, s->b, (size_t)sh[0]);
+}
+
+static void AdamW(const Scratch *s, const int64_t *sh)
+{
+  s->k->adamw_update(s->a, s->b, s->c, s->d, (size_t)sh[0], 1e-12f, 0.9f, 0.95f, 1e-8f, 0.0f,
+                     1.0f, 1);
+}
+
+/* The matmul shapes of the model: every 2-D parameter (OC, C) of its first
+ * non-root unit (one block: the same shapes repeat in every block), and the
+ * root's largest 2-D parameter as the head (the tied embedding or the
+ * untied lm head), all with N = B*T rows. */
+static int ModelGemms(const ProbeOptions *po, FsdpProfile *p)
+{
+  GptModel m = NULL;
+  int B = po->t.batch_size, T = po->t.model.seq_len;
+  FSDP_CALL(GptModelCreate(&po->t.model, 1, B, T, FsdpKernelsCpu(), (uint64_t)po->t.seed, &m));
+  const FsdpModelTable *tb = GptModelTable(m);
+  const FsdpParamSpec *head = NULL;
+  const char *head_unit = "";
+  int block = -1;
+  for (int u = 0; u < tb->nunits; u++) {
+    const FsdpModelUnit *un = &tb->units[u];
+    if (!un->is_root && block < 0) block = u;
+    if (!un->is_root) continue;
+    for (int i = 0; i < un->nparams; i++)
+      if (un->params[i].ndim == 2 && (!head || un->params[i].shape[0] > head->shape[0])) {
+        head = &un->params[i];
+        head_unit = un->name;
+      }
+  }
+  p->ngemm = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    const FsdpModelUnit *un = pass == 0 && block >= 0 ? &tb->units[block] : NULL;
+    int n = pass == 0 ? (un ? un->nparams : 0) : (head ? 1 : 0);
+    for (int i = 0; i < n && p->ngemm < FSDP_PROFILE_MAX_GEMMS; i++) {
+      const FsdpParamSpec *sp = pass == 0 ? &un->params[i] : head;
+      if (sp->ndim != 2) continue;
+      FsdpProfileGemm *g = &p->gemm[p->ngemm++];
+      FsdpMsgf(g->name, sizeof g->name, "%s/%s", pass == 0 ? un->name : head_unit, sp->name);
+      g->N = (int64_t)B * T;
+      g->OC = sp->shape[0];
+      g->C = sp->shape[1];
+    }
+  }
+  FSDP_CALL(GptModelDestroy(&m));
+  return FSDP_SUCCESS;
+}
+
+static int ProbeCompute(const ProbeOptions *po, FsdpProfile *p)
+{
+  FSDP_CALL(ModelGemms(po, p));
+  const GptConfig *c = &po->t.model;
+  int64_t B = po->t.batch_size, T = c->seq_len, C = c->n_embd, NH = c->n_head;
+  size_t need = (size_t)1 << 22;
+  for (int i = 0; i < p->ngemm; i++) {
+    size_t a = (size_t)(p->gemm[i].N * p->gemm[i].C), b = (size_t)(p->gemm[i].OC * p->gemm[i].C),
+           o = (size_t)(p->gemm[i].N * p->gemm[i].OC);
+    if (a > need) need = a;
+    if (b > need) need = b;
+    if (o > need) need = o;
+  }
+  size_t att = (size_t)(2 * B * NH * T * T), qkv = (size_t)(3 * B * T * C);
+  if (att > need) need = att;
+  if (qkv > need) need = qkv;
+  Scratch s = {FsdpKernelsCpu(), NULL, NULL, NULL, NULL, NULL, need};
+  float **bufs[5] = {&s.a, &s.b, &s.c, &s.d, &s.e};
+  int err = FSDP_SUCCESS;
+  for (int i = 0; i < 5 && !err; i++) err = FsdpMalloc(FSDP_MEM_OTHER, need * sizeof(float), bufs[i]);
+  /* inputs of moderate size, so no kernel meets denormals or infinities */
+  for (size_t i = 0; !err && i < need; i++) {
+    float x = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+    s.a[i] = x;
+    s.b[i] = 0.5f * x;
+    s.c[i] = s.d[i] = s.e[i] = 0.0f;
+  }
+  for (int i = 0; !err && i < p->ngemm; i++) {
+    FsdpProfileGemm *g = &p->gemm[i];
+    int64_t sh[3] = {g->N, g->C, g->OC};
+    double sec = 0;
+    err = TimeCompute(&s, GemmFwdBwd, sh, po->reps, &sec);
+    g->flops_per_s = sec > 0 ? 6.0 * (double)g->N * (double)g->C * (double)g->OC / sec : 0;
+  }
+  if (!err) {
+    int64_t sh[4] = {B, T, C, NH};
+    double sec = 0;
+    err = TimeCompute(&s, AttentionFwdBwd, sh, po->reps, &sec);
+    p->attention_flops_per_s = sec > 0 ? 12.0 * (double)B * (double)T * (double)T * (double)C / sec : 0;
+  }
+  /* the rate of all matmuls together, for shapes not measured */
+  double flop = 0, sec = 0;
+  for (int i = 0; !err && i < p->ngemm; i++) {
+    double f = 6.0 * (double)p->gemm[i].N * (double)p->gemm[i].C * (double)p->gemm[i].OC;
+    if (p->gemm[i].flops_per_s > 0) {
+      flop += f;
+      sec += f / p->gemm[i].flops_per_s;
+    }
+  }
+  p->gemm_flops_per_s = sec > 0 ? flop / sec : 0;
+  if (!err) {
+    int64_t n = (int64_t)need;
+    double sec = 0;
+    err = TimeCompute(&s, Stream, &n, po->reps, &sec);
+    p->stream_bytes_per_s = sec > 0 ? 12.0 * (double)n / sec : 0;
+    if (!err) err = TimeCompute(&s, AdamW, &n, po->reps, &sec);
+    p->adamw_bytes_per_s = sec > 0 ? 28.0 * (double)n / sec : 0;
+  }
+  for (int i = 0; i < 5; i++) FsdpFree(bufs[i]);
+  return err;
+}
+
+/* ---- collectives ------------------------------------------------------ */
+
+/* One call of kind on g moving a buffer of `elems` fp32 elements in all
+ * (all-gather: received; reduce-scatter: sent; all-reduce: the buffer). */
+static int CollOnce(FsdpColl coll, const FsdpGroup *g, FsdpCollKind kind, float *a, float *b,
+                    size_t elems)
+{
+  size_t count = elems / (size_t)g->size;
+  switch (kind) {
+  case FSDP_COLL_ALL_GATHER:
+    return FsdpCollAllGather(coll, g, a, b, count, FSDP_DTYPE_FP32);
+  case FSDP_COLL_REDUCE_SCATTER:
+    return FsdpCollReduceScatter(coll, g, a, b, count, FSDP_DTYPE_FP32, 1.0f);
+  default:
+    return FsdpCollAllReduce(coll, g, a, elems, FSDP_DTYPE_FP32, 1.0f);
+  }
+}
+
+/* Every rank of world calls it, each with its own group of the level (the
+ * groups of a level run at once).  Curve points: received volume per rank
+ * against the median over reps of the slowest rank's time. */
+static int ProbeLevel(const ProbeOptions *po, FsdpColl coll, const FsdpGroup *g, FsdpCollKind kind,
+                      float *a, float *b, FsdpProfileCurve *c)
+{
+  double *t = malloc((size_t)po->reps * sizeof *t);
+  FSDP_CHECK_ALLOC(t, (size_t)po->reps * sizeof *t);
+  c->n = 0;
+  int err = FSDP_SUCCESS;
+  for (int64_t bytes = po->min_bytes; !err && bytes <= po->max_bytes && c->n < FSDP_PROFILE_MAX_SIZES;
+       bytes *= 2) {
+    /* a whole number of elements per rank */
+    size_t elems = (size_t)bytes / 4 / (size_t)g->size * (size_t)g->size;
+    if (elems == 0) elems = (size_t)g->size;
+    err = CollOnce(coll, g, kind, a, b, elems); /* warm-up */
+    for (int r = 0; !err && r < po->reps; r++) {
+      int e = MPI_Barrier(MPI_COMM_WORLD);
+      if (e != MPI_SUCCESS) FSDP_CALL_MPI(e);
+      double t0 = MPI_Wtime();
+      err = CollOnce(coll, g, kind, a, b, elems);
+      t[r] = MPI_Wtime() - t0;
+      if (!err) err = WorldMax(&t[r]);
+    }
+    if (err) break;
+    uint64_t vol = 0, intra = 0, inter = 0;
+    FsdpCollVolume(kind, g, elems, 4, &vol, &intra, &inter);
+    c->bytes[c->n] = (double)vol;
+    c->seconds[c->n] = Median(t, po->reps);
+    c->n++;
+  }
+  free(t);
+  if (!err) FsdpProfileFit(c);
+  return err;
+}
+
+/* Collective on g.  g's peers on my node and elsewhere, from where its
+ * members are (the volume split of [Note: byte accounting] needs them). */
+static int CountPeers(FsdpTopo topo, FsdpGroup *g)
+{
+  int me = 0;
+  FSDP_CALL_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &me));
+  int *ranks = malloc((size_t)g->size * sizeof *ranks);
+  FSDP_CHECK_ALLOC(ranks, (size_t)g->size * sizeof *ranks);
+  int e = MPI_Allgather(&me, 1, MPI_INT, ranks, 1, MPI_INT, g->comm);
+  if (e != MPI_SUCCESS) free(ranks);
+  FSDP_CALL_MPI(e);
+  g->peers_intra = g->peers_inter = 0;
+  for (int i = 0; i < g->size; i++)
+    if (ranks[i] != me)
+      FsdpTopoNodeOfRank(topo, ranks[i]) == FsdpTopoNodeOfRank(topo, me) ? g->peers_intra++
+                                                                          : g->peers_inter++;
+  free(ranks);
+  return FSDP_SUCCESS;
+}
+
+static int ProbeCollectives(const ProbeOptions *po, FsdpTopo topo, FsdpProfile *p)
+{
+  const FsdpGroup *world = FsdpTopoWorld(topo), *node = FsdpTopoNode(topo);
+  int N = FsdpTopoNumNodes(topo);
+  /* the cross-node group: the ranks with my position in their node */
+  FsdpGroup cross = {MPI_COMM_NULL, 0, 0, 0, 0, "cross-node"};
+  FSDP_CALL_MPI(MPI_Comm_split(world->comm, node->rank, FsdpTopoNodeIndex(topo), &cross.comm));
+  FSDP_CALL_MPI(MPI_Comm_size(cross.comm, &cross.size));
+  FSDP_CALL_MPI(MPI_Comm_rank(cross.comm, &cross.rank));
+  FSDP_CALL(CountPeers(topo, &cross));
+  const FsdpGroup *groups[FSDP_PROFILE_NLEVELS] = {node, &cross, world};
+  for (int l = 0; l < FSDP_PROFILE_NLEVELS; l++) {
+    p->level_peers_intra[l] = groups[l]->peers_intra;
+    p->level_peers_inter[l] = groups[l]->peers_inter;
+  }
+  /* a level of one rank moves nothing; cross-node groups exist only with
+   * several nodes, and are all alike only when every node has G ranks */
+  p->level_size[FSDP_PROFILE_NODE] = node->size > 1 ? node->size : 0;
+  p->level_size[FSDP_PROFILE_CROSS] = N > 1 ? cross.size : 0;
+  p->level_size[FSDP_PROFILE_WORLD] = world->size > 1 ? world->size : 0;
+  FsdpColl coll = NULL;
+  float *a = NULL, *b = NULL;
+  size_t elems = (size_t)(po->max_bytes / 4) + (size_t)world->size;
+  int err = FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &coll);
+  if (!err) err = FsdpMalloc(FSDP_MEM_OTHER, elems * sizeof(float), &a);
+  if (!err) err = FsdpMalloc(FSDP_MEM_OTHER, elems * sizeof(float), &b);
+  for (size_t i = 0; !err && i < elems; i++) a[i] = b[i] = 1.0f;
+  for (int l = 0; !err && l < FSDP_PROFILE_NLEVELS; l++)
+    for (int k = 0; !err && p->level_size[l] > 0 && k < FSDP_COLL_NKINDS; k++)
+      err = ProbeLevel(po, coll, groups[l], (FsdpCollKind)k, a, b, &p->coll[l][k]);
+  FsdpFree(&a);
+  FsdpFree(&b);
+  if (coll) FsdpCollDestroy(&coll);
+  MPI_Comm_free(&cross.comm);
+  return err;
+}
+
+/* ---- memory and identity ---------------------------------------------- */
+
+/* MemAvailable of /proc/meminfo shared by the ranks of my node; the
+ * smallest over ranks. */
+static int ProbeMemory(FsdpTopo topo, FsdpProfile *p)
+{
+  double avail = 0;
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (f) {
+    char line[256];
+    long long kb = 0;
+    while (fgets(line, sizeof line, f))
+      if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+    fclose(f);
+    avail = (double)kb * 1024.0 / FsdpTopoNode(topo)->size;
+  }
+  FSDP_CALL_MPI(MPI_Allreduce(MPI_IN_PLACE, &avail, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD));
+  p->mem_available = (int64_t)avail;
+  return FSDP_SUCCESS;
+}
+
+static void ProbeIdentity(const ProbeOptions *po, FsdpTopo topo, FsdpProfile *p)
+{
+  gethostname(p->host, sizeof p->host - 1);
+  snprintf(p->cpu, sizeof p->cpu, "unknown");
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (f) {
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+      char *colon = strchr(line, ':');
+      if (strncmp(line, "model name", 10) == 0 && colon) {
+        colon += 1 + (colon[1] == ' ');
+        colon[strcspn(colon, "\n")] = '\0';
+        snprintf(p->cpu, sizeof p->cpu, "%s", colon);
+        break;
+      }
+    }
+    fclose(f);
+  }
+  time_t now = time(NULL);
+  strftime(p->date, sizeof p->date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+  snprintf(p->backend, sizeof p->backend, "mpi");
+  snprintf(p->source, sizeof p->source, "measured");
+  snprintf(p->blas_core, sizeof p->blas_core, "%s", FsdpKernelsCpuBlasCore());
+  snprintf(p->model, sizeof p->model, "%s", po->t.model_name);
+  p->world_size = FsdpTopoWorld(topo)->size;
+  p->ranks_per_node = FsdpTopoRanksPerNode(topo);
+  p->nodes = FsdpTopoNumNodes(topo);
+  p->threads = omp_get_max_threads();
+}
+
+/* A curve of two points on t = latency + v / bandwidth (the fit gives
+ * them back exactly). */
+static void DescribedCurve(FsdpProfileCurve *c, double latency, double bandwidth)
+{
+  c->n = 2;
+  c->bytes[0] = 1 << 20;
+  c->bytes[1] = 1 << 30;
+  for (int i = 0; i < 2; i++) c->seconds[i] = latency + c->bytes[i] / bandwidth;
+  FsdpProfileFit(c);
+}
+
+/* -describe: the profile of a cluster on paper.  Node level: G ranks at
+ * the node bandwidth; cross-node level: one rank per node, G such groups
+ * sharing each node's links (net_bw_per_node / G each); world: the
+ * slower of the two, with the network's latency. */
+static void DescribeProfile(const ProbeOptions *po, FsdpProfile *p)
+{
+  const Description *d = &po->d;
+  memset(p, 0, sizeof *p);
+  snprintf(p->host, sizeof p->host, "%s", d->host);
+  snprintf(p->cpu, sizeof p->cpu, "%s", d->device);
+  time_t now = time(NULL);
+  strftime(p->date, sizeof p->date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+  snprintf(p->backend, sizeof p->backend, "%s", d->backend);
+  snprintf(p->blas_core, sizeof p->blas_core, "n/a");
+  snprintf(p->model, sizeof p->model, "%s", po->t.model_name);
+  snprintf(p->source, sizeof p->source, "described");
+  p->nodes = (int)d->nodes;
+  p->ranks_per_node = (int)d->ranks_per_node;
+  p->world_size = p->nodes * p->ranks_per_node;
+  p->threads = 1;
+  p->mem_available = (int64_t)d->mem;
+  p->gemm_flops_per_s = d->gemm_flops;
+  p->peak_flops_per_s = po->peak_flops;
+  p->attention_flops_per_s = d->attention_flops > 0 ? d->attention_flops : d->gemm_flops;
+  p->stream_bytes_per_s = d->stream_bw;
+  p->adamw_bytes_per_s = d->adamw_bw > 0 ? d->adamw_bw : d->stream_bw;
+  int G = p->ranks_per_node, N = p->nodes;
+  double net = d->net_bw_per_node / G;
+  const struct {
+    int size, intra, inter;
+    double latency, bw;
+  } lv[FSDP_PROFILE_NLEVELS] = {
+      {G > 1 ? G : 0, G - 1, 0, d->node_latency, d->node_bw},
+      {N > 1 ? N : 0, 0, N - 1, d->net_latency, net},
+      {p->world_size > 1 ? p->world_size : 0, G - 1, p->world_size - G,
+       N > 1 ? d->net_latency : d->node_latency, N > 1 && net < d->node_bw ? net : d->node_bw}};
+  for (int l = 0; l < FSDP_PROFILE_NLEVELS; l++) {
+    p->level_size[l] = lv[l].size;
+    p->level_peers_intra[l] = lv[l].intra;
+    p->level_peers_inter[l] = lv[l].inter;
+    for (int k = 0; lv[l].size && k < FSDP_COLL_NKINDS; k++)
+      DescribedCurve(&p->coll[l][k], lv[l].latency, lv[l].bw);
+  }
+}
+
+static void PrintProfile(const FsdpProfile *p, const char *path)
+{
+  printf("fsdp-probe: %s (%s), %d ranks (%d nodes x %d), %d threads per rank, BLAS core %s, %s\n",
+         p->host, p->source, p->world_size, p->nodes, p->ranks_per_node, p->threads, p->blas_core,
+         p->cpu);
+  for (int i = 0; i < p->ngemm; i++)
+    printf("  matmul %-34s N %6lld C %6lld OC %6lld  %8.2f GFLOP/s\n", p->gemm[i].name,
+           (long long)p->gemm[i].N, (long long)p->gemm[i].C, (long long)p->gemm[i].OC,
+           p->gemm[i].flops_per_s / 1e9);
+  printf("  matmuls (all shapes) %.2f GFLOP/s; peak %.2f GFLOP/s\n", p->gemm_flops_per_s / 1e9,
+         p->peak_flops_per_s / 1e9);
+  if (p->gemm_flops_per_s > 0)
+    printf("  attention %.2f GFLOP/s | streaming %.2f GB/s | AdamW %.2f GB/s\n",
+           p->attention_flops_per_s / 1e9, p->stream_bytes_per_s / 1e9, p->adamw_bytes_per_s / 1e9);
+  printf("  memory available per rank: %.2f GiB\n", p->mem_available / 1073741824.0);
+  for (int l = 0; l < FSDP_PROFILE_NLEVELS; l++) {
+    if (!p->level_size[l]) {
+      printf("  %-6s (not measured: a group of one rank, or one node)\n", FsdpProfileLevelNames[l]);
+      continue;
+    }
+    for (int k = 0; k < FSDP_COLL_NKINDS; k++) {
+      const FsdpProfileCurve *c = &p->coll[l][k];
+      printf("  %-6s %2d ranks %-15s latency %9.2f us  bandwidth %9.3f GB/s (received)\n",
+             FsdpProfileLevelNames[l], p->level_size[l], FsdpCollKindNames[k], c->latency_s * 1e6,
+             c->bandwidth / 1e9);
+    }
+  }
+  printf("fsdp-probe: profile written to %s\n", path);
+}
+
+static int Run(int argc, char **argv)
+{
+  FsdpOpts db = NULL;
+  ProbeOptions po;
+  FsdpTopo topo = NULL;
+  FSDP_CALL(FsdpOptsCreate(MPI_COMM_WORLD, argc, argv, &db));
+  int err = ProbeOptionsFromDb(db, &po);
+  if (FsdpOptsHelpRequested(db)) {
+    FsdpOptsPrintHelp(db, stdout, kHelp);
+    FsdpOptsDestroy(&db);
+    return FSDP_SUCCESS;
+  }
+  if (!err) err = FsdpOptsCheckUnknown(db);
+  if (!err) err = CheckProbeOptions(&po);
+  if (!err) err = CheckOutputPath(po.out);
+  FsdpProfile *p = calloc(1, sizeof *p);
+  if (!err && !p) err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_MEM,
+                                       "out of memory for a profile (%zu bytes)", sizeof *p);
+  if (!err && po.d.on) {
+    DescribeProfile(&po, p);
+  } else if (!err) {
+    err = FsdpTopoCreate(MPI_COMM_WORLD, &po.t.topo, &topo);
+    if (!err) ProbeIdentity(&po, topo, p);
+    if (!err) err = ProbeMemory(topo, p);
+    if (!err && po.compute) err = ProbeCompute(&po, p);
+    if (!err) err = ProbeCollectives(&po, topo, p);
+    p->peak_flops_per_s = po.peak_flops;
+  }
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (!err && rank == 0) {
+    err = FsdpProfileWrite(p, po.out);
+    if (!err) PrintProfile(p, po.out);
+    fflush(stdout);
+  }
+  free(p);
+  if (topo) FsdpTopoDestroy(&topo);
+  FsdpOptsDestroy(&db);
+  return err;
+}
+
+int main(int argc, char **argv)
+{
+  int err = FsdpInitialize(&argc, &argv);
+  if (err) {
+    FsdpFinalize();
+    return FsdpExitStatus(err);
+  }
+  err = Run(argc, argv);
+  /* a usage error is found alike on every rank; anything else (rank 0's
+   * write failing) may leave the others waiting */
+  if (err && err != FSDP_ERR_USAGE) FsdpAbort(err);
+  FsdpFinalize();
+  return FsdpExitStatus(err);
+}

@@ -1,0 +1,225 @@
+#!/bin/sh
+# test_probe.sh: fsdp-probe measures and writes a profile that says what it
+# measured, and fsdp-plan -profile predicts from it by the stated rule.
+#  1. fsdp-probe on 4 ranks as 2 emulated nodes x 2 (-model tiny): the
+#     profile's attributes name the run (4 ranks, 2 nodes, 2 per node,
+#     backend mpi, the model, the BLAS core); node, cross-node and world
+#     levels have groups of 2, 2 and 4 whose members lie where they should
+#     (node: same node; cross: the other node; world: both); every curve has one point per
+#     doubling from -probe_min_bytes to -probe_max_bytes with exactly the
+#     received volume of [Note: byte accounting] and positive times, and a
+#     fit of non-negative terms; the matmul shapes are the tiny model's
+#     block weights and its head with N = B*T; rates and memory positive.
+#  2. fsdp-plan -profile on the same topology: every predicted collective
+#     time equals calls x latency + intra bytes / node bandwidth + inter
+#     bytes / cross-node bandwidth recomputed here from the profile and the
+#     plan's own byte counters; compute equals the sum of its parts.
+#  3. fsdp-probe -describe: a 2-node x 8 cluster on paper gives the
+#     stated latency and bandwidth at each level (the network's per-node
+#     bandwidth shared by the node's ranks), and fsdp-plan's MFU and
+#     tokens/s follow from its predicted step by their definitions.
+#  4. Bad input, each a usage error (exit 2) naming what is wrong: no
+#     -profile_out; a -profile_out in a missing directory (every rank
+#     exits 2 and no file appears); a missing profile; an HDF5 file that is
+#     not a profile; a profile of fewer nodes, other ranks per node, or
+#     another back-end than the plan.
+#   usage: test_probe.sh MPIEXEC "PREFLAGS" BINDIR
+set -u
+MPIEXEC=$1
+PREFLAGS=$2
+BIN=$3
+tmp=$(mktemp -d /tmp/fsdp_test_probe.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+py=""
+for p in python3 /usr/bin/python3; do
+  if "$p" -c 'import h5py, numpy' >/dev/null 2>&1; then py=$p; break; fi
+done
+if [ -z "$py" ]; then
+  echo "SKIP: the profile checks need h5py and numpy (apt-get install python3-h5py python3-numpy)"
+  exit 77
+fi
+
+# ---- 1. a probe and its file ------------------------------------------------
+# shellcheck disable=SC2086
+if ! timeout 240 "$MPIEXEC" $PREFLAGS -n 4 "$BIN/fsdp-probe" -model tiny -batch_size 2 \
+     -ranks_per_node 2 -probe_min_bytes 1024 -probe_max_bytes 16384 -probe_reps 3 \
+     -profile_out "$tmp/prof.h5" >"$tmp/probe.out" 2>"$tmp/probe.err"; then
+  fail "fsdp-probe failed:"; tail -n 5 "$tmp/probe.err" | sed 's/^/    /'
+  exit 1
+fi
+"$py" - "$tmp/prof.h5" <<'PY' || fail "the profile's contents (above)"
+import sys, h5py, numpy as np
+f = h5py.File(sys.argv[1], "r")
+a = f.attrs
+def s(x): return x.decode() if isinstance(x, bytes) else str(x)
+bad = []
+def want(what, have, expect):
+    if have != expect: bad.append("%s: %r, expected %r" % (what, have, expect))
+want("kind", s(a["kind"]), "fsdp-profile")
+want("world_size", int(a["world_size"]), 4)
+want("nodes", int(a["nodes"]), 2)
+want("ranks_per_node", int(a["ranks_per_node"]), 2)
+want("backend", s(a["backend"]), "mpi")
+want("model", s(a["model"]), "tiny")
+if not s(a["blas_core"]): bad.append("blas_core empty")
+if int(a["mem_available_bytes"]) <= 0: bad.append("mem_available_bytes not positive")
+for k in ("attention_flops_per_s", "stream_bytes_per_s", "adamw_bytes_per_s"):
+    if not float(a[k]) > 0: bad.append("%s = %r" % (k, a[k]))
+# the tiny model (tests' preset: n_embd 32, vocab 64, seq_len 16) at B = 2
+C, V, T, B = 32, 64, 16, 2
+g = f["compute"]
+names = [s(x) for x in g["gemm_name"][()]]
+shapes = list(zip(g["gemm_N"][()].tolist(), g["gemm_C"][()].tolist(), g["gemm_OC"][()].tolist()))
+expect = [("h.0/h.0.attn.c_attn.weight", (B * T, C, 3 * C)), ("h.0/h.0.attn.c_proj.weight", (B * T, C, C)),
+          ("h.0/h.0.mlp.c_fc.weight", (B * T, C, 4 * C)), ("h.0/h.0.mlp.c_proj.weight", (B * T, 4 * C, C)),
+          ("root/wte", (B * T, C, V))]
+want("matmul shapes", list(zip(names, shapes)), expect)
+if not all(r > 0 for r in g["gemm_flops_per_s"][()]): bad.append("a matmul rate is not positive")
+sizes = {"node": 2, "cross": 2, "world": 4}
+nbytes = [1024 * 2 ** i for i in range(5)]  # 1 KiB .. 16 KiB, doubling
+# rank 0's groups: its node partner; the rank with its place on the other
+# node; everyone
+peers = {"node": (1, 0), "cross": (0, 1), "world": (1, 2)}
+for lvl, n in sizes.items():
+    la = f["collectives"][lvl].attrs
+    want(lvl + " size", int(la["size"]), n)
+    want(lvl + " peers (intra, inter)", (int(la["peers_intra"]), int(la["peers_inter"])), peers[lvl])
+    for kind in ("all-gather", "reduce-scatter", "all-reduce"):
+        c = f["collectives"][lvl][kind]
+        elems = [b // 4 // n * n for b in nbytes]
+        # received volume per rank ([Note: byte accounting] in coll.h)
+        vol = [(2 if kind == "all-reduce" else 1) * (n - 1) * e * 4 // n for e in elems]
+        want("%s/%s bytes" % (lvl, kind), c["bytes"][()].astype(int).tolist(), vol)
+        if not all(t > 0 for t in c["seconds"][()]): bad.append("%s/%s: a time is not positive" % (lvl, kind))
+        lat, bw = float(c.attrs["latency_s"]), float(c.attrs["bandwidth_bytes_per_s"])
+        if lat < 0 or bw < 0 or (lat == 0 and bw == 0):
+            bad.append("%s/%s: fit latency %g bandwidth %g" % (lvl, kind, lat, bw))
+for b in bad: print("   ", b)
+sys.exit(1 if bad else 0)
+PY
+grep -q "profile written to $tmp/prof.h5" "$tmp/probe.out" || fail "fsdp-probe did not say where it wrote"
+
+# ---- 2. fsdp-plan -profile ---------------------------------------------------
+if ! timeout 60 "$BIN/fsdp-plan" -world_size 4 -ranks_per_node 2 -model tiny -batch_size 2 \
+     -profile "$tmp/prof.h5" -summary json >"$tmp/plan.out" 2>"$tmp/plan.err"; then
+  fail "fsdp-plan -profile failed:"; tail -n 5 "$tmp/plan.err" | sed 's/^/    /'
+else
+  "$py" - "$tmp/prof.h5" "$tmp/plan.out" <<'PY' || fail "fsdp-plan's prediction from the profile (above)"
+import sys, json, h5py
+f = h5py.File(sys.argv[1], "r")
+p = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])
+pr, cm = p["prediction"], p["comm_per_step"]
+bad = []
+def curve(lvl, kind):
+    a = f["collectives"][lvl][kind].attrs
+    return float(a["latency_s"]), float(a["bandwidth_bytes_per_s"])
+# W = 4 in 2 nodes, full sharding: the sharding group leaves the node, no replicas
+for kind, key in (("all-gather", "all_gather"), ("reduce-scatter", "reduce_scatter")):
+    calls = cm[key + "_calls"]
+    intra, inter = cm[key + "_intra_node_bytes"], cm[key + "_inter_node_bytes"]
+    (nl, nb), (cl, cb) = curve("node", kind), curve("cross", kind)
+    want = calls * cl + (intra / nb if nb else 0) + (inter / cb if cb else 0)
+    have = pr[key + "_s"]
+    if abs(have - want) > 1e-12 + 1e-9 * abs(want):
+        bad.append("%s: plan %r, from the profile %r" % (key, have, want))
+if pr["all_reduce_s"] != 0: bad.append("all_reduce_s %r without replicas" % pr["all_reduce_s"])
+parts = pr["gemm_s"] + pr["attention_s"] + pr["memory_bound_s"] + pr["optimizer_s"]
+if abs(pr["compute_s"] - parts) > 1e-12 + 1e-9 * parts: bad.append("compute_s is not the sum of its parts")
+if not pr["gemm_s"] > 0: bad.append("gemm_s %r" % pr["gemm_s"])
+comm = pr["intra_comm_s"] + pr["inter_comm_s"]
+if abs(comm - (pr["all_gather_s"] + pr["reduce_scatter_s"])) > 1e-12 + 1e-9 * comm:
+    bad.append("intra + inter comm is not the collectives' sum")
+if abs(pr["step_time_s_no_overlap"] - (pr["compute_s"] + comm)) > 1e-12 + 1e-9 * comm:
+    bad.append("step_time_s_no_overlap is not compute + comm")
+for b in bad: print("   ", b)
+sys.exit(1 if bad else 0)
+PY
+fi
+
+# ---- 3. a cluster on paper (-describe) ----------------------------------------
+if ! timeout 60 "$BIN/fsdp-probe" -describe -describe_nodes 2 -describe_ranks_per_node 8 \
+     -describe_backend nccl -describe_gemm_flops 4e14 -describe_stream_bw 2e12 -describe_memory 7e10 \
+     -describe_node_bw 3e11 -describe_node_latency 1e-5 -describe_net_bw_per_node 4e11 \
+     -describe_net_latency 2e-5 -probe_peak_flops 1e15 -profile_out "$tmp/paper.h5" \
+     >"$tmp/desc.out" 2>&1; then
+  fail "fsdp-probe -describe failed:"; tail -n 5 "$tmp/desc.out" | sed 's/^/    /'
+elif ! timeout 60 "$BIN/fsdp-plan" -world_size 16 -ranks_per_node 8 -device cuda -model gpt2 \
+     -batch_size 4 -param_dtype bf16 -profile "$tmp/paper.h5" -summary json >"$tmp/plan2.out" 2>&1; then
+  fail "fsdp-plan with the described profile failed:"; tail -n 5 "$tmp/plan2.out" | sed 's/^/    /'
+else
+  "$py" - "$tmp/paper.h5" "$tmp/plan2.out" <<'PY' || fail "the described profile or its prediction (above)"
+import sys, json, h5py
+f = h5py.File(sys.argv[1], "r")
+p = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])
+bad = []
+a = f.attrs
+def s(x): return x.decode() if isinstance(x, bytes) else str(x)
+if s(a["source"]) != "described": bad.append("source %r" % s(a["source"]))
+if (int(a["world_size"]), int(a["nodes"]), int(a["ranks_per_node"])) != (16, 2, 8): bad.append("shape")
+# node: 8 ranks at 3e11; cross: 2 nodes, each node's 4e11 shared by its 8 ranks; world: the slower
+want = {"node": (1e-5, 3e11, 8, 7, 0), "cross": (2e-5, 5e10, 2, 0, 1), "world": (2e-5, 5e10, 16, 7, 8)}
+for lvl, (lat, bw, n, pi, pe) in want.items():
+    g = f["collectives"][lvl]
+    if (int(g.attrs["size"]), int(g.attrs["peers_intra"]), int(g.attrs["peers_inter"])) != (n, pi, pe):
+        bad.append("%s group" % lvl)
+    for kind in ("all-gather", "reduce-scatter", "all-reduce"):
+        c = g[kind].attrs
+        if abs(c["latency_s"] - lat) > 1e-9 * lat or abs(c["bandwidth_bytes_per_s"] - bw) > 1e-6 * bw:
+            bad.append("%s/%s: %r %r" % (lvl, kind, c["latency_s"], c["bandwidth_bytes_per_s"]))
+pr, q = p["prediction"], p["predicted"]
+mfu = pr["flop_per_step"] / (q["step_time_ms"] * 1e-3 * 1e15)
+if abs(q["mfu"] - mfu) > 1e-9 * mfu: bad.append("mfu %r, expected %r" % (q["mfu"], mfu))
+tps = 16 * 4 * 1024 / (q["step_time_ms"] * 1e-3)
+if abs(q["tokens_per_s"] - tps) > 1e-9 * tps: bad.append("tokens_per_s %r, expected %r" % (q["tokens_per_s"], tps))
+if not (q["step_time_ms"] >= q["compute_ms"] > 0): bad.append("step %r < compute %r" % (q["step_time_ms"], q["compute_ms"]))
+if abs(q["step_time_ms"] - q["compute_ms"] - q["exposed_comm_ms"]) > 1e-9 * q["step_time_ms"]:
+    bad.append("step != compute + exposed")
+for b in bad: print("   ", b)
+sys.exit(1 if bad else 0)
+PY
+fi
+
+# ---- 4. bad input --------------------------------------------------------------
+# expect_usage NAME PATTERN COMMAND...: exit 2 and PATTERN on stderr
+expect_usage() {
+  name=$1 pattern=$2
+  shift 2
+  "$@" >"$tmp/bad.out" 2>"$tmp/bad.err"
+  st=$?
+  if [ $st -ne 2 ]; then fail "$name: exit $st, expected 2"; tail -n 3 "$tmp/bad.err" | sed 's/^/    /'
+  elif ! grep -q -- "$pattern" "$tmp/bad.err"; then
+    fail "$name: message lacks '$pattern':"; sed 's/^/    /' "$tmp/bad.err" | head -n 5
+  fi
+}
+# shellcheck disable=SC2086
+expect_usage "no -profile_out" "needs -profile_out" timeout 60 "$MPIEXEC" $PREFLAGS -n 2 "$BIN/fsdp-probe" -model tiny
+# shellcheck disable=SC2086
+expect_usage "missing directory" "$tmp/nodir.*not writable" timeout 60 "$MPIEXEC" $PREFLAGS -n 2 \
+  "$BIN/fsdp-probe" -model tiny -profile_out "$tmp/nodir/p.h5"
+[ -e "$tmp/nodir" ] && fail "a directory appeared for the bad -profile_out"
+expect_usage "missing profile" "$tmp/none.h5: cannot read" "$BIN/fsdp-plan" -world_size 4 \
+  -ranks_per_node 2 -model tiny -profile "$tmp/none.h5"
+"$py" -c "import h5py; h5py.File('$tmp/other.h5', 'w').create_dataset('x', data=[1])"
+expect_usage "foreign HDF5" "other.h5 is an HDF5 file but not an fsdp profile" "$BIN/fsdp-plan" \
+  -world_size 4 -ranks_per_node 2 -model tiny -profile "$tmp/other.h5"
+echo "not hdf5" >"$tmp/text.h5"
+expect_usage "not HDF5" "text.h5 is not an HDF5 file" "$BIN/fsdp-plan" -world_size 4 \
+  -ranks_per_node 2 -model tiny -profile "$tmp/text.h5"
+expect_usage "more nodes than measured" "measured on 2 node(s) but the plan spans 4" \
+  "$BIN/fsdp-plan" -world_size 8 -ranks_per_node 2 -model tiny -profile "$tmp/prof.h5"
+expect_usage "other ranks per node" "measured with 2 ranks per node but the plan has 4" \
+  "$BIN/fsdp-plan" -world_size 8 -ranks_per_node 4 -model tiny -profile "$tmp/prof.h5"
+expect_usage "other back-end" "measured with the mpi back-end but this plan runs on nccl" \
+  "$BIN/fsdp-plan" -world_size 4 -ranks_per_node 2 -model tiny -device cuda -profile "$tmp/prof.h5"
+
+expect_usage "describe without a rate" "-describe needs -describe_gemm_flops" "$BIN/fsdp-probe" \
+  -describe -describe_nodes 2 -profile_out "$tmp/x.h5"
+
+if [ $fails -ne 0 ]; then
+  echo "test_probe: $fails failure(s)"
+  exit 1
+fi
+echo "test_probe: probe file, plan prediction, a described cluster and 9 bad inputs checked"

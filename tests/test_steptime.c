@@ -1,0 +1,139 @@
+/* test_steptime: the step replayed on a virtual clock (runtime/steptime.h)
+ * against timelines worked out by hand.
+ *
+ * Model: root unit 0 and two blocks 1, 2; stages [root, 1, 2, root];
+ * every stage 1 s forward and 2 s backward; a gather takes 0.5 s, a
+ * reduction 0.25 s, the optimizer 0.1 s; F = 2, no replicas.  Compute is
+ * 4 + 8 + 0.1 = 12.1 s in every case; what changes is the exposed wait:
+ *   - prefetch none (ring of 1): every non-root gather twice and the root's
+ *     once are waited for in full (5 x 0.5) plus the last reduction
+ *     (0.25): step 14.85 s, exposed 2.75 s;
+ *   - prefetch backward (ring of 2): backward gathers hide behind the
+ *     previous backward stage, forward ones do not (3 x 0.5 + 0.25): step
+ *     13.85 s, exposed 1.75 s;
+ *   - prefetch both: from the second step forward gathers hide too; only
+ *     the root's first gather and the last reduction stay exposed
+ *     (0.5 + 0.25): step 12.85 s, exposed 0.75 s;
+ *   - a limiter of 1 with prefetch both changes nothing here (at most one
+ *     gather is ahead anyway); NRAF (ring of 2) gathers each block once:
+ *     exposed 0.5 x 3 + 0.25 with prefetch none;
+ *   - -grad_accum 2 -accum_comm 0 reduces once per step, in the last
+ *     micro-step; -accum_comm 1 in both.
+ * The events of prefetch both are checked in full order.
+ * The gradient ring: three blocks, two gradient slots, reductions of 3 s
+ * behind 2 s backward stages, the root's last backward stage 10 s: block 1
+ * waits 1 s for its slot (block 3's reduction) before its backward, which
+ * delays the root's long stage: step 27 s, exposed 4 s (1 s + the last
+ * reduction's 3 s); without the wait it would be 26 s.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "libfsdp.h"
+#include "runtime/steptime.h"
+#include "testutil.h"
+
+static const int kIsRoot[3] = {1, 0, 0};
+static const int kStageUnit[4] = {0, 1, 2, 0};
+static const double kFwd[4] = {1, 1, 1, 1}, kBwd[4] = {2, 2, 2, 2};
+static const double kGather[3] = {0.5, 0.5, 0.5}, kReduce[3] = {0.25, 0.25, 0.25};
+
+static void Run(FsdpPrefetch pf, int raf, int L, int K, int accum_comm, int gather_slots,
+                FsdpStepTimeResult *r, FsdpStepEvent *ev, int maxev, int *nev)
+{
+  FsdpRuntimeOptions o;
+  memset(&o, 0, sizeof o);
+  o.prefetch = pf;
+  o.reshard_after_forward = raf;
+  o.limit_all_gathers = L;
+  o.grad_accum = K;
+  o.accum_comm = accum_comm;
+  o.param_dtype = o.reduce_dtype = FSDP_DTYPE_FP32;
+  FsdpStepTimeInput in = {&o,    2,       1,      3,      4,   kIsRoot, kStageUnit, kFwd,
+                          kBwd,  kGather, kReduce, 0.1, gather_slots, 2};
+  TCALL(FsdpStepTimeSimulate(&in, r, ev, maxev, nev));
+}
+
+static int Near(double x, double y) { return fabs(x - y) < 1e-12; }
+
+int main(int argc, char **argv)
+{
+  TCALL(FsdpInitialize(&argc, &argv));
+  FsdpStepTimeResult r;
+  FsdpStepEvent ev[64];
+  int n = 0;
+
+  Run(FSDP_PREFETCH_NONE, 1, 0, 1, 1, 1, &r, NULL, 0, &n);
+  CHECK(Near(r.step_s, 14.85) && Near(r.exposed_s, 2.75) && Near(r.compute_s, 12.1),
+        "prefetch none: step %g exposed %g compute %g", r.step_s, r.exposed_s, r.compute_s);
+  CHECK(r.max_in_flight == 1, "prefetch none: %d in flight", r.max_in_flight);
+  CHECK(Near(r.gather_busy_s, 2.5) && Near(r.reduce_busy_s, 0.75), "busy %g %g", r.gather_busy_s,
+        r.reduce_busy_s);
+
+  Run(FSDP_PREFETCH_BACKWARD, 1, 0, 1, 1, 2, &r, NULL, 0, &n);
+  CHECK(Near(r.step_s, 13.85) && Near(r.exposed_s, 1.75), "prefetch backward: step %g exposed %g",
+        r.step_s, r.exposed_s);
+
+  Run(FSDP_PREFETCH_BOTH, 1, 0, 1, 1, 2, &r, ev, 64, &n);
+  CHECK(Near(r.step_s, 12.85) && Near(r.exposed_s, 0.75), "prefetch both: step %g exposed %g",
+        r.step_s, r.exposed_s);
+  /* G = gather, F = forward, B = backward, R = reduce; unit; virtual time */
+  static const struct {
+    FsdpStepEventKind k;
+    int unit;
+    double t;
+  } want[] = {{FSDP_STEP_EV_GATHER, 0, 0.0},    {FSDP_STEP_EV_GATHER, 1, 0.5},
+              {FSDP_STEP_EV_FORWARD, 0, 0.5},   {FSDP_STEP_EV_GATHER, 2, 1.5},
+              {FSDP_STEP_EV_FORWARD, 1, 1.5},   {FSDP_STEP_EV_FORWARD, 2, 2.5},
+              {FSDP_STEP_EV_FORWARD, 0, 3.5},   {FSDP_STEP_EV_GATHER, 2, 4.5},
+              {FSDP_STEP_EV_BACKWARD, 0, 4.5},  {FSDP_STEP_EV_GATHER, 1, 6.5},
+              {FSDP_STEP_EV_BACKWARD, 2, 6.5},  {FSDP_STEP_EV_REDUCE, 2, 8.5},
+              {FSDP_STEP_EV_BACKWARD, 1, 8.5},  {FSDP_STEP_EV_REDUCE, 1, 10.5},
+              {FSDP_STEP_EV_BACKWARD, 0, 10.5}, {FSDP_STEP_EV_REDUCE, 0, 12.5}};
+  int nwant = (int)(sizeof want / sizeof want[0]);
+  CHECK(n == nwant, "prefetch both: %d events, expected %d", n, nwant);
+  for (int i = 0; i < n && i < nwant; i++)
+    CHECK(ev[i].kind == want[i].k && ev[i].unit == want[i].unit && Near(ev[i].t, want[i].t),
+          "event %d: %s unit %d at %g, expected %s unit %d at %g", i, FsdpStepEventNames[ev[i].kind],
+          ev[i].unit, ev[i].t, FsdpStepEventNames[want[i].k], want[i].unit, want[i].t);
+
+  Run(FSDP_PREFETCH_BOTH, 1, 1, 1, 1, 2, &r, NULL, 0, &n);
+  CHECK(Near(r.step_s, 12.85) && r.max_in_flight == 1, "both, L 1: step %g, %d in flight",
+        r.step_s, r.max_in_flight);
+
+  Run(FSDP_PREFETCH_NONE, 0, 0, 1, 1, 2, &r, NULL, 0, &n);
+  CHECK(Near(r.exposed_s, 1.75) && Near(r.step_s, 13.85), "NRAF, none: step %g exposed %g",
+        r.step_s, r.exposed_s);
+
+  for (int ac = 0; ac <= 1; ac++) {
+    Run(FSDP_PREFETCH_BACKWARD, 1, 0, 2, ac, 2, &r, ev, 64, &n);
+    int reduces[2] = {0, 0};
+    for (int i = 0; i < n; i++)
+      if (ev[i].kind == FSDP_STEP_EV_REDUCE) reduces[ev[i].micro]++;
+    CHECK(reduces[0] == (ac ? 3 : 0) && reduces[1] == 3,
+          "accum_comm %d: reductions %d then %d per micro-step", ac, reduces[0], reduces[1]);
+    CHECK(Near(r.compute_s, 24.1), "accum_comm %d: compute %g", ac, r.compute_s);
+  }
+
+  {
+    static const int is_root[4] = {1, 0, 0, 0}, stage_unit[5] = {0, 1, 2, 3, 0};
+    static const double fwd[5] = {1, 1, 1, 1, 1}, bwd[5] = {10, 2, 2, 2, 2};
+    static const double gather[4] = {0, 0, 0, 0}, reduce[4] = {3, 3, 3, 3};
+    FsdpRuntimeOptions o;
+    memset(&o, 0, sizeof o);
+    o.prefetch = FSDP_PREFETCH_NONE;
+    o.reshard_after_forward = 1;
+    o.grad_accum = 1;
+    o.accum_comm = 1;
+    o.param_dtype = o.reduce_dtype = FSDP_DTYPE_FP32;
+    FsdpStepTimeInput in = {&o,  2,      1,      4,   5, is_root, stage_unit, fwd,
+                            bwd, gather, reduce, 0.0, 1, 2};
+    TCALL(FsdpStepTimeSimulate(&in, &r, NULL, 0, &n));
+    CHECK(Near(r.step_s, 27.0) && Near(r.exposed_s, 4.0) && Near(r.compute_s, 23.0),
+          "gradient ring: step %g exposed %g compute %g", r.step_s, r.exposed_s, r.compute_s);
+  }
+
+  int st = test_finish("test_steptime");
+  FsdpFinalize();
+  return st;
+}

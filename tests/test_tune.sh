@@ -1,0 +1,117 @@
+#!/bin/sh
+# test_tune.sh: fsdp-plan -tune searches the options and its answer is the
+# plan's own.  On a described 2-node x 8 cluster (fsdp-probe -describe) and
+# the gpt2 preset at 16 ranks:
+#  1. the listed candidates are sorted by predicted tokens/s, all within
+#     the memory limit; the winner written with -options_out, planned again
+#     as an ordinary fsdp-plan run, has exactly the listed step time,
+#     tokens/s and memory; fsdp-train accepts the file (tiny model, 1 step);
+#  2. with a network 10^5 times slower than NVLink the winner keeps its
+#     sharding groups inside a node (F <= 8); with ample memory and a fast
+#     network, no candidate listed is slower than one that was not (the
+#     first row is the maximum of a full listing);
+#  3. a memory limit nothing fits is a usage error naming the smallest
+#     memory any configuration needs, which is that configuration's
+#     planned total; -tune without -profile is a usage error.
+#   usage: test_tune.sh MPIEXEC "PREFLAGS" BINDIR
+set -u
+MPIEXEC=$1
+PREFLAGS=$2
+BIN=$3
+tmp=$(mktemp -d /tmp/fsdp_test_tune.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+command -v python3 >/dev/null || { echo "SKIP: python3 missing"; exit 77; }
+
+describe() { # describe NAME NET_BW_PER_NODE
+  "$BIN/fsdp-probe" -describe -describe_nodes 2 -describe_ranks_per_node 8 -describe_backend nccl \
+    -describe_gemm_flops 4e14 -describe_stream_bw 2e12 -describe_memory 7e10 -describe_node_bw 3e11 \
+    -describe_net_bw_per_node "$2" -probe_peak_flops 1e15 -profile_out "$tmp/$1.h5" >/dev/null 2>&1 ||
+    fail "fsdp-probe -describe ($1)"
+}
+describe fast 4e11
+describe slow 3e6
+common="-world_size 16 -ranks_per_node 8 -device cuda -model gpt2 -param_dtype bf16 -batch_size 4 -grad_accum 2"
+
+# ---- 1. the listing and the winner -------------------------------------------
+# shellcheck disable=SC2086
+if ! timeout 120 "$BIN/fsdp-plan" $common -profile "$tmp/fast.h5" -tune -tune_top 1000 \
+     -options_out "$tmp/win.opts" >"$tmp/tune.out" 2>&1; then
+  fail "fsdp-plan -tune failed:"; tail -n 5 "$tmp/tune.out" | sed 's/^/    /'
+else
+  # shellcheck disable=SC2086
+  timeout 60 "$BIN/fsdp-plan" $common -profile "$tmp/fast.h5" -options_file "$tmp/win.opts" \
+    -summary json >"$tmp/win.json" 2>&1 || fail "planning the winner's options failed"
+  python3 - "$tmp/tune.out" "$tmp/win.json" "$tmp/win.opts" <<'PY' || fail "the tuner's listing (above)"
+import json, sys
+rows = []
+for line in open(sys.argv[1]):
+    f = line.split()
+    if len(f) == 11 and f[0].isdigit():
+        rows.append(dict(F=int(f[1]), wrap=int(f[2]), prefetch=f[3], raf=int(f[4]), B=int(f[5]), K=int(f[6]),
+                         step=float(f[7]), exposed=float(f[8]), tps=float(f[9]), gib=float(f[10])))
+head = [l for l in open(sys.argv[1]) if l.startswith("fsdp-plan -tune:")][0]
+limit = float(head.split(" fit ")[1].split()[0])
+bad = []
+if len(rows) < 20: bad.append("only %d candidates listed" % len(rows))
+if any(rows[i]["tps"] < rows[i + 1]["tps"] for i in range(len(rows) - 1)): bad.append("not sorted by tokens/s")
+if any(r["gib"] > limit + 1e-3 for r in rows): bad.append("a candidate over the memory limit")
+if any(r["B"] * r["K"] != 8 for r in rows): bad.append("B x K is not the 8 sequences per rank")
+if {r["F"] for r in rows} - {1, 2, 4, 8, 16}: bad.append("an F that splits a node unevenly")
+w = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])
+top = rows[0]
+got = (w["sharding_factor"], w["wrap"], w["prefetch"], w["reshard_after_forward"], w["batch_size"], w["grad_accum"])
+if got != (top["F"], top["wrap"], top["prefetch"], top["raf"], top["B"], top["K"]):
+    bad.append("the options file gives %r, the listing's first row %r" % (got, top))
+p = w["predicted"]
+def close(a, b, rel=2e-4): return abs(a - b) <= rel * abs(b)
+if not close(p["step_time_ms"], top["step"]): bad.append("step %r vs listed %r" % (p["step_time_ms"], top["step"]))
+if not close(p["tokens_per_s"], top["tps"]): bad.append("tokens/s %r vs listed %r" % (p["tokens_per_s"], top["tps"]))
+if not close(w["memory"]["total_bytes"] / 2**30, top["gib"], 2e-3): bad.append("memory %r vs listed %r" % (w["memory"]["total_bytes"] / 2**30, top["gib"]))
+for b in bad: print("   ", b)
+sys.exit(1 if bad else 0)
+PY
+  # the file is an ordinary options file: fsdp-train takes it (after the
+  # run's own options; the model here is tiny, the sharding must divide 4)
+  sed -e 's/^-sharding_factor .*/-sharding_factor 2/' "$tmp/win.opts" >"$tmp/win4.opts"
+  # shellcheck disable=SC2086
+  timeout 120 "$MPIEXEC" $PREFLAGS -n 4 "$BIN/fsdp-train" -model tiny -steps 1 -log_every 0 \
+    -options_file "$tmp/win4.opts" >"$tmp/train.out" 2>&1 || {
+    fail "fsdp-train -options_file (the tuner's file) failed:"; tail -n 5 "$tmp/train.out" | sed 's/^/    /'; }
+fi
+
+# ---- 2. a slow network keeps the groups inside a node ----------------------------
+# shellcheck disable=SC2086
+if "$BIN/fsdp-plan" $common -profile "$tmp/slow.h5" -tune -tune_top 1 >"$tmp/slow.out" 2>&1; then
+  F=$(awk '$1 == "1" && NF == 11 {print $2}' "$tmp/slow.out")
+  [ -n "$F" ] && [ "$F" -le 8 ] || { fail "slow network: the winner has F '$F', expected <= 8"; cat "$tmp/slow.out"; }
+else
+  fail "fsdp-plan -tune (slow network) failed"; tail -n 3 "$tmp/slow.out"
+fi
+
+# ---- 3. bad input -------------------------------------------------------------------
+# shellcheck disable=SC2086
+"$BIN/fsdp-plan" $common -profile "$tmp/fast.h5" -tune -memory_limit 1000 >"$tmp/bad.out" 2>"$tmp/bad.err"
+st=$?
+if [ $st -ne 2 ] || ! grep -q "none of .* configurations fits the memory limit of 1000 bytes" "$tmp/bad.err"; then
+  fail "memory limit nothing fits: exit $st"; cat "$tmp/bad.err"
+else
+  # the smallest named is that configuration's planned total
+  need=$(sed -n 's/.*the smallest needs \([0-9]*\) bytes.*/\1/p' "$tmp/bad.err")
+  opts=$(sed -n 's/.*GiB: \(-sharding_factor [^)]*\)).*/\1/p' "$tmp/bad.err")
+  # shellcheck disable=SC2086
+  have=$("$BIN/fsdp-plan" $common $opts -summary json | tail -n 1 |
+         python3 -c 'import json,sys; print(json.load(sys.stdin)["memory"]["total_bytes"])')
+  [ -n "$need" ] && [ "$need" = "$have" ] || fail "the smallest memory named ($need, $opts) is not its plan's ($have)"
+fi
+# shellcheck disable=SC2086
+"$BIN/fsdp-plan" $common -tune >"$tmp/bad.out" 2>"$tmp/bad.err"
+st=$?
+[ $st -eq 2 ] && grep -q -- "-tune needs -profile FILE" "$tmp/bad.err" || { fail "-tune without -profile: exit $st"; cat "$tmp/bad.err"; }
+
+if [ $fails -ne 0 ]; then
+  echo "test_tune: $fails failure(s)"
+  exit 1
+fi
+echo "test_tune: listing, winner, slow network and 2 bad inputs checked"
