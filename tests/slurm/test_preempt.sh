@@ -75,7 +75,20 @@ wait_for() {
     sleep 0.2
   done
 }
-requeued() { [ "$(slurm_job_field "$jid" JobState)" = PENDING ] && slurm_nodes_idle; }
+requeued() {
+  local st
+  st=$(slurm_job_field "$jid" JobState)
+  case $st in
+    PENDING) slurm_nodes_idle ;;
+    COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL|DEADLINE)
+      # ended instead of going back to the queue: no use waiting
+      echo "FAIL: job $jid ended ($st) instead of being requeued after its preemption"
+      tail -n 5 pre/preempt.log "$(slurm_job_field "$jid" StdOut)" 2>/dev/null | sed 's/^/    /'
+      slurm_dump "$jid"
+      exit 1 ;;
+    *) return 1 ;;
+  esac
+}
 gone() { [ -z "$(squeue -h -j "$1" 2>/dev/null)" ] && [ -n "$(slurm_job_field "$1" JobState)" ]; }
 
 # training: at least 3 steps logged since the current start began (since
