@@ -65,6 +65,20 @@ typedef struct FsdpKernelOps {
                           const float *dout, const float *inp,
                           const float *weight, int N, int C, int OC);
 
+  /* [Note: bf16 matmuls] The matmuls of -compute_dtype bf16 (PyTorch's
+   * autocast, llm.c): same shapes, NULL rules and accumulation as
+   * matmul_forward/matmul_backward, but every matrix operand (inp, weight,
+   * dout) is rounded to bf16 (nearest even) at the matmul, the products are
+   * summed in fp32 and the results (out, dinp, dweight) are fp32; bias and
+   * dbias stay fp32.  With -param_dtype bf16 the weights are bf16 values
+   * already, so their rounding is exact.  Optional: NULL where a back-end
+   * has none (the driver then refuses -compute_dtype bf16). */
+  void (*matmul_forward_bf16)(float *out, const float *inp, const float *weight,
+                              const float *bias, int N, int C, int OC);
+  void (*matmul_backward_bf16)(float *dinp, float *dweight, float *dbias,
+                               const float *dout, const float *inp,
+                               const float *weight, int N, int C, int OC);
+
   /* Causal multi-head self-attention.  qkv (B,T,3C) holds Q;K;V along the
    * last dim, head h uses channels [h*C/NH, (h+1)*C/NH) of each.
    * out (B,T,C); preatt, att (B,NH,T,T) saved for backward (scale
@@ -137,6 +151,14 @@ const FsdpKernelOps *FsdpKernelsCpu(void);
  * whether it is a generic fallback on a CPU that supports better. */
 const char *FsdpKernelsCpuBlasCore(void);
 int FsdpKernelsCpuBlasIsFallback(void);
+
+/* The GEMM behind the CPU matmuls ([Note: bf16 matmuls]): library, e.g.
+ * "OpenBLAS" or "oneDNN 2.6.3", and kernel: the BLAS core for fp32
+ * ("SkylakeX sgemm"); for bf16 oneDNN's implementation
+ * ("brg:avx512_core_bf16") or, without oneDNN or on a core without bf16
+ * instructions, "<core> sgemm on bf16-rounded inputs" (same numerics, fp32
+ * speed).  FSDP_GEMM_BF16=onednn|convert overrides the choice (tests). */
+void FsdpKernelsCpuGemm(int bf16, char *library, size_t lsize, char *kernel, size_t ksize);
 
 #ifdef __cplusplus
 }
