@@ -640,7 +640,7 @@ static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutco
     FsdpJsonEndObject(j);
     FsdpSummaryBeginCommTime(j, ring.max_in_flight);
     FsdpJsonEndObject(j);
-    FsdpSummaryBeginPrecision(j, fo);
+    FsdpSummaryBeginPrecision(j, fo, po.t.device_cuda);
     FsdpJsonEndObject(j);
     if (predict) {
       FsdpJsonBeginObject(j, "prediction");

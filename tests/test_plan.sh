@@ -69,7 +69,7 @@ shared = {"": ["world_size", "sharding_factor", "replica_size", "ranks_per_node"
           "memory": [k[7:] for k in keys if k.startswith("memory.")],
           "comm_per_step": [k[14:] for k in keys if k.startswith("comm_per_step.")],
           "comm_time_per_step": ["max_gathers_in_flight"],
-          "precision": ["param_dtype", "reduce_dtype"]}
+          "precision": ["param_dtype", "reduce_dtype", "compute_dtype", "gemm"]}
 for part, want in shared.items():
     a, b = (get(d, part) if part else d for d in (t, p))
     both = set(a or {}) & set(b or {})
@@ -82,7 +82,8 @@ for part in ("model", "units"):
     if ka != kb:
         bad.append(("key sets of %s" % part, ka[:1], kb[:1]))
 config = ["model", "batch_size", "wrap", "reshard_after_forward", "limit_all_gathers", "grad_accum",
-          "accum_comm", "prefetch", "precision.param_dtype", "precision.reduce_dtype", "units"]
+          "accum_comm", "prefetch", "precision.param_dtype", "precision.reduce_dtype",
+          "precision.compute_dtype", "precision.gemm", "units"]
 bad += [(k, get(t, k), get(p, k)) for k in config if get(t, k) != get(p, k)]
 if bad:
     print("FAIL: %s: fsdp-plan differs from fsdp-train's measured counters:" % name)
@@ -106,6 +107,8 @@ compare "NRAF" 4 -model tiny -reshard_after_forward 0
 compare "bf16 params and reductions, hybrid" 4 -model tiny -sharding_factor 2 -ranks_per_node 2 \
   -param_dtype bf16 -reduce_dtype bf16
 compare "bf16 params, fp32 reductions, NRAF" 4 -model tiny -param_dtype bf16 -reshard_after_forward 0
+compare "bf16 params, fp32 compute" 2 -model tiny -param_dtype bf16 -compute_dtype fp32
+compare "fp32 params, bf16 compute" 2 -model tiny -compute_dtype bf16
 compare "replicated with bf16 reductions" 2 -model tiny -sharding_factor 1 -reduce_dtype bf16
 compare "wrap 2, no prefetch, limit 1" 2 -model custom -n_layer 3 -n_embd 24 -n_head 3 \
   -vocab_size 50 -seq_len 8 -wrap 2 -prefetch none -limit_all_gathers 1

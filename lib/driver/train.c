@@ -26,6 +26,7 @@ struct FsdpTrainer_ {
   FsdpData data;
   FsdpOptim optim;
   const FsdpKernelOps *k;
+  FsdpKernelOps k_bf16; /* the table with bf16 matmuls (-compute_dtype bf16) */
   int B, T;
   int *inputs, *targets;
   int64_t step;        /* optimizer steps done */
@@ -113,6 +114,20 @@ int FsdpTrainerCreate(MPI_Comm comm, const FsdpTrainOptions *o, FsdpTrainer *out
   FSDP_CALL(FsdpDeviceSetUp(o->device_cuda ? FSDP_DEVICE_CUDA : FSDP_DEVICE_CPU, tr->topo));
   tr->device_set = 1;
   tr->k = FsdpDeviceKernels();
+  if (o->fsdp.compute_dtype == FSDP_DTYPE_BF16) {
+    /* [Note: bf16 compute] (runtime/fsdp.h): the model gets a table whose
+     * matmuls are the bf16 ones */
+    if (!tr->k->matmul_forward_bf16 || !tr->k->matmul_backward_bf16)
+      FSDP_ERROR(FSDP_ERR_USAGE,
+                 "-compute_dtype bf16: the %s kernels have no bf16 matmul yet; use "
+                 "-compute_dtype fp32%s",
+                 tr->k->name,
+                 o->fsdp.param_dtype == FSDP_DTYPE_BF16 ? " (-param_dtype bf16 defaults to bf16)" : "");
+    tr->k_bf16 = *tr->k;
+    tr->k_bf16.matmul_forward = tr->k->matmul_forward_bf16;
+    tr->k_bf16.matmul_backward = tr->k->matmul_backward_bf16;
+    tr->k = &tr->k_bf16;
+  }
   if (o->device_cuda) {
     /* [Note: CUDA streams in the runtime] (device.h) */
     FSDP_CALL(FsdpCollCreate(FSDP_COLL_BACKEND_NCCL, &tr->coll));
@@ -451,7 +466,7 @@ int FsdpTrainerSummary(FsdpTrainer tr, FILE *out)
   FsdpJsonReal(j, "overlap_fraction",
                tr->busy_s > 0 ? fmax(0.0, 1.0 - tr->exposed_s / tr->busy_s) : 0.0);
   FsdpJsonEndObject(j);
-  FsdpSummaryBeginPrecision(j, &tr->o.fsdp);
+  FsdpSummaryBeginPrecision(j, &tr->o.fsdp, tr->o.device_cuda);
   FsdpJsonReal(j, "loss_scale", tr->scale);
   FsdpJsonInt(j, "skipped_steps", tr->skipped);
   FsdpJsonEndObject(j);
