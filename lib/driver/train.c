@@ -77,6 +77,14 @@ int FsdpTrainOptionsFromDb(FsdpOpts db, FsdpTrainOptions *o)
   o->summary = (FsdpSummaryFormat)idx;
   FSDP_CALL(FsdpOptsGetEnum(db, g, "device", "compute device: cpu, or cuda (needs a CUDA build)",
                             kDeviceNames, 0, &o->device_cuda));
+  /* [Note: bf16 compute]: the CUDA kernels have no bf16 matmul yet, so
+   * there -param_dtype bf16 keeps fp32 compute unless bf16 is asked for */
+  if (o->device_cuda && o->fsdp.compute_dtype == FSDP_DTYPE_BF16) {
+    if (FsdpOptsHas(db, "compute_dtype"))
+      FSDP_ERROR(FSDP_ERR_USAGE, "-compute_dtype bf16: the cuda kernels have no bf16 matmul "
+                                 "yet; use -compute_dtype fp32 with -device cuda");
+    o->fsdp.compute_dtype = FSDP_DTYPE_FP32;
+  }
   FSDP_CALL(FsdpOptsGetString(db, g, "trace",
                               "write a timeline (Chrome trace-event JSON, opens in Perfetto) of "
                               "compute and communication per rank to FILE",

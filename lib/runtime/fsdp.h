@@ -44,8 +44,9 @@
  * casts the fp32 shard to a low-precision shard copy (once per gather, on
  * the stream), all-gathers that (K_low bytes per element on the wire and in
  * the ring), and the unit's stage converts the gathered buffer to an fp32
- * compute buffer on entry (CPU kernels compute in fp32; one buffer for the
- * root, one shared scratch for the unit computing).  Gradients are computed
+ * compute buffer on entry (the kernels take fp32 pointers; one buffer for
+ * the root, one shared scratch for the unit computing); the matmuls then
+ * round their operands back to bf16 under [Note: bf16 compute].  Gradients are computed
  * in fp32; with -reduce_dtype bf16/fp16 they are cast to a send buffer, and
  * reduce-scatter and all-reduce run in that type, then land in the fp32
  * gradient shard.  fp16 needs the sharded gradient scaler (optim.h).
