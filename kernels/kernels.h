@@ -65,20 +65,6 @@ typedef struct FsdpKernelOps {
                           const float *dout, const float *inp,
                           const float *weight, int N, int C, int OC);
 
-  /* [Note: bf16 matmuls] The matmuls of -compute_dtype bf16 (PyTorch's
-   * autocast, llm.c): same shapes, NULL rules and accumulation as
-   * matmul_forward/matmul_backward, but every matrix operand (inp, weight,
-   * dout) is rounded to bf16 (nearest even) at the matmul, the products are
-   * summed in fp32 and the results (out, dinp, dweight) are fp32; bias and
-   * dbias stay fp32.  With -param_dtype bf16 the weights are bf16 values
-   * already, so their rounding is exact.  Optional: NULL where a back-end
-   * has none (the driver then refuses -compute_dtype bf16). */
-  void (*matmul_forward_bf16)(float *out, const float *inp, const float *weight,
-                              const float *bias, int N, int C, int OC);
-  void (*matmul_backward_bf16)(float *dinp, float *dweight, float *dbias,
-                               const float *dout, const float *inp,
-                               const float *weight, int N, int C, int OC);
-
   /* Causal multi-head self-attention.  qkv (B,T,3C) holds Q;K;V along the
    * last dim, head h uses channels [h*C/NH, (h+1)*C/NH) of each.
    * out (B,T,C); preatt, att (B,NH,T,T) saved for backward (scale
@@ -139,6 +125,22 @@ typedef struct FsdpKernelOps {
   int (*zero)(void *p, size_t bytes);
   int (*copy_to_host)(void *host_dst, const void *src, size_t bytes);
   int (*copy_from_host)(void *dst, const void *host_src, size_t bytes);
+
+  /* [Note: bf16 matmuls] The matmuls of -compute_dtype bf16 (PyTorch's
+   * autocast, llm.c): same shapes, NULL rules and accumulation as
+   * matmul_forward/matmul_backward, but every matrix operand (inp, weight,
+   * dout) is rounded to bf16 (nearest even) at the matmul, the products are
+   * summed in fp32 and the results (out, dinp, dweight) are fp32; bias and
+   * dbias stay fp32.  With -param_dtype bf16 the weights are bf16 values
+   * already, so their rounding is exact.  Optional: NULL where a back-end
+   * has none (the driver then refuses -compute_dtype bf16).  Last in the
+   * table, after the required entries, so that a positional initializer
+   * (kernels/cuda/ops.cu) leaves them NULL. */
+  void (*matmul_forward_bf16)(float *out, const float *inp, const float *weight,
+                              const float *bias, int N, int C, int OC);
+  void (*matmul_backward_bf16)(float *dinp, float *dweight, float *dbias,
+                               const float *dout, const float *inp,
+                               const float *weight, int N, int C, int OC);
 } FsdpKernelOps;
 
 /* The CPU back-end (kernels/cpu).  OpenMP threads every kernel, sgemm
