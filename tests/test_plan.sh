@@ -144,6 +144,32 @@ else
   echo "FAIL: fsdp-plan gpt-175b: $(tail -n 3 "$tmp/big.out")"; fails=$((fails + 1))
 fi
 
+# [Note: bf16 compute]: -param_dtype bf16 means bf16 compute on the CPU
+# (precision.compute_dtype bf16, a bf16 GEMM named), -compute_dtype fp32
+# keeps fp32 sgemm, and -device cuda keeps fp32 (no CUDA bf16 matmul yet)
+for c in "bf16:-param_dtype bf16" "fp32:-param_dtype bf16 -compute_dtype fp32" \
+         "fp32:-param_dtype bf16 -device cuda"; do
+  checks=$((checks + 1))
+  want=${c%%:*}
+  # shellcheck disable=SC2086
+  if "$BIN/fsdp-plan" -world_size 2 -model tiny -summary json ${c#*:} >"$tmp/cd.out" 2>&1 &&
+     python3 - "$tmp/cd.out" "$want" "${c#*:}" <<'PY'
+import json, sys
+p = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])["precision"]
+want, opts = sys.argv[2], sys.argv[3]
+g = p.get("gemm", {})
+ok = p.get("compute_dtype") == want and g.get("library") and g.get("kernel")
+if ok and want == "fp32" and "cuda" not in opts:
+    ok = g["library"] == "OpenBLAS" and g["kernel"].endswith(" sgemm")
+if ok and want == "bf16":
+    ok = g["library"].startswith("oneDNN") or "bf16-rounded" in g["kernel"]
+print("%s: fsdp-plan %s: compute_dtype %s, gemm %s / %s" % ("ok" if ok else "FAIL", opts,
+      p.get("compute_dtype"), g.get("library"), g.get("kernel")))
+sys.exit(0 if ok else 1)
+PY
+  then :; else fails=$((fails + 1)); fi
+done
+
 # usage errors name the option
 for bad in "-sharding_factor 3" "-ranks_per_node 3" "-plan_rank 9"; do
   checks=$((checks + 1))
