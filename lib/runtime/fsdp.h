@@ -58,7 +58,8 @@
  * entries -- operands rounded to bf16, fp32 accumulation, fp32 outputs --
  * while LayerNorm, attention's softmax, GELU, the loss, gradients and
  * AdamW's fp32 master weights and moments stay fp32.  The driver swaps the
- * bf16 entries into the table it hands the model (train.c), so a model
+ * bf16 entries into the table it hands the model (FsdpComputeKernels in
+ * driver/train.h, for fsdp-train and fsdp-sample), so a model
  * needs no change.  The gathered bf16 parameters still become an fp32
  * compute buffer (bf16 -> fp32 is exact, so the matmul's rounding of a
  * weight is too); -compute_dtype bf16 with -param_dtype fp32 rounds fp32
