@@ -42,6 +42,17 @@ static uint64_t GptActivationBytesDesc(const FsdpModelDesc *desc, int wrap, int 
   return GptActivationBytes(&c, wrap, B, T, recompute);
 }
 
+/* qkv, attention projection, fc, fc projection, head (in, out). */
+static int GptMatmulShapes(const FsdpModelDesc *desc, int64_t shape[][2], int max)
+{
+  GptConfig c;
+  if (GptConfigFromDesc(desc, "description", &c) || max < 5) return 0;
+  int64_t C = c.n_embd, V = c.vocab_size;
+  const int64_t s[5][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}, {C, V}};
+  memcpy(shape, s, sizeof s);
+  return 5;
+}
+
 static int GptCreateDesc(const FsdpModelDesc *desc, int wrap, int B, int T,
                          const FsdpKernelOps *ops, uint64_t seed, void **model)
 {
@@ -90,6 +101,7 @@ const FsdpModelFamily FsdpGptFamily = {
     .activation_bytes = GptActivationBytesDesc,
     .model_activation_bytes = GptModelActBytesV,
     .set_recompute = GptSetRecomputeV,
+    .matmul_shapes = GptMatmulShapes,
     .create = GptCreateDesc,
     .destroy = GptDestroyV,
     .table = GptTableV,
@@ -225,6 +237,12 @@ int FsdpModelSetRecompute(FsdpModel m, int recompute)
   return m->fam->set_recompute(m->impl, recompute);
 }
 uint64_t FsdpModelActivationBytes(FsdpModel m) { return m->fam->model_activation_bytes(m->impl); }
+
+int FsdpModelDescMatmulShapes(const FsdpModelDesc *desc, int64_t shape[][2], int max)
+{
+  const FsdpModelFamily *fam = FsdpModelFamilyFind(desc->family);
+  return fam ? fam->matmul_shapes(desc, shape, max) : 0;
+}
 
 uint64_t FsdpModelDescActivationBytes(const FsdpModelDesc *desc, int wrap, int B, int T,
                                       int recompute)

@@ -39,6 +39,9 @@ typedef struct {
    * A family whose stages give no recompute callback keeps everything
    * (the runtime then has nothing to recompute). */
   int (*set_recompute)(void *model, int recompute);
+  /* The distinct matmul shapes of a forward, (in, out) channels with B*T
+   * rows, at most max (fsdp-plan's bf16 scratch); returns the count. */
+  int (*matmul_shapes)(const FsdpModelDesc *desc, int64_t shape[][2], int max);
   int (*create)(const FsdpModelDesc *desc, int wrap, int B, int T, const FsdpKernelOps *ops,
                 uint64_t seed, void **model);
   int (*destroy)(void **model);
@@ -91,6 +94,10 @@ void FsdpModelSetLossScale(FsdpModel m, float scale);
 const FsdpModelFamily *FsdpModelGetFamily(FsdpModel m);
 /* The family's object (a GptModel for "gpt2", a LlamaModel for "llama"). */
 void *FsdpModelImpl(FsdpModel m);
+
+#define FSDP_MODEL_MAX_MATMULS 8
+/* matmul_shapes of the description's family (0 for an unknown one). */
+int FsdpModelDescMatmulShapes(const FsdpModelDesc *desc, int64_t shape[][2], int max);
 
 /* The family tables (family.c, llama.c). */
 extern const FsdpModelFamily FsdpGptFamily;

@@ -772,6 +772,17 @@ static uint64_t ActBytes(const FsdpModelDesc *desc, int wrap, int B, int T, int 
                                                       : LlamaActivationBytes(&c, wrap, B, T, recompute);
 }
 
+/* q and o projections, k and v, gate and up, down, head (in, out). */
+static int MatmulShapes(const FsdpModelDesc *desc, int64_t shape[][2], int max)
+{
+  LlamaConfig c;
+  if (LlamaConfigFromDesc(desc, "description", &c) || max < 5) return 0;
+  int64_t C = c.n_embd, KC = (int64_t)c.n_kv_head * (C / c.n_head), H = c.ffn_hidden;
+  const int64_t s[5][2] = {{C, C}, {C, KC}, {C, H}, {H, C}, {C, c.vocab_size}};
+  memcpy(shape, s, sizeof s);
+  return 5;
+}
+
 static uint64_t ModelActBytes(void *model)
 {
   LlamaModel m = (LlamaModel)model;
@@ -831,6 +842,7 @@ const FsdpModelFamily FsdpLlamaFamily = {
     .activation_bytes = ActBytes,
     .model_activation_bytes = ModelActBytes,
     .set_recompute = SetRecompute,
+    .matmul_shapes = MatmulShapes,
     .create = Create,
     .destroy = Destroy,
     .table = Table,
