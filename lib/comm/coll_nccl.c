@@ -445,6 +445,17 @@ static int NcclSetup(CollNccl *c)
     FSDP_ERROR(FSDP_ERR_USAGE, "the NCCL collective backend needs a GPU, and none is usable "
                                "(%s): use -device cpu (MPI collectives)",
                FsdpCudaProbeMessage());
+  /* The NCCL loaded may not be the one built against (a pip wheel's, an
+   * LD_LIBRARY_PATH): bf16 sums and ncclPreMulSum need 2.11 (configure
+   * checks the headers). */
+  int ver = 0;
+  FSDP_CALL_NCCL(ncclGetVersion(&ver));
+  if (ver < 21100) /* codes are MAJOR*10000 + MINOR*100 + PATCH since 2.9 */
+    FSDP_ERROR(FSDP_ERR_USAGE, "the NCCL library loaded is version %d.%d (code %d), fsdp needs "
+                               ">= 2.11 (bf16 reductions, ncclPreMulSum): put a newer libnccl.so.2 "
+                               "first on LD_LIBRARY_PATH, or use -device cpu",
+               ver >= 10000 ? ver / 10000 : ver / 1000, ver >= 10000 ? ver / 100 % 100 : ver / 100 % 10,
+               ver);
   int lo = 0, hi = 0;
   FSDP_CALL_CUDA(cudaDeviceGetStreamPriorityRange(&lo, &hi));
   FSDP_CALL_CUDA(cudaStreamCreateWithPriority(&c->own_stream, cudaStreamNonBlocking, hi));
