@@ -15,7 +15,10 @@ const char *const FsdpPrefetchNames[FSDP_NPREFETCH + 1] = {"none", "backward", "
 
 #define MAX_STAGES 4096
 #define GRAD_SLOTS 2
-/* units gathered ahead of the one computing ([Note: prefetch and the limiter]) */
+/* units gathered ahead of the one computing ([Note: prefetch and the limiter]);
+ * at 1 a ring slot's last reader is the last compute launched before the
+ * gather into it, the device fence NCCL gathers use (docs/design.md,
+ * Overlap): deeper needs a per-slot event */
 #define PREFETCH_DEPTH 1
 
 /* A gradient buffer and what its reduction needs (see reduce path in
