@@ -134,6 +134,8 @@ void FsdpOptimSetGradScale(FsdpOptim opt, double scale) { opt->grad_scale = scal
 int FsdpOptimCheckOverflow(FsdpOptim opt, int *overflow)
 {
   FSDP_CALL(FsdpRuntimeDrainStreams(opt->rt)); /* the shards must be final */
+  /* a failed launch is an error, not an overflow to skip the step for */
+  FSDP_CALL(OptimDeviceCheck("the gradient phase (casts, landing reduced gradients)"));
   double bad = 0.0;
   for (int u = 0; u < opt->nunits && bad == 0.0; u++) {
     int b = 0;
@@ -142,6 +144,7 @@ int FsdpOptimCheckOverflow(FsdpOptim opt, int *overflow)
                                      &b));
     bad = b;
   }
+  FSDP_CALL(OptimDeviceCheck("the overflow check"));
   FSDP_CALL(FsdpCollScalarMax(FsdpRuntimeColl(opt->rt), FsdpTopoWorld(FsdpRuntimeTopo(opt->rt)),
                               &bad, 1));
   *overflow = bad > 0.0;
