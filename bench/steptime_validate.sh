@@ -74,7 +74,7 @@ grep -E 'BLAS core|matmuls' "$tmp/probe.out"
 # with the others
 # shellcheck disable=SC2086
 "$BIN/fsdp-plan" -world_size "$W" -ranks_per_node "$G" $MODEL -profile "$tmp/prof.h5" -tune -tune_top 3 \
-  -options_out "$tmp/win.opts" >"$tmp/tune.out" 2>&1 || { echo "tune failed"; cat "$tmp/tune.out"; exit 1; }
+  -tune_options_out "$tmp/win.opts" >"$tmp/tune.out" 2>&1 || { echo "tune failed"; cat "$tmp/tune.out"; exit 1; }
 configs+=("$(grep -v '^#' "$tmp/win.opts" | tr '\n' ' ')")
 for rep in $(seq "$REPS"); do
   for i in "${!configs[@]}"; do

@@ -28,6 +28,7 @@
 #include "io/ckpt.h"
 #include "io/metrics.h"
 #include "io/profile.h"
+#include "io/tokenizer.h"
 #include "comm/trace.h"
 #include "driver/train.h"
 

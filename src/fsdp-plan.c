@@ -53,7 +53,7 @@ typedef struct {
   int schedule;           /* -plan_schedule: list the replayed step's events */
   int tune, tune_top;     /* -tune: search the options ([Note: the tuner]) */
   double memory_limit;    /* -memory_limit bytes per rank (0: 90% of the profile's) */
-  const char *options_out;/* -options_out FILE: the winner as an options file */
+  const char *tune_options_out;/* -tune_options_out FILE: the winner as an options file */
 } PlanOptions;
 
 typedef struct {
@@ -204,9 +204,9 @@ static int PlanOptionsFromDb(FsdpOpts db, PlanOptions *po)
   po->tune_top = (int)top;
   FSDP_CALL(FsdpOptsGetDouble(db, g, "memory_limit", "-tune: bytes a rank may use (0: 90% of the "
                               "profile's available memory)", 0, 0, 1e18, &po->memory_limit));
-  FSDP_CALL(FsdpOptsGetString(db, g, "options_out", "-tune: write the winning options to FILE "
+  FSDP_CALL(FsdpOptsGetString(db, g, "tune_options_out", "-tune: write the winning options to FILE "
                               "(an options file for fsdp-train -options_file)", "",
-                              &po->options_out));
+                              &po->tune_options_out));
   return FSDP_SUCCESS;
 }
 
@@ -782,7 +782,7 @@ static int SetCandidate(FsdpOpts db, const Candidate *c)
 static int WriteOptionsFile(const char *path, const PlanOptions *po, const Candidate *c)
 {
   FILE *f = fopen(path, "w");
-  if (!f) FSDP_ERROR(FSDP_ERR_USAGE, "-options_out %s: cannot write it: %s", path, strerror(errno));
+  if (!f) FSDP_ERROR(FSDP_ERR_USAGE, "-tune_options_out %s: cannot write it: %s", path, strerror(errno));
   fprintf(f,
           "# fsdp-plan -tune: the fastest options predicted for %s on %d ranks (%d per node)\n"
           "# from the profile %s: step %.4g ms, exposed communication %.4g ms,\n"
@@ -794,11 +794,14 @@ static int WriteOptionsFile(const char *path, const PlanOptions *po, const Candi
           c->o.tokens_per_s, c->o.mem_total / 1073741824.0, path, c->F, c->wrap,
           FsdpPrefetchNames[c->prefetch], c->raf, c->B, c->K);
   if (fclose(f) != 0)
-    FSDP_ERROR(FSDP_ERR_IO, "-options_out %s: writing failed: %s", path, strerror(errno));
+    FSDP_ERROR(FSDP_ERR_IO, "-tune_options_out %s: writing failed: %s", path, strerror(errno));
   return FSDP_SUCCESS;
 }
 
-/* [Note: the tuner] Every combination of: F among the divisors of W whose
+/* [Note: the tuner] (Its output option is -tune_options_out, not
+ * -options_out: FSDP_OPTIONS is shared by every program, and -options_out
+ * would be a near miss of every program's -options_left, an error there.)
+ * Every combination of: F among the divisors of W whose
  * sharding groups keep to whole nodes or whole groups of nodes (F divides
  * G, or G divides F); -wrap among the divisors of n_layer up to 8; the
  * three prefetch modes; RAF and NRAF; the micro-batch B among the divisors
@@ -882,9 +885,9 @@ static int Tune(FsdpOpts db, const PlanOptions *po0)
                c[i].wrap, FsdpPrefetchNames[c[i].prefetch], c[i].raf, c[i].B, c[i].K,
                1e3 * c[i].o.step_s, 1e3 * c[i].o.exposed_s, c[i].o.tokens_per_s,
                c[i].o.mem_total / 1073741824.0);
-      if (po.options_out[0]) {
-        err = WriteOptionsFile(po.options_out, &po, &c[0]);
-        if (!err) printf("fsdp-plan -tune: wrote the winner to %s\n", po.options_out);
+      if (po.tune_options_out[0]) {
+        err = WriteOptionsFile(po.tune_options_out, &po, &c[0]);
+        if (!err) printf("fsdp-plan -tune: wrote the winner to %s\n", po.tune_options_out);
       }
       fflush(stdout);
     }

@@ -540,6 +540,76 @@ static void test_builtin(void)
   free(s3);
 }
 
+/* The most frequent successor of each token of s[0..n) (-1: too rare). */
+static void successors(const int *s, long n, int *succ)
+{
+  static int cnt[256][256];
+  memset(cnt, 0, sizeof cnt);
+  for (long i = 0; i + 1 < n; i++) cnt[s[i]][s[i + 1]]++;
+  for (int a = 0; a < 256; a++) {
+    int best = 0, total = 0;
+    for (int b = 0; b < 256; b++) {
+      total += cnt[a][b];
+      if (cnt[a][b] > cnt[a][best]) best = b;
+    }
+    succ[a] = total >= 100 ? best : -1;
+  }
+}
+
+/* [Note: held-out stream] in data.c: validation text of the built-in task
+ * is other text (few positions agree with the training stream) of the
+ * same task (the same successor table, unlike another seed's); and the
+ * built-in alphabet ([Note: built-in alphabet]). */
+static void test_heldout(void)
+{
+  const int T = 64, GB = 4;
+  const long N = 256 * 1024;
+  int *tr = malloc(sizeof(int) * N), *ho = malloc(sizeof(int) * N), *other = malloc(sizeof(int) * N);
+  FsdpData d = NULL, h = NULL, h2 = NULL;
+  TCALL(FsdpDataCreate(MPI_COMM_WORLD, NULL, 256, T, GB, 1234, &d));
+  TCALL(FsdpDataCreateHeldOut(MPI_COMM_WORLD, NULL, 256, T, GB, 1234, &h));
+  TCALL(FsdpDataCreateHeldOut(MPI_COMM_WORLD, NULL, 256, T, GB, 1235, &h2));
+  read_stream(d, T, GB, N, tr);
+  read_stream(h, T, GB, N, ho);
+  read_stream(h2, T, GB, N, other);
+  long same = 0;
+  for (long i = 0; i < N; i++) same += tr[i] == ho[i];
+  CHECK(same < N / 10, "held-out and training streams agree on %ld of %ld tokens", same, N);
+  int s_tr[256], s_ho[256], s_other[256];
+  successors(tr, N, s_tr);
+  successors(ho, N, s_ho);
+  successors(other, N, s_other);
+  int both = 0, agree = 0, agree_other = 0;
+  for (int a = 2; a < 256; a++) {
+    if (s_tr[a] < 0 || s_ho[a] < 0 || s_other[a] < 0) continue;
+    both++;
+    agree += s_tr[a] == s_ho[a];
+    agree_other += s_tr[a] == s_other[a];
+  }
+  if (g_rank == 0)
+    printf("held-out stream: %ld of %ld tokens equal training's; successor table: %d of %d "
+           "content tokens agree (another seed's held-out stream: %d)\n",
+           same, N, agree, both, agree_other);
+  CHECK(both > 200 && agree >= both * 95 / 100, "held-out successor table agrees on %d of %d", agree,
+        both);
+  CHECK(agree_other < both / 10, "another seed's table agrees on %d of %d: the check is blind",
+        agree_other, both);
+  TCALL(FsdpDataDestroy(&d));
+  TCALL(FsdpDataDestroy(&h));
+  TCALL(FsdpDataDestroy(&h2));
+  free(tr);
+  free(ho);
+  free(other);
+  const struct { int tok; const char *text; } alpha[] = {
+      {0, "\n"}, {1, "\n> "}, {2, "ba "}, {17, "za "}, {18, "be "}, {255, "tua "}, {300, "<300>"}};
+  for (size_t i = 0; i < sizeof alpha / sizeof alpha[0]; i++) {
+    char buf[32];
+    FsdpDataBuiltinTokenText(alpha[i].tok, buf, sizeof buf);
+    CHECK(strcmp(buf, alpha[i].text) == 0, "built-in alphabet: token %d is '%s', expected '%s'",
+          alpha[i].tok, buf, alpha[i].text);
+  }
+}
+
 /* Remove the test directory and the files in it (no subdirectories). */
 static void remove_dir(const char *dir)
 {
@@ -572,6 +642,7 @@ int main(int argc, char **argv)
   test_defects();
   test_file_batches();
   test_builtin();
+  test_heldout();
 
   MPI_Barrier(MPI_COMM_WORLD);
   if (g_rank == 0) remove_dir(g_dir);

@@ -58,7 +58,7 @@ fi
 check "fsdp-report --csv exit status" "$?" 0
 row=$(sed -n 2p "$tmp/csv")
 field() { echo "$row" | awk -F, -v i="$1" '{ print $i }'; }
-check "CSV header" "$(head -1 "$tmp/csv")" "run,path,world_size,rows,steps,final_loss,median_step_time_s,tokens_per_s,comm_intra_bytes_per_step,comm_inter_bytes_per_step,peak_bytes_max,peak_bytes_per_rank"
+check "CSV header" "$(head -1 "$tmp/csv")" "run,path,world_size,rows,steps,final_loss,median_step_time_s,tokens_per_s,comm_intra_bytes_per_step,comm_inter_bytes_per_step,peak_bytes_max,peak_bytes_per_rank,final_val_loss,final_val_step"
 check "run name" "$(field 1)" "sweep_a"
 check "world size" "$(field 3)" 2
 check "rows" "$(field 4)" 20
@@ -77,7 +77,7 @@ check "peak bytes per rank" "$(field 12)" "10563584;21049344"
 check "fsdp-report table exit status" "$?" 0
 sed 's/^/    /' "$tmp/table"
 checks=$((checks + 1))
-if grep -Eq '^sweep_a +2 +20 +200 +3\.1000 +42\.0 +195048 +976\.56 KiB +244\.14 KiB +20\.07 MiB' "$tmp/table"; then
+if grep -Eq '^sweep_a +2 +20 +200 +3\.1000 +- +42\.0 +195048 +976\.56 KiB +244\.14 KiB +20\.07 MiB' "$tmp/table"; then
   ok "table row of sweep_a"
 else
   fail "table row of sweep_a wrong"

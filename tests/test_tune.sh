@@ -3,7 +3,7 @@
 # plan's own.  On a described 2-node x 8 cluster (fsdp-probe -describe) and
 # the gpt2 preset at 16 ranks:
 #  1. the listed candidates are sorted by predicted tokens/s, all within
-#     the memory limit; the winner written with -options_out, planned again
+#     the memory limit; the winner written with -tune_options_out, planned again
 #     as an ordinary fsdp-plan run, has exactly the listed step time,
 #     tokens/s and memory; fsdp-train accepts the file (tiny model, 1 step);
 #  2. with a network 10^5 times slower than NVLink the winner keeps its
@@ -37,7 +37,7 @@ common="-world_size 16 -ranks_per_node 8 -device cuda -model gpt2 -param_dtype b
 # ---- 1. the listing and the winner -------------------------------------------
 # shellcheck disable=SC2086
 if ! timeout 120 "$BIN/fsdp-plan" $common -profile "$tmp/fast.h5" -tune -tune_top 1000 \
-     -options_out "$tmp/win.opts" >"$tmp/tune.out" 2>&1; then
+     -tune_options_out "$tmp/win.opts" >"$tmp/tune.out" 2>&1; then
   fail "fsdp-plan -tune failed:"; tail -n 5 "$tmp/tune.out" | sed 's/^/    /'
 else
   # shellcheck disable=SC2086

@@ -80,6 +80,18 @@ void FsdpSummaryBeginPrecision(FsdpJson j, const FsdpRuntimeOptions *o)
   FsdpJsonString(j, "reduce_dtype", FsdpDtypeNames[o->reduce_dtype]);
 }
 
+void FsdpSummaryValLosses(FsdpJson j, const int64_t *steps, const double *losses, int n)
+{
+  FsdpJsonBeginArray(j, "val_losses");
+  for (int i = 0; i < n; i++) {
+    FsdpJsonBeginArray(j, NULL);
+    FsdpJsonInt(j, NULL, steps[i]);
+    FsdpJsonReal(j, NULL, losses[i]);
+    FsdpJsonEndArray(j);
+  }
+  FsdpJsonEndArray(j);
+}
+
 int FsdpSummaryPrint(FsdpJson *pj, FILE *out)
 {
   int err = FsdpJsonFinish(*pj);

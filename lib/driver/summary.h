@@ -60,6 +60,10 @@ void FsdpSummaryBeginCommTime(FsdpJson j, int max_gathers_in_flight);
 /* Open "precision" with param_dtype and reduce_dtype. */
 void FsdpSummaryBeginPrecision(FsdpJson j, const FsdpRuntimeOptions *o);
 
+/* "val_losses": [[step, loss], ...] of the run's validations ([] when it
+ * validated none). */
+void FsdpSummaryValLosses(FsdpJson j, const int64_t *steps, const double *losses, int n);
+
 /* Print the finished document as one line of out (the summary is the last
  * line of stdout) and destroy it. */
 int FsdpSummaryPrint(FsdpJson *j, FILE *out);

@@ -42,6 +42,10 @@ struct FsdpTrainer_ {
   int64_t data_base;             /* micro-batches consumed before first_step */
   uint64_t last_intra, last_inter; /* this step's node-local / cross-node bytes */
   FsdpMetrics metrics;
+  FsdpData val;                  /* held-out data (-val_every > 0) */
+  int64_t *val_steps;            /* [Note: validation] step of each validation */
+  double *val_losses;            /* its mean loss */
+  int nval, cap_val;
   int device_set; /* FsdpDeviceSetUp succeeded: finalize at destroy */
 };
 
@@ -90,6 +94,23 @@ int FsdpTrainOptionsFromDb(FsdpOpts db, FsdpTrainOptions *o)
                            INT64_MAX / 4, &o->scaler_growth_interval));
   FSDP_CALL(FsdpCkptOptionsFromDb(db, &o->ckpt));
   FSDP_CALL(FsdpMetricsOptionsFromDb(db, &o->metrics));
+  const char *gv = "Validation";
+  FSDP_CALL(FsdpOptsGetString(db, gv, "val_data",
+                              "held-out token file in llm.c .bin layout (default: the built-in "
+                              "task's held-out stream)",
+                              NULL, &o->val_data));
+  if (o->val_data && !o->val_data[0]) o->val_data = NULL;
+  FSDP_CALL(FsdpOptsGetInt(db, gv, "val_every",
+                           "validate after every N-th step and after the last (0 = never)", 0, 0,
+                           INT64_MAX / 4, &o->val_every));
+  FSDP_CALL(FsdpOptsGetInt(db, gv, "val_batches",
+                           "global batches (data-parallel ranks x -batch_size windows) of "
+                           "held-out data per validation",
+                           4, 1, 1 << 20, &v));
+  o->val_batches = (int)v;
+  if (o->val_data && o->val_every == 0)
+    FSDP_ERROR(FSDP_ERR_USAGE, "option -val_data %s: validation is off (-val_every 0); give "
+               "-val_every N to validate every N steps", o->val_data);
   FsdpOptsToString(db, o->options_string, sizeof o->options_string);
   o->optim.total_steps = o->steps;
   return FSDP_SUCCESS;
@@ -127,6 +148,9 @@ int FsdpTrainerCreate(MPI_Comm comm, const FsdpTrainOptions *o, FsdpTrainer *out
   /* data first: a bad file is a usage error before any big allocation */
   FSDP_CALL(FsdpDataCreate(comm, o->data, o->model.vocab_size, tr->T, tr->W * tr->B,
                            (uint64_t)o->seed, &tr->data));
+  if (o->val_every > 0) /* [Note: validation] */
+    FSDP_CALL(FsdpDataCreateHeldOut(comm, o->val_data, o->model.vocab_size, tr->T, tr->W * tr->B,
+                                    (uint64_t)o->seed, &tr->val));
   FSDP_CALL(FsdpRuntimeCreate(tr->topo, tr->coll, &o->fsdp, &tr->rt));
   /* the runtime and the optimizer see the model only through its table */
   const FsdpModelTable *table = GptModelTable(tr->model);
@@ -193,6 +217,9 @@ int FsdpTrainerDestroy(FsdpTrainer *ptr)
   FSDP_CALL(FsdpTraceDestroy(&tr->trace));
   FSDP_CALL(GptModelDestroy(&tr->model));
   FSDP_CALL(FsdpDataDestroy(&tr->data));
+  FSDP_CALL(FsdpDataDestroy(&tr->val));
+  free(tr->val_steps);
+  free(tr->val_losses);
   FSDP_CALL(FsdpCollDestroy(&tr->coll));
   if (tr->device_set) FSDP_CALL(FsdpDeviceFinalize());
   FSDP_CALL(FsdpTopoDestroy(&tr->topo));
@@ -278,6 +305,53 @@ int FsdpTrainerStep(FsdpTrainer tr, double *loss)
   return FSDP_SUCCESS;
 }
 
+/* [Note: validation] Validation batch k is global batch k of the held-out
+ * data ([Note: global batch] in data.h: W ranks with batch B take the
+ * windows one rank with batch W*B takes), so -val_batches K validates the
+ * same K*W*B windows at every (W, F) with the same global batch.  Each
+ * rank runs the FSDP forward only (FsdpRuntimeForward: units gathered and
+ * resharded as in training, no backward, no reductions) on its slice; the
+ * result is the mean over every window: per-rank means (equal sizes)
+ * summed over batches, then over the world, divided by K*W.  Parameters
+ * equal across (W, F), the result agrees to fp32 reduction order (tests:
+ * 1e-6 relative).  It runs between optimizer steps and is not part of a
+ * step's time, bytes or loss. */
+int FsdpTrainerValidate(FsdpTrainer tr, double *loss)
+{
+  if (!tr->val)
+    FSDP_ERROR(FSDP_ERR_STATE, "FsdpTrainerValidate without held-out data (-val_every 0)");
+  double sum = 0.0;
+  for (int k = 0; k < tr->o.val_batches; k++) {
+    FSDP_CALL(FsdpDataGetBatch(tr->val, k, tr->rank, tr->W, tr->inputs, tr->targets));
+    FSDP_CALL(GptModelSetBatch(tr->model, tr->inputs, tr->targets));
+    FSDP_CALL(FsdpRuntimeForward(tr->rt, tr->model));
+    sum += GptModelLoss(tr->model);
+  }
+  FSDP_CALL(FsdpCollScalarSum(tr->coll, FsdpTopoWorld(tr->topo), &sum, 1));
+  double l = sum / ((double)tr->W * tr->o.val_batches);
+  if (tr->nval == tr->cap_val) {
+    int cap = tr->cap_val ? 2 * tr->cap_val : 16;
+    int64_t *st = realloc(tr->val_steps, (size_t)cap * sizeof *st);
+    if (st) tr->val_steps = st;
+    double *lo = realloc(tr->val_losses, (size_t)cap * sizeof *lo);
+    if (lo) tr->val_losses = lo;
+    FSDP_CHECK_ALLOC(st && lo ? (void *)lo : NULL, (size_t)cap * sizeof *lo);
+    tr->cap_val = cap;
+  }
+  tr->val_steps[tr->nval] = tr->step;
+  tr->val_losses[tr->nval] = l;
+  tr->nval++;
+  if (loss) *loss = l;
+  return FSDP_SUCCESS;
+}
+
+int FsdpTrainerValLosses(FsdpTrainer tr, const int64_t **steps, const double **losses)
+{
+  *steps = tr->val_steps;
+  *losses = tr->val_losses;
+  return tr->nval;
+}
+
 static double Median(const double *x, int64_t n)
 {
   if (n <= 0) return 0.0;
@@ -312,6 +386,15 @@ int FsdpTrainerRun(FsdpTrainer tr, FILE *out)
     int64_t s = tr->step;
     int log = tr->o.log_every > 0 && (s % tr->o.log_every == 0 || s == tr->first_step + 1 || s == tr->o.steps);
     double ms = tr->step_ms[s - 1];
+    /* [Note: validation] after every val_every-th step and the last; such
+     * a step is always logged so that its loss is on the progress line */
+    int val = tr->o.val_every > 0 && (s % tr->o.val_every == 0 || s == tr->o.steps);
+    double vloss = NAN;
+    if (val) {
+      FSDP_CALL(FsdpTrainerValidate(tr, &vloss));
+      if (tr->metrics) FSDP_CALL(FsdpMetricsAppendValidation(tr->metrics, s, vloss));
+      log |= tr->o.log_every > 0;
+    }
     if (tr->metrics && log) { /* collective: every rank's memory goes into the row */
       FsdpMetricsRow row = {s, loss, tr->last_lr, tr->last_norm, ms * 1e-3,
                             tokens_per_step / (ms * 1e-3), (int64_t)tr->last_intra,
@@ -344,8 +427,10 @@ int FsdpTrainerRun(FsdpTrainer tr, FILE *out)
     if (tr->rank == 0 && log) {
       char tps[32];
       HumanCount(tokens_per_step / (ms * 1e-3), tps, sizeof tps);
-      fprintf(out, "step %lld/%lld | loss %.4f | lr %.1e | %.1f ms | %s tok/s | mem %.1f MiB\n",
-              (long long)s, (long long)tr->o.steps, loss, tr->last_lr, ms, tps,
+      char vtext[32] = "";
+      if (val) snprintf(vtext, sizeof vtext, " | val %.4f", vloss);
+      fprintf(out, "step %lld/%lld | loss %.4f%s | lr %.1e | %.1f ms | %s tok/s | mem %.1f MiB\n",
+              (long long)s, (long long)tr->o.steps, loss, vtext, tr->last_lr, ms, tps,
               FsdpMemCurrentTotal() / 1048576.0);
       fflush(out);
     }
@@ -403,6 +488,9 @@ int FsdpTrainerSummary(FsdpTrainer tr, FILE *out)
             tr->W, FsdpTopoShard(tr->topo)->size, FsdpTopoReplica(tr->topo)->size,
             (long long)GptConfigParamCount(c), mem.param_shard_bytes / 1048576.0,
             mem.gather_buffer_bytes / 1048576.0);
+    if (tr->nval > 0)
+      fprintf(out, "validation: loss %.4f after step %lld (%d validations)\n",
+              tr->val_losses[tr->nval - 1], (long long)tr->val_steps[tr->nval - 1], tr->nval);
     return FSDP_SUCCESS;
   }
   /* [Note: one writer for the shared keys] (summary.h): the members
@@ -424,6 +512,7 @@ int FsdpTrainerSummary(FsdpTrainer tr, FILE *out)
   for (int64_t i = 0; i < n; i++) FsdpJsonReal(j, NULL, losses[i]);
   FsdpJsonEndArray(j);
   FsdpJsonReal(j, "final_loss", n ? losses[n - 1] : 0.0);
+  FsdpSummaryValLosses(j, tr->val_steps, tr->val_losses, tr->nval);
   FsdpJsonReal(j, "step_time_ms_median", med);
   FsdpJsonReal(j, "tokens_per_s", tokens_per_s);
   FsdpSummaryMemory sm = {mem.param_shard_bytes,   mem.grad_shard_bytes,

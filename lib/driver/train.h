@@ -36,6 +36,9 @@ typedef struct {
   int64_t scaler_growth_interval; /* -scaler_growth_interval: good steps before doubling */
   FsdpCkptOptions ckpt;       /* -checkpoint_dir -checkpoint_every -checkpoint_keep -resume */
   const char *metrics;        /* -metrics FILE: HDF5 run file */
+  const char *val_data;       /* -val_data FILE: held-out tokens (NULL: built-in held-out stream) */
+  int64_t val_every;          /* -val_every N: validate after every N-th step and the last (0 = never) */
+  int val_batches;            /* -val_batches K: global batches of held-out windows per validation */
   char options_string[4096];  /* the options as given, for the run file */
 } FsdpTrainOptions;
 
@@ -79,6 +82,15 @@ int FsdpTrainerScaler(FsdpTrainer tr, double *scale, int64_t *skipped);
  * busy time, seconds summed over the steps so far (rank-local). */
 void FsdpTrainerCommTimes(FsdpTrainer tr, double *exposed_s, double *busy_s);
 FsdpTrace FsdpTrainerTrace(FsdpTrainer tr);
+/* Collective on comm.  [Note: validation] (train.c): the mean loss over
+ * -val_batches global batches of held-out windows, each rank its slice,
+ * computed with the FSDP forward only (FsdpRuntimeForward); the same on
+ * every rank.  Between steps; needs -val_every > 0 (the held-out data is
+ * opened then). */
+int FsdpTrainerValidate(FsdpTrainer tr, double *loss);
+/* Validations done so far: steps[i], losses[i] (arrays owned by tr). */
+int FsdpTrainerValLosses(FsdpTrainer tr, const int64_t **steps, const double **losses);
+
 /* Step the run started from (0, or the resumed checkpoint's step). */
 int64_t FsdpTrainerFirstStep(FsdpTrainer tr);
 

@@ -26,6 +26,7 @@ struct FsdpData_ {
   int vocab_size;     /* V */
   int T;              /* sequence length */
   int global_batch;   /* GB = data-parallel ranks * B */
+  int heldout;        /* built-in task: the held-out segments (validation) */
 };
 
 /* ---- little-endian helpers ---------------------------------------------- */
@@ -309,6 +310,14 @@ int FsdpDataWriteFile(const char *path, const uint16_t *tokens, int64_t n)
 #define BUILTIN_NMARKS 2
 #define BUILTIN_MIN_VOCAB (BUILTIN_NMARKS + 2)
 #define BUILTIN_TABLE_STREAM UINT64_MAX /* hash stream of the succ table */
+/* [Note: held-out stream] Validation on the built-in task needs text of
+ * the same task (the same succ table, the same segment rules) that
+ * training never sees.  The training stream uses segments 0, 1, 2, ...
+ * (about 2^16 of them per period); the held-out stream numbers its
+ * segments from 2^62, so every random choice comes from hash slots the
+ * training stream never draws, while the table (its own hash stream,
+ * BUILTIN_TABLE_STREAM) is shared. */
+#define BUILTIN_HELDOUT_SEGMENT (UINT64_C(1) << 62)
 
 /* splitmix64's finalizer: a bijection of 64-bit words with good avalanche. */
 static uint64_t mix64(uint64_t z)
@@ -379,7 +388,7 @@ static int DataMakeBuiltin(struct FsdpData_ *d, uint64_t seed, char *msg,
     if (p < n) out[p] = (uint16_t)(tok);          \
     p++;                                          \
   } while (0)
-  for (uint64_t seg = 0; p < n; seg++) {
+  for (uint64_t seg = d->heldout ? BUILTIN_HELDOUT_SEGMENT : 0; p < n; seg++) {
     const uint64_t h = hash3(seed, seg, 0);
     if ((h & 0xff) % 3 != 0) { /* two segments in three are bigram text */
       const int len = 16 + (int)((h >> 8) % 49);  /* 16..64 */
@@ -447,14 +456,15 @@ static int DataSetup(struct FsdpData_ *d, const char *path, int vocab_size,
                  : DataReadFile(d, path, msg, size);
 }
 
-int FsdpDataCreate(MPI_Comm comm, const char *path, int vocab_size, int T,
-                   int global_batch, uint64_t seed, FsdpData *d)
+static int DataCreate(MPI_Comm comm, const char *path, int vocab_size, int T,
+                      int global_batch, uint64_t seed, int heldout, FsdpData *d)
 {
   FSDP_ASSERT(d != NULL);
   *d = NULL;
   char msg[2048] = "";
   int code;
   struct FsdpData_ *x = calloc(1, sizeof *x);
+  if (x) x->heldout = heldout;
   if (x)
     code = DataSetup(x, path, vocab_size, T, global_batch, seed, msg,
                       sizeof msg);
@@ -469,6 +479,42 @@ int FsdpDataCreate(MPI_Comm comm, const char *path, int vocab_size, int T,
   if (code != FSDP_SUCCESS) FSDP_ERROR(code, "%s", msg);
   *d = x;
   return FSDP_SUCCESS;
+}
+
+int FsdpDataCreate(MPI_Comm comm, const char *path, int vocab_size, int T,
+                   int global_batch, uint64_t seed, FsdpData *d)
+{
+  return DataCreate(comm, path, vocab_size, T, global_batch, seed, 0, d);
+}
+
+int FsdpDataCreateHeldOut(MPI_Comm comm, const char *path, int vocab_size, int T,
+                          int global_batch, uint64_t seed, FsdpData *d)
+{
+  return DataCreate(comm, path, vocab_size, T, global_batch, seed, 1, d);
+}
+
+/* [Note: built-in alphabet] The built-in task's tokens as text, so that
+ * fsdp-sample can show what a model trained on it writes: the bigram
+ * marker starts a new line, the copy marker a new line with "> ", and
+ * content token c (0-based after the markers) is a syllable: a consonant
+ * (c mod 16) and a vowel group (c div 16), followed by a space. */
+static const char kConsonants[16] = {'b', 'd', 'f', 'g', 'h', 'j', 'k', 'l',
+                                     'm', 'n', 'p', 'r', 's', 't', 'v', 'z'};
+static const char *const kVowels[16] = {"a",  "e",  "i",  "o",  "u",  "ai", "au", "ea",
+                                        "ee", "ei", "ia", "io", "oa", "oo", "ou", "ua"};
+
+void FsdpDataBuiltinTokenText(int token, char *buf, size_t size)
+{
+  if (size == 0) return;
+  if (token == BUILTIN_MARK_BIGRAM)
+    snprintf(buf, size, "\n");
+  else if (token == BUILTIN_MARK_COPY)
+    snprintf(buf, size, "\n> ");
+  else if (token >= BUILTIN_NMARKS && token < BUILTIN_ALPHABET)
+    snprintf(buf, size, "%c%s ", kConsonants[(token - BUILTIN_NMARKS) % 16],
+             kVowels[(token - BUILTIN_NMARKS) / 16]);
+  else /* never produced by the task (ids beyond its alphabet) */
+    snprintf(buf, size, "<%d>", token);
 }
 
 int FsdpDataDestroy(FsdpData *d)

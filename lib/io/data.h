@@ -45,6 +45,20 @@ int FsdpDataCreate(MPI_Comm comm, const char *path, int vocab_size, int T,
                    int global_batch, uint64_t seed, FsdpData *d);
 int FsdpDataDestroy(FsdpData *d);
 
+/* Collective on comm.  The held-out data for validation: a token file is
+ * read as by FsdpDataCreate; without one (path NULL or "") the built-in
+ * task's held-out stream -- the same task (table, rules, seed), but
+ * segments the training stream never contains (data.c [Note: held-out
+ * stream]).  Batches follow [Note: global batch] like training's, so
+ * validation batch k is the same global_batch windows for any W. */
+int FsdpDataCreateHeldOut(MPI_Comm comm, const char *path, int vocab_size, int T,
+                          int global_batch, uint64_t seed, FsdpData *d);
+
+/* Not collective.  The built-in task's token as text (data.c [Note:
+ * built-in alphabet]): markers as line breaks, content tokens as
+ * syllables; ids outside its alphabet as "<id>". */
+void FsdpDataBuiltinTokenText(int token, char *buf, size_t size);
+
 /* Not collective.  Fill inputs and targets (B*T ints each) for
  * data-parallel rank dp_rank at micro-step `micro_step`, following
  * [Note: global batch] with B = global_batch / dp_size. */

@@ -36,6 +36,20 @@ static const char *const kStdNames[NSTD] = {
     "comm_intra_bytes", "comm_inter_bytes"};
 static const int kStdIsInt[NSTD] = {1, 1, 0, 0, 0, 0, 0, 1, 1};
 
+/* [Note: validation rows] Validation losses have rows of their own, one
+ * per validation, in two 1-D datasets of /metrics of equal length that
+ * are not per-step columns: val_step (int64) and val_loss (float64).  They
+ * are created with the file (empty while a run does not validate), since
+ * SWMR forbids new objects once rows stream; a file appended to that
+ * lacks them (written before validation existed) gets them before its
+ * first new row. */
+static const char *const kValNames[2] = {"val_step", "val_loss"};
+static int IsValName(const char *name)
+{
+  return strcmp(name, kValNames[0]) == 0 || strcmp(name, kValNames[1]) == 0;
+}
+
+
 enum { MEM_ALLOCATED, MEM_PEAK, MEM_SHARD, MEM_UNSHARDED, MEM_RSS, NMEM };
 static const char *const kMemNames[NMEM] = {"allocated", "peak", "shard_bytes", "unsharded_bytes",
                                             "rss"};
@@ -61,6 +75,8 @@ struct FsdpMetrics_ {
   char path[4096];
   hid_t file, gmetrics, gmemory; /* rank 0 */
   hid_t mem[NMEM], events, event_type;
+  hid_t val[2];  /* rank 0: /metrics/val_step, /metrics/val_loss */
+  int64_t nval;  /* rank 0: validation rows */
   Column *cols;
   int ncols, cap;
   int64_t rows, nevents, mem_width;
@@ -226,6 +242,26 @@ done:
   return err;
 }
 
+/* Rank 0: open or create the validation datasets. */
+static int OpenValidation(FsdpMetrics m)
+{
+  for (int k = 0; k < 2; k++) {
+    if (H5Lexists(m->gmetrics, kValNames[k], H5P_DEFAULT) > 0) {
+      FSDP_CALL_HDF5(m->val[k] = H5Dopen2(m->gmetrics, kValNames[k], H5P_DEFAULT));
+      hid_t sp = -1;
+      hsize_t n = 0;
+      FSDP_CALL_HDF5(sp = H5Dget_space(m->val[k]));
+      herr_t r = H5Sget_simple_extent_dims(sp, &n, NULL);
+      H5Sclose(sp);
+      FSDP_CALL_HDF5(r);
+      m->nval = (int64_t)n; /* both have the same length (written together) */
+    } else {
+      FSDP_CALL_HDF5(m->val[k] = CreateColumnDataset(m->gmetrics, kValNames[k], k == 0, 0));
+    }
+  }
+  return FSDP_SUCCESS;
+}
+
 /* Rank 0: create the datasets of a new file. */
 static int CreateLayout(FsdpMetrics m)
 {
@@ -252,6 +288,7 @@ static int CreateLayout(FsdpMetrics m)
   FSDP_HDF5_GOTO(m->events = H5Dcreate2(m->file, "/events", m->event_type, space, H5P_DEFAULT,
                                         dcpl, H5P_DEFAULT));
   m->mem_width = m->W;
+  err = OpenValidation(m);
 done:
   FsdpHdf5Close(&space);
   FsdpHdf5Close(&dcpl);
@@ -304,6 +341,7 @@ static int OpenLayout(FsdpMetrics m, char *msg, size_t size)
     dims[1] = (hsize_t)m->mem_width;
     FSDP_CALL_HDF5(H5Dset_extent(m->mem[k], dims));
   }
+  FSDP_CALL(OpenValidation(m));
   FSDP_CALL_HDF5(m->events = H5Dopen2(m->file, "/events", H5P_DEFAULT));
   FSDP_CALL_HDF5(s = H5Dget_space(m->events));
   FSDP_CALL_HDF5(H5Sget_simple_extent_dims(s, &n, NULL));
@@ -389,6 +427,8 @@ static void CloseHandles(FsdpMetrics m)
   for (int k = 0; k < NMEM; k++) FsdpHdf5Close(&m->mem[k]);
   FsdpHdf5Close(&m->events);
   FsdpHdf5Close(&m->event_type);
+  FsdpHdf5Close(&m->val[0]);
+  FsdpHdf5Close(&m->val[1]);
   FsdpHdf5Close(&m->gmetrics);
   FsdpHdf5Close(&m->gmemory);
 }
@@ -414,6 +454,7 @@ int FsdpMetricsCreate(MPI_Comm comm, const char *path, const FsdpMetricsInfo *in
   m->comm = comm;
   m->file = m->gmetrics = m->gmemory = m->events = m->event_type = -1;
   for (int k = 0; k < NMEM; k++) m->mem[k] = -1;
+  m->val[0] = m->val[1] = -1;
   int err = MPI_Comm_rank(comm, &m->rank);
   if (err == MPI_SUCCESS) err = MPI_Comm_size(comm, &m->W);
   if (err != MPI_SUCCESS) {
@@ -481,7 +522,7 @@ static herr_t CollectName(hid_t g, const char *name, const H5L_info_t *info, voi
   (void)g;
   (void)info;
   FsdpMetrics m = ctx;
-  if (FsdpMetricsColumn(m, name) >= 0) return 0;
+  if (FsdpMetricsColumn(m, name) >= 0 || IsValName(name)) return 0; /* [Note: validation rows] */
   hid_t d = H5Dopen2(m->gmetrics, name, H5P_DEFAULT);
   if (d < 0) return 0; /* not a dataset: not ours, leave it */
   hid_t t = H5Dget_type(d);
@@ -633,6 +674,25 @@ int FsdpMetricsAppendRow(FsdpMetrics m, const FsdpMetricsRow *row, const FsdpMet
   m->rows++;
   m->started = 1;
   for (int i = NSTD; i < m->ncols; i++) m->cols[i].v = NAN;
+  return FSDP_SUCCESS;
+}
+
+int FsdpMetricsAppendValidation(FsdpMetrics m, int64_t step, double loss)
+{
+  int err = FSDP_SUCCESS;
+  if (m->rank == 0) {
+    err = StartSwmr(m);
+    if (!err) err = WriteCell(m->val[0], m->nval, H5T_NATIVE_INT64, &step);
+    if (!err) err = WriteCell(m->val[1], m->nval, H5T_NATIVE_DOUBLE, &loss);
+    /* [Note: run file streaming] */
+    if (!err && H5Fflush(m->file, H5F_SCOPE_GLOBAL) < 0)
+      err = FsdpHdf5Raise(__FILE__, __LINE__, __func__, "H5Fflush(run file)");
+  }
+  FSDP_CALL_MPI(MPI_Bcast(&err, 1, MPI_INT, 0, m->comm));
+  if (err) FSDP_ERROR(err, "writing validation row %lld of run file %s failed", (long long)m->nval,
+                      m->path);
+  m->nval++;
+  m->started = 1;
   return FSDP_SUCCESS;
 }
 

@@ -15,6 +15,11 @@
  *                received in collectives during that step, intra-/inter-
  *                node, coll.h [Note: byte accounting]); plus any column
  *                registered with FsdpMetricsAddColumn (float64).
+ *   /metrics/val_step, /metrics/val_loss  1-D, one row per validation
+ *                (not per logged step): the step after which it ran
+ *                (int64) and the mean held-out loss (float64); empty
+ *                when the run does not validate ([Note: validation rows]
+ *                in metrics.c).
  *   /memory/<name>     2-D int64 [rows, W]: column r is world rank r,
  *                gathered each row: allocated, peak (mem.h totals),
  *                shard_bytes (params + grads + optimizer shards),
@@ -102,6 +107,10 @@ int FsdpMetricsSet(FsdpMetrics m, int col, double value);
  * every rank's memory (mem NULL: FsdpMetricsSampleMemory), gathered to
  * rank 0; then flush ([Note: run file streaming]). */
 int FsdpMetricsAppendRow(FsdpMetrics m, const FsdpMetricsRow *row, const FsdpMetricsMemory *mem);
+
+/* Collective on comm.  Rank 0 appends (step, loss) to /metrics/val_step
+ * and /metrics/val_loss and flushes; every rank gets its outcome. */
+int FsdpMetricsAppendValidation(FsdpMetrics m, int64_t step, double loss);
 
 /* Not collective: call on every rank alike; rank 0 appends an event row
  * and flushes.  kind: at most 15 characters; detail truncated to 255. */

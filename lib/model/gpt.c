@@ -412,6 +412,19 @@ int GptModelSetBatch(GptModel m, const int *inputs, const int *targets)
 }
 
 double GptModelLoss(GptModel m) { return m->loss; }
+
+int GptModelLogits(GptModel m, int b, int t, float *out)
+{
+  if (!m->logits) FSDP_ERROR(FSDP_ERR_STATE, "GptModelLogits before GptModelSetUp");
+  if (b < 0 || b >= m->B || t < 0 || t >= m->T)
+    FSDP_ERROR(FSDP_ERR_STATE, "GptModelLogits: position (%d, %d) outside the batch (%d, %d)", b, t,
+               m->B, m->T);
+  size_t V = (size_t)m->cfg.vocab_size;
+  /* the head's logits stay in the buffer after the loss (crossentropy
+   * writes probs, not logits) */
+  FSDP_CALL(m->k->copy_to_host(out, m->logits + ((size_t)b * m->T + t) * V, V * sizeof(float)));
+  return FSDP_SUCCESS;
+}
 void GptModelSetLossScale(GptModel m, float scale) { m->loss_scale = scale; }
 const GptConfig *GptModelConfig(GptModel m) { return &m->cfg; }
 int GptModelNumUnits(GptModel m) { return m->nunits; }

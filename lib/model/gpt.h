@@ -66,6 +66,11 @@ int GptModelSetBatch(GptModel m, const int *inputs, const int *targets);
 /* Mean loss of the last forward over this rank's B*T positions. */
 double GptModelLoss(GptModel m);
 
+/* Not collective.  The vocab_size logits of the last forward at sequence
+ * b, position t of the batch, into host memory (sampling: the next-token
+ * distribution after position t). */
+int GptModelLogits(GptModel m, int b, int t, float *out);
+
 /* Scale of the loss gradient for each position: the backward uses
  * d(total)/d(loss_pos) = dloss_scale / (B*T).  1 by default; gradient
  * accumulation over K micro-steps sets 1/K. */

@@ -912,6 +912,51 @@ int FsdpRuntimeForwardBackward(FsdpRuntime rt, void *model, int micro, int nmicr
   return FSDP_SUCCESS;
 }
 
+/* [Note: forward only] Evaluation (validation loss, sampling) runs the
+ * stages forward with the same unit machinery as training -- UnitUnshard
+ * (gather, or wait for a prefetched one), forward prefetch from the
+ * previous order under -prefetch both, RunStage, UnitReshard -- but no
+ * backward: every unit, the root included, is resharded after its last
+ * forward stage whatever -reshard_after_forward says (nothing needs it
+ * afterwards), no gradient buffer is taken and nothing is reduced.  So the
+ * gather ring planned for training is enough and memory is the same.  The
+ * forward order is recorded only when none is yet (a program that only
+ * evaluates, e.g. fsdp-sample, then prefetches from its second pass on);
+ * the graph is static, so it is the order training records.  All ranks of
+ * the sharding group must call it together (its gathers are collective);
+ * ranks in different replica groups compute independently. */
+int FsdpRuntimeForward(FsdpRuntime rt, void *model)
+{
+  if (!rt->setup) FSDP_ERROR(FSDP_ERR_STATE, "FsdpRuntimeForward before FsdpRuntimeSetUp");
+  for (int u = 0; u < rt->nunits; u++)
+    if (rt->units[u].state != FSDP_UNIT_SHARDED)
+      FSDP_ERROR(FSDP_ERR_STATE, "FsdpRuntimeForward: unit %d (%s) is %s, not SHARDED (inside a step?)",
+                 u, rt->units[u].name, FsdpUnitStateNames[rt->units[u].state]);
+  int fwd_prefetch = rt->opt.prefetch == FSDP_PREFETCH_BOTH && rt->have_prev_order;
+  int pos = 0, record = !rt->have_prev_order;
+  rt->phase = FSDP_PHASE_FORWARD;
+  for (int s = 0; s < rt->nstages; s++) {
+    int u = rt->stages[s].unit;
+    Unit *x = &rt->units[u];
+    if (s == x->first_fwd_stage) {
+      if (record) rt->order[pos] = u;
+      pos++;
+    }
+    FSDP_CALL(UnitUnshard(rt, u));
+    /* the unit after u in the recorded order (UnitPrefetch ignores -1) */
+    int next = pos < rt->norder ? rt->prev_order[pos] : -1;
+    if (fwd_prefetch) FSDP_CALL(UnitPrefetch(rt, next));
+    FSDP_CALL(RunStage(rt, model, s, 0));
+    if (s == x->last_fwd_stage) FSDP_CALL(UnitReshard(rt, u));
+  }
+  if (record) {
+    rt->norder = pos;
+    memcpy(rt->prev_order, rt->order, (size_t)pos * sizeof *rt->order);
+    rt->have_prev_order = 1;
+  }
+  return FSDP_SUCCESS;
+}
+
 int FsdpRuntimeDrainStreams(FsdpRuntime rt)
 {
   if (!rt->setup) return FSDP_SUCCESS;

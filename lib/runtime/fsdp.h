@@ -140,6 +140,14 @@ int FsdpRuntimeInitShards(FsdpRuntime rt, FsdpInitFn init, void *model);
  * FsdpRuntimeZeroGradShards before micro-step 0. */
 int FsdpRuntimeForwardBackward(FsdpRuntime rt, void *model, int micro, int nmicro);
 
+/* Collective on the world.  Forward only over all stages for the current
+ * batch (the model holds it): every unit is gathered as in training,
+ * runs its forward stages and is resharded after its last one; no
+ * backward, no gradients, no reductions ([Note: forward only] in fsdp.c).
+ * Between optimizer steps (every unit SHARDED), e.g. for validation or
+ * sampling; the model's output (its loss, logits) is then the model's. */
+int FsdpRuntimeForward(FsdpRuntime rt, void *model);
+
 /* Record the timeline into trace (NULL: stop); step labels events. */
 int FsdpRuntimeSetTrace(FsdpRuntime rt, FsdpTrace trace);
 void FsdpRuntimeSetStep(FsdpRuntime rt, int64_t step);
