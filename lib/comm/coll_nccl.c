@@ -222,7 +222,7 @@ static void CommStateFree(CollNccl *c, CollNcclComm *cc)
  * use (collective on g: see [Note: NCCL collectives and streams]).
  * Creation inside a collective (no FsdpCollAttach for g, and a collective
  * was already issued) is NCCL setup and allocation inside the step loop:
- * it works, and says so once on stderr. */
+ * it works, and says so on stderr. */
 static int NcclCommOf(CollNccl *c, const FsdpGroup *g, CollNcclComm **out)
 {
   for (int i = 0; i < c->ncomms; i++)
@@ -239,22 +239,28 @@ static int NcclCommOf(CollNccl *c, const FsdpGroup *g, CollNcclComm **out)
             FsdpErrorWorldRank(), FsdpCollGroupName(g));
   CollNcclComm *cc = &c->comms[c->ncomms];
   memset(cc, 0, sizeof *cc);
-  int lo = 0, hi = 0;
-  FSDP_CALL_CUDA(cudaDeviceGetStreamPriorityRange(&lo, &hi));
-  /* the first communicator uses the coll's own stream (FsdpCollCudaStream) */
-  if (c->ncomms == 0)
-    cc->own = c->own_stream;
-  else
-    FSDP_CALL_CUDA(cudaStreamCreateWithPriority(&cc->own, cudaStreamNonBlocking, hi));
+  /* the collective part first, so every rank of g takes part in it */
   void *nc = NULL;
-  int err = FSDP_SUCCESS;
+  int err = NcclCommInit(g, &nc);
+  /* the first communicator uses the coll's own stream (FsdpCollCudaStream) */
+  int lo = 0, hi = 0;
+  if (!err && c->ncomms == 0) {
+    cc->own = c->own_stream;
+  } else if (!err && (cudaDeviceGetStreamPriorityRange(&lo, &hi) != cudaSuccess ||
+                      cudaStreamCreateWithPriority(&cc->own, cudaStreamNonBlocking, hi) !=
+                          cudaSuccess)) {
+    cc->own = NULL;
+    err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_CUDA,
+                         "creating the stream of the %s comm's collectives failed",
+                         FsdpCollGroupName(g));
+  }
   for (int i = 0; i < COLL_NCCL_EVENTS && !err; i++)
     if (cudaEventCreateWithFlags(&cc->slots[i].done, cudaEventDisableTiming) != cudaSuccess)
       err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_CUDA,
                            "creating the events of the %s comm's collectives failed",
                            FsdpCollGroupName(g));
-  if (!err) err = NcclCommInit(g, &nc);
   if (err) {
+    if (nc) ncclCommAbort((ncclComm_t)nc);
     CommStateFree(c, cc);
     return FsdpErrorTrace(__FILE__, __LINE__, __func__, err);
   }
