@@ -30,6 +30,7 @@
 #include "io/profile.h"
 #include "io/tokenizer.h"
 #include "comm/trace.h"
+#include "comm/flight.h"
 #include "driver/train.h"
 
 #endif

@@ -155,6 +155,24 @@ AC_DEFUN([FSDP_CHECK_CBLAS], [
   CFLAGS=$fsdp_save_CFLAGS; LIBS=$fsdp_save_LIBS
 ])
 
+# Jansson: the JSON parser of fsdp-ckpt's Hugging Face interop (safetensors
+# headers, config.json); a maintained library instead of a parser by hand.
+AC_DEFUN([FSDP_CHECK_JANSSON], [
+  AC_ARG_VAR([JANSSON_CFLAGS], [C flags for Jansson])
+  AC_ARG_VAR([JANSSON_LIBS], [linker flags for Jansson])
+  FSDP_PKG_FLAGS([JANSSON], [jansson])
+  test -n "$JANSSON_LIBS" || JANSSON_LIBS="-ljansson"
+  fsdp_save_CFLAGS=$CFLAGS; fsdp_save_LIBS=$LIBS
+  CFLAGS="$CFLAGS $JANSSON_CFLAGS"; LIBS="$JANSSON_LIBS $LIBS"
+  AC_MSG_CHECKING([for Jansson (json_loadb)])
+  AC_LINK_IFELSE([AC_LANG_PROGRAM([[#include <jansson.h>]],
+      [[json_error_t e; json_t *j = json_loadb("{}", 2, 0, &e); json_decref(j);]])],
+    [AC_MSG_RESULT([yes])],
+    [AC_MSG_RESULT([no])
+     AC_MSG_ERROR([Jansson not found: install the Debian package libjansson-dev (or set JANSSON_CFLAGS/JANSSON_LIBS)])])
+  CFLAGS=$fsdp_save_CFLAGS; LIBS=$fsdp_save_LIBS
+])
+
 # POSIX threads (the communication stream's thread).
 AC_DEFUN([FSDP_CHECK_PTHREADS], [
   AC_CHECK_HEADER([pthread.h], [],

@@ -247,16 +247,6 @@ typedef struct {
   int gather_slots, grad_slots;
 } PlanMemory;
 
-/* Activation and backward-scratch bytes the model allocates in
- * GptModelSetUp (its list, per layer and shared), for B sequences of T. */
-static uint64_t PlanActivationBytes(const GptConfig *c, int B, int T)
-{
-  uint64_t BT = (uint64_t)B * T, C = (uint64_t)c->n_embd, V = (uint64_t)c->vocab_size;
-  uint64_t att = (uint64_t)B * c->n_head * T * T;
-  uint64_t layer = 16 * BT * C + 4 * BT + 2 * att;
-  uint64_t shared = 16 * BT * C + 3 * BT + 3 * BT * V + 2 * att;
-  return 4 * ((uint64_t)c->n_layer * layer + shared);
-}
 
 /* ---- prediction from a measured profile (fsdp-probe) -------------------- */
 
@@ -292,6 +282,7 @@ static double GemmRate(const FsdpProfile *p, int64_t C, int64_t OC)
 
 typedef struct {
   double compute_s, gemm_s, attention_s, memory_s, optimizer_s;
+  double recompute_s; /* -recompute 1: the blocks' forward again, in backward */
   double coll_s[FSDP_COLL_NKINDS];
   FsdpStepTimeResult sim; /* the schedule replayed (runtime/steptime.h) */
   FsdpStepEvent *events;  /* its events, with -plan_schedule */
@@ -407,12 +398,19 @@ static int PredictFromProfile(const PlanOptions *po, const FsdpProfile *p, const
     double t = u[i].is_root ? (st == last[i] ? unit_s[i] : 0.0) : unit_s[i] / nst[i];
     fwd_s[st] = t / 3.0;
     bwd_s[st] = 2.0 * t / 3.0;
+    /* [Note: activation recomputation] (fsdp.h): a non-root stage runs its
+     * forward again right before its backward */
+    if (po->t.fsdp.recompute && !u[i].is_root) {
+      bwd_s[st] += fwd_s[st];
+      out->recompute_s += fwd_s[st];
+    }
   }
   if (p->adamw_bytes_per_s > 0) out->optimizer_s = 28.0 * (double)shard_elems / p->adamw_bytes_per_s;
   out->gemm_s *= K;
   out->attention_s *= K;
   out->memory_s *= K;
-  out->compute_s = out->gemm_s + out->attention_s + out->memory_s + out->optimizer_s;
+  out->recompute_s *= K;
+  out->compute_s = out->gemm_s + out->attention_s + out->memory_s + out->optimizer_s + out->recompute_s;
   FsdpStepTimeInput in = {&po->t.fsdp, po->F, po->R, nu, nstages, is_root, stage_unit, fwd_s,
                           bwd_s, gather_s, reduce_s, out->optimizer_s, gather_slots, grad_slots};
   int max_ev = want_events ? 8 * K * (nstages + nu) + 8 : 0;
@@ -517,7 +515,10 @@ static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutco
     mem.grad_buffer += (uint64_t)mem.grad_slots * (slotP * kr + (po.F > 1 ? slotP / F * kr : 0));
     if (rootP) mem.grad_buffer += rootP * kr + (po.F > 1 ? rootP / F * kr : 0);
   }
-  mem.activations = PlanActivationBytes(&po.t.model, po.t.batch_size, po.t.model.seq_len);
+  /* the bytes GptModelSetUp allocates, from the model's own sizing
+   * function ([Note: GPT recomputation] in gpt.c) */
+  mem.activations = GptActivationBytes(&po.t.model, po.t.wrap, po.t.batch_size,
+                                       po.t.model.seq_len, fo->recompute);
   uint64_t mem_total = mem.param_shard + mem.grad_shard + mem.low_shard + mem.optim_state +
                        mem.gather_buffer + mem.compute_buffer + mem.grad_buffer + mem.activations;
 
@@ -554,7 +555,14 @@ static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutco
   double tokens = (double)po.t.batch_size * c->seq_len;
   double flop = tokens * (6.0 * (double)GptConfigParamCount(c) +
                           6.0 * c->n_layer * (double)c->seq_len * c->n_embd);
-  double t_comp = po.flops > 0 ? flop / po.flops : 0.0;
+  /* -recompute 1 runs the blocks' forward (a third of their training
+   * FLOP) once more ([Note: activation recomputation], fsdp.h): time, not
+   * model FLOP (flop_per_step and MFU leave it out) */
+  double flop_recompute =
+      fo->recompute ? tokens * (2.0 * c->n_layer * (12.0 * c->n_embd * c->n_embd + 13.0 * c->n_embd) +
+                                2.0 * c->n_layer * (double)c->seq_len * c->n_embd)
+                    : 0.0;
+  double t_comp = po.flops > 0 ? (flop + flop_recompute) / po.flops : 0.0;
   double t_intra = po.intra_bw > 0 ? intra / po.intra_bw : 0.0;
   double t_inter = po.inter_bw > 0 ? (double)po.G * inter / po.inter_bw : 0.0;
   int predict = po.flops > 0 || po.intra_bw > 0 || po.inter_bw > 0;
@@ -569,7 +577,11 @@ static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutco
     if (!perr) pp.peak = prof->peak_flops_per_s;
     if (!perr)
       perr = PredictFromProfile(&po, prof, u, nu, stage_unit, nstages, &shard, &replica,
-                                mem.activations, mem.param_shard / 4, mem.gather_slots,
+                                /* the activations written and read, whether kept or
+                                 * recomputed: the memory-bound passes' bytes */
+                                GptActivationBytes(&po.t.model, po.t.wrap, po.t.batch_size,
+                                                   po.t.model.seq_len, 0),
+                                mem.param_shard / 4, mem.gather_slots,
                                 mem.grad_slots, po.schedule, &pp);
     t_intra = t_inter = 0;
     for (int k = 0; !perr && k < FSDP_COLL_NKINDS; k++) {
@@ -614,12 +626,12 @@ static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutco
     for (int i = 0; i < nu; i++) FsdpSummaryUnit(j, u[i].name, u[i].fp);
     FsdpJsonEndArray(j);
     FsdpSummaryMemory sm = {mem.param_shard,   mem.grad_shard,  mem.optim_state,
-                            mem.gather_buffer, mem.grad_buffer, mem.compute_buffer};
+                            mem.gather_buffer, mem.grad_buffer, mem.compute_buffer,
+                            mem.activations};
     FsdpSummaryBeginMemory(j, &sm);
     FsdpJsonUint(j, "low_shard_bytes", mem.low_shard);
     FsdpJsonInt(j, "gather_slots", mem.gather_slots);
     FsdpJsonInt(j, "grad_slots", mem.grad_slots);
-    FsdpJsonUint(j, "activation_bytes", mem.activations);
     FsdpJsonUint(j, "total_bytes", mem_total);
     FsdpJsonEndObject(j);
     FsdpCommCounters per_step;
@@ -645,6 +657,7 @@ static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutco
     if (predict) {
       FsdpJsonBeginObject(j, "prediction");
       FsdpJsonReal(j, "flop_per_step", flop);
+      if (fo->recompute) FsdpJsonReal(j, "recompute_flop_per_step", flop_recompute);
       FsdpJsonReal(j, "compute_s", t_comp);
       FsdpJsonReal(j, "intra_comm_s", t_intra);
       FsdpJsonReal(j, "inter_comm_s", t_inter);
@@ -657,6 +670,7 @@ static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutco
         FsdpJsonReal(j, "attention_s", pp.attention_s);
         FsdpJsonReal(j, "memory_bound_s", pp.memory_s);
         FsdpJsonReal(j, "optimizer_s", pp.optimizer_s);
+        if (fo->recompute) FsdpJsonReal(j, "recompute_s", pp.recompute_s);
         static const char *const kCollKey[FSDP_COLL_NKINDS] = {"all_gather_s", "reduce_scatter_s",
                                                                "all_reduce_s"};
         for (int k = 0; k < FSDP_COLL_NKINDS; k++) FsdpJsonReal(j, kCollKey[k], pp.coll_s[k]);
@@ -713,11 +727,11 @@ static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutco
     const double MiB = 1048576.0;
     printf("memory per rank (MiB): param shards %.2f (+ %s copies %.2f) | grad shards %.2f | "
            "optimizer %.2f | gather ring %.2f (%d slots + root) | fp32 compute buffers %.2f | "
-           "grad buffers %.2f | activations %.2f | total %.2f\n",
+           "grad buffers %.2f | activations %.2f%s | total %.2f\n",
            mem.param_shard / MiB, FsdpDtypeNames[po.param_dt], mem.low_shard / MiB,
            mem.grad_shard / MiB, mem.optim_state / MiB, mem.gather_buffer / MiB,
            mem.gather_slots, mem.compute_buffer / MiB, mem.grad_buffer / MiB,
-           mem.activations / MiB, mem_total / MiB);
+           mem.activations / MiB, fo->recompute ? " (recomputed)" : "", mem_total / MiB);
     printf("%-15s %8s %16s %16s %16s\n", "per step", "calls", "bytes", "intra-node", "inter-node");
     for (int k = 0; k < FSDP_COLL_NKINDS; k++)
       printf("%-15s %8llu %16llu %16llu %16llu\n", FsdpCollKindNames[k],

@@ -196,12 +196,14 @@ options_of() { # the names a program's -help lists
 options_of "$TRAIN" >"$tmp/train.names"
 options_of "$BIN/fsdp-plan" >"$tmp/plan.names"
 options_of "$BIN/fsdp-ckpt" >"$tmp/ckpt.names"
+options_of "$BIN/fsdp-probe" >"$tmp/probe.names"
+options_of "$BIN/fsdp-sample" >"$tmp/sample.names"
 foreign() { # "-name 1 ..." for the options of the others that $1 does not list
-  sort -u "$tmp/train.names" "$tmp/plan.names" "$tmp/ckpt.names" | comm -23 - "$tmp/$1.names" |
-    sed 's/.*/-& 1/' | tr '\n' ' '
+  sort -u "$tmp/train.names" "$tmp/plan.names" "$tmp/ckpt.names" "$tmp/probe.names" \
+    "$tmp/sample.names" | comm -23 - "$tmp/$1.names" | sed 's/.*/-& 1/' | tr '\n' ' '
 }
 checks=$((checks + 1))
-for p in train plan ckpt; do
+for p in train plan ckpt probe sample; do
   if ! grep -qx options_file "$tmp/$p.names" || [ -z "$(foreign $p)" ]; then
     echo "FAIL: -help of fsdp-$p gives no option list ($(wc -l <"$tmp/$p.names") names)"
     fails=$((fails + 1))
@@ -214,6 +216,11 @@ FSDP_OPTIONS="$(foreign ckpt)"
 expect_tool fsdp-ckpt 0 "n_layer" info "$tmp/ck/ckpt_00000002.h5"
 FSDP_OPTIONS="$(foreign plan)"
 expect_tool fsdp-plan 0 "all_gather" -model tiny -world_size 2 -steps 2 -summary json
+FSDP_OPTIONS="$(foreign probe)"
+expect_tool fsdp-probe 0 "profile written" -model tiny -probe_max_bytes 4096 -probe_reps 1 \
+  -profile_out "$tmp/probe.h5"
+FSDP_OPTIONS="$(foreign sample)"
+expect_tool fsdp-sample 0 "" -resume "$tmp/ck/ckpt_00000002.h5" -max_new_tokens 2
 FSDP_OPTIONS="-stpes 3"
 expect 1 2 "FSDP_OPTIONS: unknown option -stpes (did you mean -steps?)" $tiny
 unset FSDP_OPTIONS

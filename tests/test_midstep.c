@@ -230,7 +230,7 @@ static void run(int F, int W, int rank)
   }
   const int stage_units[NSTAGES] = {0, 1, 2, 3, 0};
   FsdpModelStage stages[NSTAGES];
-  for (int s = 0; s < NSTAGES; s++) stages[s] = (FsdpModelStage){stage_units[s], forward, backward};
+  for (int s = 0; s < NSTAGES; s++) stages[s] = (FsdpModelStage){stage_units[s], forward, backward, NULL};
   const FsdpModelTable table = {.ctx = &m, .nunits = NUNITS, .units = units,
                                 .nstages = NSTAGES, .stages = stages, .init = init_rule,
                                 .decays = decay_none, .kernels = FsdpKernelsCpu()};

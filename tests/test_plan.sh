@@ -2,13 +2,14 @@
 # test_plan.sh: fsdp-plan's numbers equal what fsdp-train measures.
 # For each configuration (full, hybrid, replicated, RAF/NRAF, fp32/bf16,
 # wrap and limiter, gradient accumulation, cyclic placement, sharding
-# across nodes, odd sizes that need padding) fsdp-train runs 2 steps at W
+# across nodes, odd sizes that need padding, activation recomputation) fsdp-train runs 2 steps at W
 # ranks and fsdp-plan plans the same options with -world_size W; every
 # unit's numel and padded numel, the shard, optimizer, gather-ring, compute
-# and gradient buffer bytes, per-step bytes and calls of every collective
+# and gradient buffer bytes, the activation bytes, per-step bytes and calls of every collective
 # kind with their intra/inter-node split, and the most gathers in flight
 # must be equal, exactly.
-# Then: gpt-175b on 512 ranks (8 per node) plans in seconds (without touching the model), with
+# Then: -recompute 1 adds the recomputed forward to the predicted step's
+# time, not to the model FLOP; gpt-175b on 512 ranks (8 per node) plans in seconds (without touching the model), with
 # shards summing to the model; bad topology options are usage errors.
 #   usage: test_plan.sh MPIEXEC "PREFLAGS" BINDIR   (BINDIR holds fsdp-train and fsdp-plan)
 set -u
@@ -43,7 +44,8 @@ t = json.loads(open(tf).read().strip().splitlines()[-1])
 p = json.loads(open(pf).read().strip().splitlines()[-1])
 keys = ["world_size", "sharding_factor", "replica_size", "ranks_per_node", "nodes"]
 keys += ["memory." + k for k in ("param_shard_bytes", "grad_shard_bytes", "optim_state_bytes",
-                                "gather_buffer_bytes", "compute_buffer_bytes", "grad_buffer_bytes")]
+                                "gather_buffer_bytes", "compute_buffer_bytes", "grad_buffer_bytes",
+                                "activation_bytes")]
 keys += ["comm_per_step." + k for k in ("all_gather_bytes", "reduce_scatter_bytes", "all_reduce_bytes",
                                         "all_gather_calls", "reduce_scatter_calls", "all_reduce_calls",
                                         "intra_node_bytes", "inter_node_bytes")]
@@ -63,7 +65,7 @@ if tu != pu:
 # each shared part, and for the configuration the same values
 shared = {"": ["world_size", "sharding_factor", "replica_size", "ranks_per_node", "nodes", "model",
                "batch_size", "wrap", "reshard_after_forward", "limit_all_gathers", "grad_accum",
-               "accum_comm", "prefetch", "units", "memory", "comm_per_step", "comm_time_per_step",
+               "accum_comm", "prefetch", "recompute", "units", "memory", "comm_per_step", "comm_time_per_step",
                "precision"],
           "model": ["name", "n_layer", "n_embd", "n_head", "vocab_size", "seq_len", "param_count"],
           "memory": [k[7:] for k in keys if k.startswith("memory.")],
@@ -82,7 +84,7 @@ for part in ("model", "units"):
     if ka != kb:
         bad.append(("key sets of %s" % part, ka[:1], kb[:1]))
 config = ["model", "batch_size", "wrap", "reshard_after_forward", "limit_all_gathers", "grad_accum",
-          "accum_comm", "prefetch", "precision.param_dtype", "precision.reduce_dtype", "units"]
+          "accum_comm", "prefetch", "recompute", "precision.param_dtype", "precision.reduce_dtype", "units"]
 bad += [(k, get(t, k), get(p, k)) for k in config if get(t, k) != get(p, k)]
 if bad:
     print("FAIL: %s: fsdp-plan differs from fsdp-train's measured counters:" % name)
@@ -114,6 +116,36 @@ compare "grad_accum 2, reduce once" 4 -model tiny -sharding_factor 2 -ranks_per_
   -accum_comm 0
 compare "grad_accum 2, reduce every micro-step, bf16" 4 -model tiny -grad_accum 2 -accum_comm 1 \
   -reduce_dtype bf16
+
+# activation recomputation: the activation bytes the model allocates with
+# only block inputs kept and a working set of one unit's blocks
+compare "recompute, hybrid NRAF" 4 -model tiny -sharding_factor 2 -ranks_per_node 2 \
+  -reshard_after_forward 0 -recompute 1
+compare "recompute, wrap 2 over 3 blocks, batch 3" 2 -model custom -n_layer 3 -n_embd 24 -n_head 3 \
+  -vocab_size 50 -seq_len 8 -wrap 2 -batch_size 3 -recompute 1
+
+# the predicted step counts the recomputed forward (2 N_blocks + 2 L T C
+# FLOP a token) as time, not as model FLOP
+checks=$((checks + 1))
+for r in 0 1; do
+  "$BIN/fsdp-plan" -world_size 1 -model gpt2 -batch_size 2 -flops 1e12 -recompute $r -summary json \
+    >"$tmp/flop$r.out" 2>&1 || { echo "FAIL: fsdp-plan -flops 1e12 -recompute $r failed"; fails=$((fails + 1)); }
+done
+python3 - "$tmp/flop0.out" "$tmp/flop1.out" <<'PY' || fails=$((fails + 1))
+import json, sys
+a, b = (json.loads(open(f).read().strip().splitlines()[-1])["prediction"] for f in sys.argv[1:])
+L, C, T, tokens = 12, 768, 1024, 2 * 1024
+rf = tokens * (2 * L * (12 * C * C + 13 * C) + 2 * L * T * C)
+bad = []
+if a["flop_per_step"] != b["flop_per_step"]: bad.append("model FLOP differs: %r vs %r" % (a["flop_per_step"], b["flop_per_step"]))
+if "recompute_flop_per_step" in a or abs(b.get("recompute_flop_per_step", 0) - rf) > 1e-9 * rf:
+    bad.append("recompute FLOP %r, expected %r (and none without)" % (b.get("recompute_flop_per_step"), rf))
+if abs(b["compute_s"] - (b["flop_per_step"] + rf) / 1e12) > 1e-9 * b["compute_s"]:
+    bad.append("compute_s %r is not (model + recompute FLOP) / 1e12" % b["compute_s"])
+if bad:
+    print("FAIL: the predicted step with -recompute 1:", "; ".join(bad)); sys.exit(1)
+print("ok: -recompute 1 adds %.3g FLOP (%.1f%%) to the predicted step, not to the model FLOP" % (rf, 100 * rf / a["flop_per_step"]))
+PY
 
 # gpt-175b at scale: quick, and the shards add up to the model
 checks=$((checks + 1))

@@ -16,6 +16,7 @@
 
 #include "base/error.h"
 #include "comm/coll_backend.h"
+#include "comm/flight.h"
 
 const char *const FsdpCollKindNames[FSDP_COLL_NKINDS] = {"all-gather", "reduce-scatter",
                                                          "all-reduce"};
@@ -102,8 +103,9 @@ void FsdpCollVolume(FsdpCollKind kind, const FsdpGroup *g, size_t total_elems,
   if (inter) *inter = f * pe * vol / n;
 }
 
-static void CollCount(FsdpColl c, FsdpCollKind kind, const FsdpGroup *g,
-                       size_t total_elems, FsdpDtype dt)
+/* Counts one call; returns its volume in bytes (for the flight recorder). */
+static uint64_t CollCount(FsdpColl c, FsdpCollKind kind, const FsdpGroup *g,
+                          size_t total_elems, FsdpDtype dt)
 {
   uint64_t b = 0, bi = 0, be = 0;
   FsdpCollVolume(kind, g, total_elems, FsdpDtypeSize(dt), &b, &bi, &be);
@@ -111,6 +113,16 @@ static void CollCount(FsdpColl c, FsdpCollKind kind, const FsdpGroup *g,
   c->counters.bytes[kind] += b;
   c->counters.intra_bytes += bi;
   c->counters.inter_bytes += be;
+  return b;
+}
+
+/* A blocking call in the flight recorder (flight.h): it runs from issue. */
+static uint64_t CollFlightBlocking(const FsdpGroup *g, FsdpCollKind kind, uint64_t bytes,
+                                   FsdpDtype dt)
+{
+  uint64_t h = FsdpFlightIssue(g->comm, FsdpCollGroupName(g), (FsdpFlightKind)kind, -1, bytes, dt);
+  FsdpFlightStart(h);
+  return h;
 }
 
 /* ---- lifecycle ----------------------------------------------------------- */
@@ -165,8 +177,10 @@ int FsdpCollAllGather(FsdpColl c, const FsdpGroup *g, const void *send, void *re
                       size_t count, FsdpDtype dt)
 {
   FSDP_CALL(CollCheck(c, FSDP_COLL_ALL_GATHER, g, send, recv, count, dt));
-  CollCount(c, FSDP_COLL_ALL_GATHER, g, (size_t)g->size * count, dt);
+  uint64_t bytes = CollCount(c, FSDP_COLL_ALL_GATHER, g, (size_t)g->size * count, dt);
+  uint64_t h = CollFlightBlocking(g, FSDP_COLL_ALL_GATHER, bytes, dt);
   FSDP_CALL(c->ops->all_gather(c->state, g, send, recv, count, dt));
+  FsdpFlightEnd(h);
   return FSDP_SUCCESS;
 }
 
@@ -174,8 +188,10 @@ int FsdpCollReduceScatter(FsdpColl c, const FsdpGroup *g, void *send, void *recv
                           size_t count, FsdpDtype dt, float scale)
 {
   FSDP_CALL(CollCheck(c, FSDP_COLL_REDUCE_SCATTER, g, send, recv, count, dt));
-  CollCount(c, FSDP_COLL_REDUCE_SCATTER, g, (size_t)g->size * count, dt);
+  uint64_t bytes = CollCount(c, FSDP_COLL_REDUCE_SCATTER, g, (size_t)g->size * count, dt);
+  uint64_t h = CollFlightBlocking(g, FSDP_COLL_REDUCE_SCATTER, bytes, dt);
   FSDP_CALL(c->ops->reduce_scatter(c->state, g, send, recv, count, dt, scale));
+  FsdpFlightEnd(h);
   return FSDP_SUCCESS;
 }
 
@@ -183,8 +199,10 @@ int FsdpCollAllReduce(FsdpColl c, const FsdpGroup *g, void *buf, size_t count,
                       FsdpDtype dt, float scale)
 {
   FSDP_CALL(CollCheck(c, FSDP_COLL_ALL_REDUCE, g, buf, buf, count, dt));
-  CollCount(c, FSDP_COLL_ALL_REDUCE, g, count, dt);
+  uint64_t bytes = CollCount(c, FSDP_COLL_ALL_REDUCE, g, count, dt);
+  uint64_t h = CollFlightBlocking(g, FSDP_COLL_ALL_REDUCE, bytes, dt);
   FSDP_CALL(c->ops->all_reduce(c->state, g, buf, count, dt, scale));
+  FsdpFlightEnd(h);
   return FSDP_SUCCESS;
 }
 
@@ -202,6 +220,7 @@ typedef struct {
   size_t count;
   FsdpDtype dt;
   float scale;
+  uint64_t flight; /* the flight recorder's handle */
 } CollTask;
 
 _Static_assert(sizeof(CollTask) <= FSDP_STREAM_ARG_BYTES, "CollTask fits a stream slot");
@@ -209,6 +228,7 @@ _Static_assert(sizeof(CollTask) <= FSDP_STREAM_ARG_BYTES, "CollTask fits a strea
 static int CollTaskRun(void *arg)
 {
   CollTask *t = (CollTask *)arg;
+  FsdpFlightStart(t->flight);
   switch (t->kind) {
   case FSDP_COLL_ALL_GATHER:
     FSDP_CALL(t->c->ops->all_gather(t->c->state, &t->g, t->send, t->recv, t->count, t->dt));
@@ -222,6 +242,7 @@ static int CollTaskRun(void *arg)
     break;
   default: FSDP_ERROR(FSDP_ERR_INTERNAL, "bad collective kind %d", (int)t->kind);
   }
+  FsdpFlightEnd(t->flight);
   return FSDP_SUCCESS;
 }
 
@@ -234,14 +255,22 @@ static int CollIssue(FsdpColl c, FsdpCollKind kind, const FsdpGroup *g, const vo
   if (!s)
     FSDP_ERROR(FSDP_ERR_INTERNAL, "%s on the %s comm (%d ranks): NULL stream",
                FsdpCollKindNames[kind], FsdpCollGroupName(g), g->size);
+  /* [Note: FSDP_FAULT] (stream.h), test only: this rank does not issue
+   * the collective at all, as a rank with a diverging schedule would */
+  if (FsdpStreamFaultSkip(s, FsdpCollKindNames[kind])) return FSDP_SUCCESS;
+  int unit = -1;
+  FsdpStreamTaskIdentity(s, &unit, NULL);
+  size_t total = kind == FSDP_COLL_ALL_REDUCE ? count : (size_t)g->size * count;
+  uint64_t bytes = CollCount(c, kind, g, total, dt);
+  uint64_t h = FsdpFlightIssue(g->comm, FsdpCollGroupName(g), (FsdpFlightKind)kind, unit, bytes,
+                               dt);
   if (c->ops->issue_async) {
     FSDP_CALL(c->ops->issue_async(c->state, kind, g, send, recv, count, dt, scale, s, ev));
-    CollCount(c, kind, g, kind == FSDP_COLL_ALL_REDUCE ? count : (size_t)g->size * count, dt);
+    FsdpFlightDevice(h); /* completes on the device: recorded, not timed */
     return FSDP_SUCCESS;
   }
-  CollTask t = {c, *g, kind, (void *)send, recv, count, dt, scale};
+  CollTask t = {c, *g, kind, (void *)send, recv, count, dt, scale, h};
   FSDP_CALL(FsdpStreamEnqueue(s, FsdpCollKindNames[kind], CollTaskRun, &t, sizeof t, ev));
-  CollCount(c, kind, g, kind == FSDP_COLL_ALL_REDUCE ? count : (size_t)g->size * count, dt);
   return FSDP_SUCCESS;
 }
 
@@ -337,7 +366,12 @@ static int CollScalar(FsdpColl c, const FsdpGroup *g, double *vals, int n, MPI_O
     FSDP_ERROR(FSDP_ERR_INTERNAL, "%s on the %s comm (%d ranks): bad arguments", what,
                FsdpCollGroupName(g), g->size);
   c->counters.scalar_calls++;
+  uint64_t h = FsdpFlightIssue(g->comm, FsdpCollGroupName(g),
+                               op == MPI_MAX ? FSDP_FLIGHT_SCALAR_MAX : FSDP_FLIGHT_SCALAR_SUM, -1,
+                               (uint64_t)n * sizeof(double), FSDP_NDTYPES);
+  FsdpFlightStart(h);
   int err = MPI_Allreduce(MPI_IN_PLACE, vals, n, MPI_DOUBLE, op, g->comm);
+  FsdpFlightEnd(h);
   if (err != MPI_SUCCESS) {
     char msg[MPI_MAX_ERROR_STRING];
     int len = 0;

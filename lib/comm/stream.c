@@ -85,6 +85,8 @@ typedef struct {
 /* Parsed once (pthread_once) and read-only afterwards, so stream threads
  * may read it while another stream is being created. */
 static StreamFault g_fault;
+static StreamFault g_skip; /* the skip: entry (collectives not issued) */
+static atomic_int g_skip_fired;
 static char g_fault_bad[128]; /* the malformed entry, "" if none */
 static pthread_once_t g_fault_once = PTHREAD_ONCE_INIT;
 static atomic_int g_fault_fired;
@@ -97,12 +99,15 @@ static void FaultParseOnce(void)
   snprintf(buf, sizeof buf, "%s", env);
   char *save = NULL;
   for (char *entry = strtok_r(buf, ",", &save); entry; entry = strtok_r(NULL, ",", &save)) {
-    if (strncmp(entry, "stream:", 7) != 0) continue; /* another fault site */
+    /* stream: fail a task; skip: do not issue a collective (coll.c) */
+    int skip = strncmp(entry, "skip:", 5) == 0;
+    if (!skip && strncmp(entry, "stream:", 7) != 0) continue; /* another fault site */
     StreamFault f = {1, -1, -1, -1, "", ""};
     snprintf(f.text, sizeof f.text, "%s", entry);
     char *save2 = NULL;
     int bad = 0;
-    for (char *kv = strtok_r(entry + 7, ":", &save2); kv && !bad; kv = strtok_r(NULL, ":", &save2)) {
+    for (char *kv = strtok_r(entry + (skip ? 5 : 7), ":", &save2); kv && !bad;
+         kv = strtok_r(NULL, ":", &save2)) {
       char *end = NULL;
       if (strncmp(kv, "rank=", 5) == 0) {
         long v = strtol(kv + 5, &end, 10);
@@ -126,7 +131,10 @@ static void FaultParseOnce(void)
       snprintf(g_fault_bad, sizeof g_fault_bad, "%s", f.text);
       return;
     }
-    g_fault = f;
+    if (skip)
+      g_skip = f;
+    else
+      g_fault = f;
   }
 }
 
@@ -138,7 +146,8 @@ static int FaultCheck(void)
   if (g_fault_bad[0])
     FSDP_ERROR(FSDP_ERR_USAGE,
                "FSDP_FAULT entry '%s' (a test-only variable): expected "
-               "stream:rank=R:step=S[:kind=K][:unit=U] with R >= 0 and S >= 1",
+               "stream:rank=R:step=S[:kind=K][:unit=U] or skip:rank=R:step=S[:kind=K][:unit=U] "
+               "with R >= 0 and S >= 1",
                g_fault_bad);
   return FSDP_SUCCESS;
 }
@@ -308,6 +317,24 @@ int FsdpStreamEnqueue(FsdpStream s, const char *label, FsdpStreamFn fn,
   pthread_mutex_unlock(&s->mu);
   if (ev) *ev = (FsdpEvent){s, seq};
   return FSDP_SUCCESS;
+}
+
+int FsdpStreamFaultSkip(FsdpStream s, const char *label)
+{
+  if (!g_skip.armed || !s || s->tag_step != g_skip.step || FsdpErrorWorldRank() != g_skip.rank)
+    return 0;
+  if (g_skip.unit >= 0 && s->tag_unit != g_skip.unit) return 0;
+  if (g_skip.kind[0] && (!label || strcmp(label, g_skip.kind) != 0)) return 0;
+  if (atomic_exchange(&g_skip_fired, 1) != 0) return 0;
+  fprintf(stderr, "[fsdp rank %d] FSDP_FAULT=%s (test only): %s of unit %d, step %lld not issued\n",
+          g_skip.rank, g_skip.text, label ? label : "task", s->tag_unit, (long long)s->tag_step);
+  return 1;
+}
+
+void FsdpStreamTaskIdentity(FsdpStream s, int *unit, int64_t *step)
+{
+  if (unit) *unit = s ? s->tag_unit : -1;
+  if (step) *step = s ? s->tag_step : 0;
 }
 
 void FsdpStreamSetTaskIdentity(FsdpStream s, int unit, int64_t step)

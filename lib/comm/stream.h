@@ -34,6 +34,11 @@
  * process.  Entries are separated by commas; entries that do not start
  * with "stream:" belong to other fault sites and are ignored here.  A
  * malformed stream entry makes FsdpStreamCreate fail with a usage error.
+ * An entry skip:rank=R:step=S[:kind=K][:unit=U] (same keys) makes rank R
+ * not issue the first matching collective at all (FsdpStreamFaultSkip,
+ * asked by coll.c before it issues on a stream): the rank's schedule
+ * diverges from its peers', which the hang watchdog must diagnose
+ * ([Note: hang watchdog] in flight.h).
  * Unset (normal runs) it costs one branch per task and changes nothing.
  *
  * Streams are used by one issuing thread (the compute thread).
@@ -84,6 +89,14 @@ int FsdpStreamEnqueue(FsdpStream s, const char *label, FsdpStreamFn fn,
  * messages and FSDP_FAULT: unit (-1: none) and step (the optimizer step,
  * counted from 1 as in the progress log; 0: none).  Issuing thread only. */
 void FsdpStreamSetTaskIdentity(FsdpStream s, int unit, int64_t step);
+
+/* The identity FsdpStreamSetTaskIdentity set last (unit -1 / step 0: none). */
+void FsdpStreamTaskIdentity(FsdpStream s, int *unit, int64_t *step);
+
+/* TEST ONLY ([Note: FSDP_FAULT]): 1 once, for the first collective the
+ * skip: entry matches (its label = kind, and s's current identity), after
+ * printing a line; the caller then does not issue it. */
+int FsdpStreamFaultSkip(FsdpStream s, const char *label);
 
 /* What a failing task does ([Note: a failed task ends the job]). */
 typedef enum {

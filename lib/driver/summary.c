@@ -31,6 +31,7 @@ void FsdpSummaryRunMembers(FsdpJson j, const FsdpTrainOptions *o, const FsdpSumm
   FsdpJsonInt(j, "grad_accum", f->grad_accum);
   FsdpJsonInt(j, "accum_comm", f->accum_comm);
   FsdpJsonString(j, "prefetch", FsdpPrefetchNames[f->prefetch]);
+  FsdpJsonInt(j, "recompute", f->recompute);
 }
 
 void FsdpSummaryUnit(FsdpJson j, const char *name, FlatParam fp)
@@ -52,6 +53,7 @@ void FsdpSummaryBeginMemory(FsdpJson j, const FsdpSummaryMemory *m)
   FsdpJsonUint(j, "gather_buffer_bytes", m->gather_buffer);
   FsdpJsonUint(j, "grad_buffer_bytes", m->grad_buffer);
   FsdpJsonUint(j, "compute_buffer_bytes", m->compute_buffer);
+  FsdpJsonUint(j, "activation_bytes", m->activations);
 }
 
 void FsdpSummaryBeginComm(FsdpJson j, const FsdpCommCounters *c)

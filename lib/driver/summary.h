@@ -31,13 +31,16 @@ typedef struct {
  * the same sizing rules. */
 typedef struct {
   uint64_t param_shard, grad_shard, optim_state, gather_buffer, grad_buffer, compute_buffer;
+  /* activations and backward scratch, all allocated at set-up, so also
+   * their peak (GptActivationBytes, [Note: activation recomputation]) */
+  uint64_t activations;
 } FsdpSummaryMemory;
 
 /* Into the open top-level object: world_size, sharding_factor,
  * replica_size, ranks_per_node, nodes, model {name, n_layer, n_embd,
  * n_head, vocab_size, seq_len, param_count}, batch_size, wrap,
  * reshard_after_forward, limit_all_gathers, grad_accum, accum_comm,
- * prefetch. */
+ * prefetch, recompute. */
 void FsdpSummaryRunMembers(FsdpJson j, const FsdpTrainOptions *o, const FsdpSummaryTopology *t);
 
 /* One element of the "units" array: {name, numel, padded_numel,
@@ -46,7 +49,7 @@ void FsdpSummaryUnit(FsdpJson j, const char *name, FlatParam fp);
 
 /* Open "memory" with param_shard_bytes, grad_shard_bytes,
  * optim_state_bytes, gather_buffer_bytes, grad_buffer_bytes,
- * compute_buffer_bytes. */
+ * compute_buffer_bytes, activation_bytes. */
 void FsdpSummaryBeginMemory(FsdpJson j, const FsdpSummaryMemory *m);
 
 /* Open "comm_per_step" with {all_gather,reduce_scatter,all_reduce}_bytes,

@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "kernels/kernels.h"
 #include "base/mem.h"
+#include "comm/flight.h"
 #include "driver/summary.h"
 
 static const char *const kSummaryNames[] = {"text", "json", NULL};
@@ -47,6 +48,7 @@ struct FsdpTrainer_ {
   double *val_losses;            /* its mean loss */
   int nval, cap_val;
   int device_set; /* FsdpDeviceSetUp succeeded: finalize at destroy */
+  int flight;     /* the flight recorder runs: stop it at destroy */
 };
 
 int FsdpTrainOptionsFromDb(FsdpOpts db, FsdpTrainOptions *o)
@@ -85,6 +87,11 @@ int FsdpTrainOptionsFromDb(FsdpOpts db, FsdpTrainOptions *o)
                               "compute and communication per rank to FILE",
                               NULL, &o->trace));
   if (o->trace && !o->trace[0]) o->trace = NULL;
+  FSDP_CALL(FsdpOptsGetDouble(db, g, "coll_timeout",
+                              "seconds a collective may run before the hang watchdog names the "
+                              "ranks that have not arrived, dumps the flight recorder and ends "
+                              "the job (0 = never; SIGUSR2 dumps the recorder at any time)",
+                              600.0, 0.0, 1e9, &o->coll_timeout));
   FSDP_CALL(FsdpOptsGetDouble(db, "FSDP", "loss_scale",
                               "initial loss scale of the sharded gradient scaler (used when "
                               "-param_dtype or -reduce_dtype is fp16)",
@@ -129,6 +136,9 @@ int FsdpTrainerCreate(MPI_Comm comm, const FsdpTrainOptions *o, FsdpTrainer *out
   tr->B = o->batch_size;
   tr->T = o->model.seq_len;
   FSDP_CALL(FsdpTopoCreate(comm, &o->topo, &tr->topo));
+  /* [Note: hang watchdog] (comm/flight.h): records every collective */
+  FSDP_CALL(FsdpFlightCreate(comm, o->coll_timeout, o->metrics));
+  tr->flight = 1;
   /* the device first: without a usable GPU -device cuda is a usage error
    * on every rank before anything is allocated */
   FSDP_CALL(FsdpDeviceSetUp(o->device_cuda ? FSDP_DEVICE_CUDA : FSDP_DEVICE_CPU, tr->topo));
@@ -144,6 +154,9 @@ int FsdpTrainerCreate(MPI_Comm comm, const FsdpTrainOptions *o, FsdpTrainer *out
     FSDP_CALL(FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &tr->coll));
   }
   FSDP_CALL(GptModelCreate(&o->model, o->wrap, tr->B, tr->T, tr->k, (uint64_t)o->seed, &tr->model));
+  /* before the table is registered: it gives the block stages their
+   * recompute callback ([Note: activation recomputation], fsdp.h) */
+  FSDP_CALL(GptModelSetRecompute(tr->model, o->fsdp.recompute));
   FSDP_CALL(GptConfigDescribe(&o->model, o->model_name, &tr->desc));
   /* data first: a bad file is a usage error before any big allocation */
   FSDP_CALL(FsdpDataCreate(comm, o->data, o->model.vocab_size, tr->T, tr->W * tr->B,
@@ -221,6 +234,7 @@ int FsdpTrainerDestroy(FsdpTrainer *ptr)
   free(tr->val_steps);
   free(tr->val_losses);
   FSDP_CALL(FsdpCollDestroy(&tr->coll));
+  if (tr->flight) FSDP_CALL(FsdpFlightDestroy());
   if (tr->device_set) FSDP_CALL(FsdpDeviceFinalize());
   FSDP_CALL(FsdpTopoDestroy(&tr->topo));
   FSDP_CALL(FsdpFree(&tr->inputs));
@@ -257,6 +271,7 @@ int FsdpTrainerStep(FsdpTrainer tr, double *loss)
     l += GptModelLoss(tr->model) / K;
   }
   FSDP_CALL(FsdpRuntimeFinishGradients(tr->rt));
+  FsdpFlightSetPhase(FSDP_PHASE_OPTIM);
   double tb = FsdpTraceNow(tr->trace);
   int overflow = 0;
   if (tr->scaler_on) FSDP_CALL(FsdpOptimCheckOverflow(tr->optim, &overflow));
@@ -517,7 +532,8 @@ int FsdpTrainerSummary(FsdpTrainer tr, FILE *out)
   FsdpJsonReal(j, "tokens_per_s", tokens_per_s);
   FsdpSummaryMemory sm = {mem.param_shard_bytes,   mem.grad_shard_bytes,
                           FsdpOptimStateBytes(tr->optim), mem.gather_buffer_bytes,
-                          mem.grad_buffer_bytes,   mem.compute_buffer_bytes};
+                          mem.grad_buffer_bytes,   mem.compute_buffer_bytes,
+                          GptModelActivationBytes(tr->model)};
   FsdpSummaryBeginMemory(j, &sm);
   FsdpJsonUint(j, "peak_unsharded_param_bytes", peak_p);
   FsdpJsonUint(j, "peak_unsharded_grad_bytes", peak_g);

@@ -32,6 +32,7 @@ typedef struct {
   FsdpSummaryFormat summary;
   int device_cuda;
   const char *trace;          /* -trace FILE: Chrome trace-event timeline */
+  double coll_timeout;        /* -coll_timeout S: hang watchdog (0 = off; comm/flight.h) */
   double loss_scale;          /* -loss_scale: initial fp16 loss scale */
   int64_t scaler_growth_interval; /* -scaler_growth_interval: good steps before doubling */
   FsdpCkptOptions ckpt;       /* -checkpoint_dir -checkpoint_every -checkpoint_keep -resume */

@@ -229,6 +229,35 @@ int FsdpCkptResolveResume(MPI_Comm comm, const FsdpCkptOptions *o, char *path, s
 int FsdpCkptWriteStep(FsdpRuntime rt, FsdpOptim opt, const FsdpCkptOptions *o,
                       const FsdpCkptMeta *meta, char *path, size_t size, double *seconds);
 
+/* [Note: streamed checkpoints] Converters (fsdp-ckpt import-hf,
+ * import-llmc) write a checkpoint one tensor at a time without a runtime:
+ * serial HDF5, the layout above with the attributes written by the same
+ * code as FsdpCkptSave (written topology W = F = G = 1, AdamW step_count
+ * 0, meta's hyperparameters), each parameter written in flat pieces in
+ * order, and its two moments created as datasets that HDF5 fills with
+ * zeros itself.  So a conversion holds what it chooses to hold (one
+ * tensor), never the model; FsdpCkptLoad and FsdpCkptCheck read the
+ * result as any checkpoint.  Not atomic: callers write a temporary name
+ * and publish it (fileutil.h). */
+typedef struct FsdpCkptWriter_ *FsdpCkptWriter;
+
+/* Not collective.  Create path (truncating) for nparams parameters;
+ * meta: step, data_position, seed, global_batch, model, optim (world
+ * size, sharding factor and ranks per node are 1). */
+int FsdpCkptWriterCreate(const char *path, const FsdpCkptMeta *meta, int nparams,
+                         FsdpCkptWriter *w);
+/* Start /model/<spec->name> (fp32, spec's shape) and its zero moments. */
+int FsdpCkptWriterBegin(FsdpCkptWriter w, const FsdpParamSpec *spec);
+/* Elements [start, start + count) of the current parameter (flat,
+ * row-major); pieces come in order, each starting where the last ended. */
+int FsdpCkptWriterWrite(FsdpCkptWriter w, int64_t start, int64_t count, const float *data);
+/* Every element of the current parameter was written. */
+int FsdpCkptWriterEnd(FsdpCkptWriter w);
+/* nparams parameters were written; close the file. */
+int FsdpCkptWriterClose(FsdpCkptWriter *w);
+/* Close without the checks (after an error); the caller removes the file. */
+void FsdpCkptWriterAbort(FsdpCkptWriter *w);
+
 /* Not collective; testing only.  The next saves call MPI_Abort on the
  * runtime's world after writing this many datasets (0 = off), to emulate
  * a job killed mid-checkpoint.  (A failed write, e.g. a full disk, is

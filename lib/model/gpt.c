@@ -83,6 +83,12 @@ struct GptModel_ {
   float *dpreatt, *datt; /* (B,NH,T,T) */
   float *dfch, *dfch_gelu; /* (B,T,4C) */
   float *dlogits;  /* (B,T,V) */
+  /* [Note: GPT recomputation] */
+  int recompute;   /* GptModelSetRecompute */
+  BlockActs *ws;   /* working set: one unit's blocks, res3 excluded; NULL without */
+  int nws;         /* its blocks: min(wrap, n_layer) */
+  int ws_stage;    /* the stage whose activations the working set holds, -1 */
+  uint64_t act_bytes; /* bytes Alloc allocated (GptModelActivationBytes) */
 };
 
 static void SpecSet(FsdpParamSpec *s, const char *name, int ndim, int64_t d0, int64_t d1)
@@ -213,6 +219,7 @@ int GptParamDecays(const char *name, int decay_embeddings)
 static int EmbedForward(void *model, int stage, const FsdpUnitTensors *t);
 static int EmbedBackward(void *model, int stage, const FsdpUnitTensors *t);
 static int UnitForward(void *model, int stage, const FsdpUnitTensors *t);
+static int UnitRecompute(void *model, int stage, const FsdpUnitTensors *t);
 static int UnitBackward(void *model, int stage, const FsdpUnitTensors *t);
 static int HeadForward(void *model, int stage, const FsdpUnitTensors *t);
 static int HeadBackward(void *model, int stage, const FsdpUnitTensors *t);
@@ -231,7 +238,7 @@ static int BuildTable(GptModel m)
   root->is_root = 1;
   root->nparams = ROOT_NPARAMS;
   root->params = m->root_specs;
-  m->stages[0] = (FsdpModelStage){0, EmbedForward, EmbedBackward};
+  m->stages[0] = (FsdpModelStage){0, EmbedForward, EmbedBackward, NULL};
   m->first_block_stage = 1;
   for (int u = 1, l = 0; l < L; u++, l += m->wrap) {
     int n = l + m->wrap > L ? L - l : m->wrap;
@@ -240,9 +247,9 @@ static int BuildTable(GptModel m)
     else snprintf(x->name, sizeof x->name, "h.%d-%d", l, l + n - 1);
     x->nparams = n * BLK_NPARAMS;
     x->params = m->unit_specs + (size_t)l * BLK_NPARAMS;
-    m->stages[u] = (FsdpModelStage){u, UnitForward, UnitBackward};
+    m->stages[u] = (FsdpModelStage){u, UnitForward, UnitBackward, NULL};
   }
-  m->stages[m->nunits] = (FsdpModelStage){0, HeadForward, HeadBackward};
+  m->stages[m->nunits] = (FsdpModelStage){0, HeadForward, HeadBackward, NULL};
   FsdpModelTable *t = &m->table;
   /* the preset name is the driver's (-model); the table describes shapes */
   FSDP_CALL(GptConfigDescribe(&m->cfg, "", &t->desc));
@@ -307,18 +314,29 @@ int GptModelCreate(const GptConfig *cfg, int wrap, int B, int T, const FsdpKerne
   return FSDP_SUCCESS;
 }
 
+/* Free a block's buffers; with only_res3 only res3 (the others are
+ * the working set's, [Note: GPT recomputation]). */
+static int FreeBlockActs(GptModel m, BlockActs *a, int only_res3)
+{
+  float **bufs[] = {&a->res3,    &a->ln1,      &a->ln1_mean, &a->ln1_rstd, &a->qkv,
+                    &a->atty,    &a->preatt,   &a->att,      &a->res2,     &a->ln2,
+                    &a->ln2_mean, &a->ln2_rstd, &a->fch,     &a->fch_gelu};
+  size_t n = only_res3 ? 1 : sizeof bufs / sizeof bufs[0];
+  for (size_t i = 0; i < n; i++) FSDP_CALL(m->k->free(bufs[i]));
+  return FSDP_SUCCESS;
+}
+
 static int FreeActs(GptModel m)
 {
   if (m->acts) {
-    for (int l = 0; l < m->cfg.n_layer; l++) {
-      BlockActs *a = &m->acts[l];
-      float **bufs[] = {&a->ln1, &a->ln1_mean, &a->ln1_rstd, &a->qkv, &a->atty, &a->preatt,
-                        &a->att, &a->res2, &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->fch,
-                        &a->fch_gelu, &a->res3};
-      for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) FSDP_CALL(m->k->free(bufs[i]));
-    }
+    for (int l = 0; l < m->cfg.n_layer; l++) FSDP_CALL(FreeBlockActs(m, &m->acts[l], m->ws != NULL));
     free(m->acts);
     m->acts = NULL;
+  }
+  if (m->ws) {
+    for (int j = 0; j < m->nws; j++) FSDP_CALL(FreeBlockActs(m, &m->ws[j], 0));
+    free(m->ws);
+    m->ws = NULL;
   }
   float **bufs[] = {&m->encoded, &m->lnf, &m->lnf_mean, &m->lnf_rstd, &m->logits, &m->probs,
                     &m->losses, &m->dres, &m->dln, &m->datty, &m->dqkv, &m->dpreatt,
@@ -346,7 +364,67 @@ int GptModelDestroy(GptModel *pm)
 /* Activations live where the kernels run: the kernel table allocates them. */
 static int Alloc(GptModel m, float **p, size_t n)
 {
-  return m->k->alloc(FSDP_MEM_ACTS, n * sizeof(float), p);
+  FSDP_CALL(m->k->alloc(FSDP_MEM_ACTS, n * sizeof(float), p));
+  m->act_bytes += n * sizeof(float);
+  return FSDP_SUCCESS;
+}
+
+/* [Note: GPT recomputation] Without recomputation every block keeps all
+ * its activations (BlockActs) from forward to backward.  With it, block l
+ * keeps only its output res3 (the input of block l + 1; block 0's input is
+ * `encoded`), and its other buffers are those of working-set slot l % wrap:
+ * the blocks of one unit share nothing, the units share the slots.  So the
+ * block code is the same in both modes; what changes is that a unit's
+ * forward overwrites the previous unit's working set, and the runtime
+ * calls the unit's forward again (the stage's recompute callback) before
+ * its backward.  Recomputing also rewrites the unit's res3 buffers with
+ * the same values: by then the blocks that read them as input have run
+ * their backward.  Bytes: GptActivationBytes. */
+uint64_t GptActivationBytes(const GptConfig *c, int wrap, int B, int T, int recompute)
+{
+  uint64_t BT = (uint64_t)B * T, C = (uint64_t)c->n_embd, V = (uint64_t)c->vocab_size;
+  uint64_t att = (uint64_t)B * c->n_head * T * T, L = (uint64_t)c->n_layer;
+  /* a block: res3 (BT C) and the rest: ln1 qkv atty res2 ln2 fch fch_gelu
+   * (15 BT C), four (B,T) statistics, preatt and att */
+  uint64_t rest = 15 * BT * C + 4 * BT + 2 * att;
+  uint64_t blocks = L * (BT * C + rest);
+  if (recompute) blocks = L * BT * C + (uint64_t)(wrap < c->n_layer ? wrap : c->n_layer) * rest;
+  /* shared: encoded lnf dres dln datty (5 BT C) dqkv (3) dfch dfch_gelu
+   * (4 + 4); lnf_mean lnf_rstd losses; logits probs dlogits; dpreatt datt */
+  uint64_t shared = 16 * BT * C + 3 * BT + 3 * BT * V + 2 * att;
+  return 4 * (blocks + shared);
+}
+
+uint64_t GptModelActivationBytes(GptModel m) { return m->act_bytes; }
+
+int GptModelSetRecompute(GptModel m, int recompute)
+{
+  if (m->acts) FSDP_ERROR(FSDP_ERR_STATE, "GptModelSetRecompute after GptModelSetUp");
+  m->recompute = recompute != 0;
+  for (int s = m->first_block_stage; s < m->nunits; s++)
+    m->stages[s].recompute = m->recompute ? UnitRecompute : NULL;
+  return FSDP_SUCCESS;
+}
+
+/* A block's buffers other than res3 (the working set's or a layer's own). */
+static int AllocBlockRest(GptModel m, BlockActs *a)
+{
+  size_t B = (size_t)m->B, T = (size_t)m->T, C = (size_t)m->cfg.n_embd;
+  size_t NH = (size_t)m->cfg.n_head, BT = B * T;
+  FSDP_CALL(Alloc(m, &a->ln1, BT * C));
+  FSDP_CALL(Alloc(m, &a->ln1_mean, BT));
+  FSDP_CALL(Alloc(m, &a->ln1_rstd, BT));
+  FSDP_CALL(Alloc(m, &a->qkv, BT * 3 * C));
+  FSDP_CALL(Alloc(m, &a->atty, BT * C));
+  FSDP_CALL(Alloc(m, &a->preatt, B * NH * T * T));
+  FSDP_CALL(Alloc(m, &a->att, B * NH * T * T));
+  FSDP_CALL(Alloc(m, &a->res2, BT * C));
+  FSDP_CALL(Alloc(m, &a->ln2, BT * C));
+  FSDP_CALL(Alloc(m, &a->ln2_mean, BT));
+  FSDP_CALL(Alloc(m, &a->ln2_rstd, BT));
+  FSDP_CALL(Alloc(m, &a->fch, BT * 4 * C));
+  FSDP_CALL(Alloc(m, &a->fch_gelu, BT * 4 * C));
+  return FSDP_SUCCESS;
 }
 
 int GptModelSetUp(GptModel m)
@@ -354,23 +432,21 @@ int GptModelSetUp(GptModel m)
   size_t B = (size_t)m->B, T = (size_t)m->T, C = (size_t)m->cfg.n_embd;
   size_t NH = (size_t)m->cfg.n_head, V = (size_t)m->cfg.vocab_size, BT = B * T;
   if (m->acts) FSDP_ERROR(FSDP_ERR_STATE, "GptModelSetUp called twice");
+  m->ws_stage = -1;
   m->acts = calloc((size_t)m->cfg.n_layer, sizeof *m->acts);
   FSDP_CHECK_ALLOC(m->acts, sizeof *m->acts);
+  if (m->recompute) { /* [Note: GPT recomputation] */
+    m->nws = m->wrap < m->cfg.n_layer ? m->wrap : m->cfg.n_layer;
+    m->ws = calloc((size_t)m->nws, sizeof *m->ws);
+    FSDP_CHECK_ALLOC(m->ws, (size_t)m->nws * sizeof *m->ws);
+    for (int j = 0; j < m->nws; j++) FSDP_CALL(AllocBlockRest(m, &m->ws[j]));
+  }
   for (int l = 0; l < m->cfg.n_layer; l++) {
     BlockActs *a = &m->acts[l];
-    FSDP_CALL(Alloc(m, &a->ln1, BT * C));
-    FSDP_CALL(Alloc(m, &a->ln1_mean, BT));
-    FSDP_CALL(Alloc(m, &a->ln1_rstd, BT));
-    FSDP_CALL(Alloc(m, &a->qkv, BT * 3 * C));
-    FSDP_CALL(Alloc(m, &a->atty, BT * C));
-    FSDP_CALL(Alloc(m, &a->preatt, B * NH * T * T));
-    FSDP_CALL(Alloc(m, &a->att, B * NH * T * T));
-    FSDP_CALL(Alloc(m, &a->res2, BT * C));
-    FSDP_CALL(Alloc(m, &a->ln2, BT * C));
-    FSDP_CALL(Alloc(m, &a->ln2_mean, BT));
-    FSDP_CALL(Alloc(m, &a->ln2_rstd, BT));
-    FSDP_CALL(Alloc(m, &a->fch, BT * 4 * C));
-    FSDP_CALL(Alloc(m, &a->fch_gelu, BT * 4 * C));
+    /* with recomputation all but res3 are the working-set slot's (whose
+     * res3 is NULL) */
+    if (m->ws) *a = m->ws[l % m->wrap];
+    else FSDP_CALL(AllocBlockRest(m, a));
     FSDP_CALL(Alloc(m, &a->res3, BT * C));
   }
   FSDP_CALL(Alloc(m, &m->encoded, BT * C));
@@ -556,7 +632,15 @@ static int UnitForward(void *model, int stage, const FsdpUnitTensors *t)
   int first = (stage - m->first_block_stage) * m->wrap;
   for (int j = 0; j < m->wrap && first + j < m->cfg.n_layer; j++)
     BlockForward(m, first + j, t->param + j * BLK_NPARAMS);
+  m->ws_stage = stage;
   return FSDP_SUCCESS;
+}
+
+/* The stage's recompute callback ([Note: GPT recomputation]): the forward
+ * again, from the unit's kept input, into the working set. */
+static int UnitRecompute(void *model, int stage, const FsdpUnitTensors *t)
+{
+  return UnitForward(model, stage, t);
 }
 
 static int UnitBackward(void *model, int stage, const FsdpUnitTensors *t)
@@ -565,6 +649,13 @@ static int UnitBackward(void *model, int stage, const FsdpUnitTensors *t)
   int first = (stage - m->first_block_stage) * m->wrap;
   int last = first + m->wrap - 1;
   if (last >= m->cfg.n_layer) last = m->cfg.n_layer - 1;
+  /* the working set must hold this unit's activations: a runtime without
+   * -recompute 1 would run backward on another unit's */
+  if (m->ws && m->ws_stage != stage)
+    FSDP_ERROR(FSDP_ERR_STATE,
+               "backward of stage %d (unit %s) without recomputing its forward: a model set "
+               "up with GptModelSetRecompute needs a runtime with -recompute 1",
+               stage, m->units[m->stages[stage].unit].name);
   for (int l = last; l >= first; l--)
     FSDP_CALL(BlockBackward(m, l, t->param + (l - first) * BLK_NPARAMS,
                             t->grad + (l - first) * BLK_NPARAMS));

@@ -60,6 +60,23 @@ const FsdpModelTable *GptModelTable(GptModel m);
  * kernel table's alloc); call once. */
 int GptModelSetUp(GptModel m);
 
+/* Not collective.  Activation recomputation ([Note: activation
+ * recomputation] in runtime/fsdp.h, [Note: GPT recomputation] in gpt.c):
+ * keep only each block's output (the next block's input) through forward
+ * and one unit's other activations as a working set, and give the block
+ * stages a recompute callback in the table.  Call before the table is
+ * registered (FsdpRuntimeAddModel copies the stages) and before
+ * GptModelSetUp; the runtime must then run with -recompute 1 (a backward
+ * without its recompute is FSDP_ERR_STATE). */
+int GptModelSetRecompute(GptModel m, int recompute);
+
+/* Bytes of activations and backward scratch GptModelSetUp allocates for
+ * cfg, wrap, B sequences of T, with or without recomputation: a pure
+ * function, for fsdp-plan.  GptModelActivationBytes: what SetUp did
+ * allocate (counted at each allocation). */
+uint64_t GptActivationBytes(const GptConfig *cfg, int wrap, int B, int T, int recompute);
+uint64_t GptModelActivationBytes(GptModel m);
+
 /* Set the micro-batch (B*T token ids each) the next forward/backward uses. */
 int GptModelSetBatch(GptModel m, const int *inputs, const int *targets);
 

@@ -116,6 +116,12 @@ typedef struct {
 typedef struct {
   int unit; /* index in the table's units */
   FsdpStageFn forward, backward;
+  /* Optional ([Note: activation recomputation] in runtime/fsdp.h): with
+   * -recompute 1 the runtime calls it in backward, with the unit
+   * unsharded, right before `backward`: the stage computes its forward
+   * again from the stage input it kept.  NULL: the stage keeps what its
+   * backward needs. */
+  FsdpStageFn recompute;
 } FsdpModelStage;
 
 /* [Note: the model table] All a runtime, an optimizer and a driver need to

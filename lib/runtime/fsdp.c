@@ -9,6 +9,7 @@
 #include "device/device.h"
 #include "base/error.h"
 #include "base/mem.h"
+#include "comm/flight.h"
 
 const char *const FsdpUnitStateNames[FSDP_UNIT_NSTATES] = {"SHARDED", "GATHERING", "UNSHARDED"};
 const char *const FsdpPrefetchNames[FSDP_NPREFETCH + 1] = {"none", "backward", "both", NULL};
@@ -56,6 +57,7 @@ typedef struct {
 typedef struct {
   int unit;
   FsdpStageFn forward, backward;
+  FsdpStageFn recompute; /* [Note: activation recomputation]; NULL none */
 } Stage;
 
 typedef struct {
@@ -138,6 +140,11 @@ int FsdpRuntimeOptionsFromDb(FsdpOpts db, FsdpRuntimeOptions *o)
                             "with -grad_accum: reduce gradients every micro-step (1) or keep them "
                             "unsharded and reduce once (0: more memory, 1/K the communication)",
                             1, &o->accum_comm));
+  FSDP_CALL(FsdpOptsGetBool(db, "FSDP", "recompute",
+                            "activation recomputation: keep only each unit's input in forward "
+                            "and compute its forward again inside its backward (less activation "
+                            "memory, one more forward per step)",
+                            0, &o->recompute));
   return FSDP_SUCCESS;
 }
 
@@ -255,7 +262,16 @@ int FsdpRuntimeAddStage(FsdpRuntime rt, int unit, FsdpStageFn forward, FsdpStage
                x->name);
   if (x->first_fwd_stage < 0) x->first_fwd_stage = rt->nstages;
   x->last_fwd_stage = rt->nstages;
-  rt->stages[rt->nstages++] = (Stage){unit, forward, backward};
+  rt->stages[rt->nstages++] = (Stage){unit, forward, backward, NULL};
+  return FSDP_SUCCESS;
+}
+
+int FsdpRuntimeSetStageRecompute(FsdpRuntime rt, int stage, FsdpStageFn recompute)
+{
+  if (rt->setup) FSDP_ERROR(FSDP_ERR_STATE, "stage recompute set after FsdpRuntimeSetUp");
+  if (stage < 0 || stage >= rt->nstages)
+    FSDP_ERROR(FSDP_ERR_STATE, "recompute for unknown stage %d (%d stages)", stage, rt->nstages);
+  rt->stages[stage].recompute = recompute;
   return FSDP_SUCCESS;
 }
 
@@ -274,6 +290,7 @@ int FsdpRuntimeAddModel(FsdpRuntime rt, const FsdpModelTable *table)
   for (int s = 0; s < table->nstages; s++) {
     const FsdpModelStage *x = &table->stages[s];
     FSDP_CALL(FsdpRuntimeAddStage(rt, x->unit, x->forward, x->backward));
+    if (x->recompute) FSDP_CALL(FsdpRuntimeSetStageRecompute(rt, s, x->recompute));
   }
   return FSDP_SUCCESS;
 }
@@ -475,7 +492,11 @@ int FsdpRuntimeSetTrace(FsdpRuntime rt, FsdpTrace trace)
   return FSDP_SUCCESS;
 }
 
-void FsdpRuntimeSetStep(FsdpRuntime rt, int64_t step) { rt->step = step; }
+void FsdpRuntimeSetStep(FsdpRuntime rt, int64_t step)
+{
+  rt->step = step;
+  FsdpFlightSetStep(step + 1); /* counted from 1, as the stream tasks' identity */
+}
 
 /* ---- stream tasks: casts and landing reduced gradients ------------------- */
 
@@ -846,21 +867,26 @@ static int UnitPrefetch(FsdpRuntime rt, int u)
 
 /* ---- one step ------------------------------------------------------------- */
 
+/* backward: 0 forward, 1 backward, RUN_RECOMPUTE the stage's recompute
+ * callback ([Note: activation recomputation]) */
+#define RUN_RECOMPUTE 2
 static int RunStage(FsdpRuntime rt, void *model, int s, int backward)
 {
+  static const char *const kWhat[] = {"forward", "backward", "recompute"};
   Stage *st = &rt->stages[s];
   Unit *x = &rt->units[st->unit];
   FSDP_CALL(UnitPrepareCompute(rt, st->unit));
   FsdpUnitTensors t = {st->unit, x->param_views, x->grad_views};
   double b = rt->trace ? FsdpTraceNow(rt->trace) : 0.0;
-  int err = backward ? st->backward(model, s, &t) : st->forward(model, s, &t);
+  FsdpStageFn fn = backward == RUN_RECOMPUTE ? st->recompute : backward ? st->backward : st->forward;
+  int err = fn(model, s, &t);
   if (!err) err = FsdpDeviceCheck(); /* asynchronous launches report here */
   if (err)
-    FSDP_ERROR(err, "%s of stage %d (unit %d, %s) failed", backward ? "backward" : "forward", s,
-               st->unit, x->name);
+    FSDP_ERROR(err, "%s of stage %d (unit %d, %s) failed", kWhat[backward], s, st->unit, x->name);
   if (FsdpTraceEnabled(rt->trace)) {
     char name[96];
-    snprintf(name, sizeof name, "%s %s", backward ? "backward" : "forward", x->name);
+    snprintf(name, sizeof name, "%s %s", kWhat[backward], x->name);
+    /* recomputation is backward work (its category) */
     FsdpTraceCompute(rt->trace, name, backward ? "backward" : "forward", rt->step, x->index, b,
                      FsdpTraceNow(rt->trace));
   }
@@ -879,6 +905,7 @@ int FsdpRuntimeForwardBackward(FsdpRuntime rt, void *model, int micro, int nmicr
   int pos = 0; /* position in this step's forward order */
   /* forward: stages in order; record the order units are first used */
   rt->phase = FSDP_PHASE_FORWARD;
+  FsdpFlightSetPhase(rt->phase);
   for (int s = 0; s < rt->nstages; s++) {
     int u = rt->stages[s].unit;
     Unit *x = &rt->units[u];
@@ -894,6 +921,7 @@ int FsdpRuntimeForwardBackward(FsdpRuntime rt, void *model, int micro, int nmicr
   rt->have_prev_order = 1;
   /* backward: stages in reverse */
   rt->phase = FSDP_PHASE_BACKWARD;
+  FsdpFlightSetPhase(rt->phase);
   for (int s = rt->nstages - 1; s >= 0; s--) {
     int u = rt->stages[s].unit;
     Unit *x = &rt->units[u];
@@ -903,6 +931,7 @@ int FsdpRuntimeForwardBackward(FsdpRuntime rt, void *model, int micro, int nmicr
     if (bwd_prefetch && s > 0 && rt->stages[s - 1].unit != u)
       FSDP_CALL(UnitPrefetch(rt, rt->stages[s - 1].unit));
     FSDP_CALL(UnitAcquireGrad(rt, u, micro));
+    if (rt->opt.recompute && rt->stages[s].recompute) FSDP_CALL(RunStage(rt, model, s, RUN_RECOMPUTE));
     FSDP_CALL(RunStage(rt, model, s, 1));
     if (s == x->first_fwd_stage) { /* the unit's last backward stage */
       FSDP_CALL(UnitReduceGrad(rt, u, micro, nmicro));

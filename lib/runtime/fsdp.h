@@ -60,6 +60,18 @@
  * parameter: the unsharded buffer and gradient ARE the shard buffers, and
  * no all-gather or reduce-scatter is issued (0 calls, 0 bytes); gradients
  * are only all-reduced over the replica group (plain DDP).
+ *
+ * [Note: activation recomputation] With -recompute 1 the runtime calls a
+ * stage's recompute callback (FsdpModelStage) in backward, right before
+ * its backward callback, with the same unsharded parameters: the unit is
+ * unsharded then anyway (gathered again under RAF, kept under NRAF), so
+ * recomputation costs one more forward and no communication.  The model
+ * keeps only each stage's input through forward and the full activations
+ * of one stage as a working set shared by all stages (GPT: GptModelSetUp
+ * with GptModelSetRecompute; GptActivationBytes plans the bytes).  The
+ * same kernels on the same inputs give the same activations, so losses
+ * and gradients are bit-identical to -recompute 0.  Stages without the
+ * callback (GPT's root stages) are not recomputed.
  */
 #ifndef FSDP_RUNTIME_H
 #define FSDP_RUNTIME_H
@@ -97,6 +109,7 @@ typedef struct {
   FsdpDtype reduce_dtype;    /* -reduce_dtype: reduce-scatter / all-reduce type */
   int grad_accum;            /* -grad_accum K micro-steps per optimizer step */
   int accum_comm;            /* -accum_comm 1: reduce every micro-step; 0: once */
+  int recompute;             /* -recompute 1: stages recompute their forward in backward */
 } FsdpRuntimeOptions;
 
 /* Not collective.  Reads the options above (group "FSDP"). */
@@ -123,6 +136,10 @@ int FsdpRuntimeAddUnit(FsdpRuntime rt, const char *name, int is_root,
 /* Not collective.  Append a stage in forward order. */
 int FsdpRuntimeAddStage(FsdpRuntime rt, int unit, FsdpStageFn forward,
                         FsdpStageFn backward);
+/* Not collective.  Give stage `stage` (an index FsdpRuntimeAddStage
+ * assigned, before setup) a recompute callback ([Note: activation
+ * recomputation]); FsdpRuntimeAddModel sets the table's. */
+int FsdpRuntimeSetStageRecompute(FsdpRuntime rt, int stage, FsdpStageFn recompute);
 
 /* Collective on the world (every rank must register the same units).
  * Builds FlatParameters, allocates shards, gradient shards, the gather ring

@@ -7,7 +7,7 @@
 # invariant, naming the input that triggers it; such an input belongs in
 # tests/fuzz/NAME/regress/ (ctest replays it in every normal build).
 #
-#   tests/fuzz/run.sh [SECONDS] [NAME...]     NAME: opts data ckpt
+#   tests/fuzz/run.sh [SECONDS] [NAME...]     NAME: opts data ckpt safetensors
 # Environment: CLANG (default clang), FSDP_FUZZ_DIR (scratch directory,
 # default a new one under /tmp, removed unless something was found).
 # Needs clang and its libFuzzer runtime (Debian 12: clang-14 and
@@ -17,7 +17,7 @@ set -eu
 top=$(cd "$(dirname "$0")/../.." && pwd)
 secs=20
 case "${1:-}" in [0-9]*) secs=$1; shift ;; esac
-names=${*:-opts data ckpt}
+names=${*:-opts data ckpt safetensors}
 CLANG=${CLANG:-clang}
 scratch=${FSDP_FUZZ_DIR:-$(mktemp -d /tmp/fsdp_fuzz.XXXXXX)}
 mkdir -p "$scratch"
