@@ -15,15 +15,18 @@ static const char kHelp[] =
     "optimizer state sharded across MPI ranks (Fully Sharded Data Parallel).\n"
     "Usage: mpiexec -n W fsdp-train [-option value ...]\n"
     "Options come from FSDP_OPTIONS, then the command line left to right, where\n"
-    "-options_file FILE inserts FILE's options; a later value wins.\n";
+    "-options_file FILE inserts FILE's options; a later value wins.\n"
+    "Exit status: 0 done, 2 bad usage or input, 75 preempted (-preempt_signals: a\n"
+    "checkpoint was written, continue with -resume auto), 1 other failures.\n";
 
 /* Everything up to the end of training; returns an error code. */
-static int Run(int argc, char **argv, int *handled_help)
+static int Run(int argc, char **argv, int *handled_help, int *preempted)
 {
   FsdpOpts db = NULL;
   FsdpTrainOptions o;
   FsdpTrainer tr = NULL;
   *handled_help = 0;
+  *preempted = 0;
   FSDP_CALL(FsdpOptsCreate(MPI_COMM_WORLD, argc, argv, &db));
   /* read every option first: -help lists them all and a typo is an error
    * before any MPI work or allocation */
@@ -56,6 +59,7 @@ static int Run(int argc, char **argv, int *handled_help)
   if (!err && o.topo.view) err = FsdpTopoView(FsdpTrainerTopo(tr), stdout);
   if (!err) err = FsdpTrainerRun(tr, stdout);
   if (!err) err = FsdpTrainerSummary(tr, stdout);
+  if (!err) *preempted = FsdpTrainerPreempted(tr) != 0;
   if (!err) {
     int nleft = 0;
     if (FsdpOptsHas(db, "options_left")) err = FsdpOptsReportLeft(db, stderr, &nleft);
@@ -80,12 +84,15 @@ int main(int argc, char **argv)
     FsdpFinalize();
     return FsdpExitStatus(err);
   }
-  int help = 0;
-  err = Run(argc, argv, &help);
+  int help = 0, preempted = 0;
+  err = Run(argc, argv, &help, &preempted);
   if (err && err != FSDP_ERR_USAGE) {
     /* a rank-local failure may leave other ranks inside a collective */
     FsdpAbort(err);
   }
   FsdpFinalize();
+  /* [Note: preemption] (driver/preempt.h): a checkpoint was written; the
+   * job script requeues the run on this status */
+  if (!err && preempted) return FSDP_EXIT_PREEMPTED;
   return FsdpExitStatus(err);
 }

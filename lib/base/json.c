@@ -179,6 +179,12 @@ void FsdpJsonInt(FsdpJson j, const char *key, int64_t v)
   AppendStr(j, buf);
 }
 
+void FsdpJsonBool(FsdpJson j, const char *key, int v)
+{
+  if (!Place(j, key)) return;
+  AppendStr(j, v ? "true" : "false");
+}
+
 void FsdpJsonUint(FsdpJson j, const char *key, uint64_t v)
 {
   char buf[32];

@@ -52,6 +52,8 @@ void FsdpJsonBeginArray(FsdpJson j, const char *key);
 void FsdpJsonEndArray(FsdpJson j);
 void FsdpJsonInt(FsdpJson j, const char *key, int64_t v);
 void FsdpJsonUint(FsdpJson j, const char *key, uint64_t v);
+/* true or false. */
+void FsdpJsonBool(FsdpJson j, const char *key, int v);
 /* Shortest round-trip digits; NaN and infinities as null. */
 void FsdpJsonReal(FsdpJson j, const char *key, double v);
 /* Escaped; NULL is written as null. */

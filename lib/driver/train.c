@@ -43,6 +43,8 @@ struct FsdpTrainer_ {
   int64_t data_base;             /* micro-batches consumed before first_step */
   uint64_t last_intra, last_inter; /* this step's node-local / cross-node bytes */
   FsdpMetrics metrics;
+  int preempted;                 /* the signal that stopped the run, or 0 */
+  char preempt_ckpt[4096];       /* the checkpoint it wrote */
   FsdpData val;                  /* held-out data (-val_every > 0) */
   int64_t *val_steps;            /* [Note: validation] step of each validation */
   double *val_losses;            /* its mean loss */
@@ -101,6 +103,7 @@ int FsdpTrainOptionsFromDb(FsdpOpts db, FsdpTrainOptions *o)
                            INT64_MAX / 4, &o->scaler_growth_interval));
   FSDP_CALL(FsdpCkptOptionsFromDb(db, &o->ckpt));
   FSDP_CALL(FsdpMetricsOptionsFromDb(db, &o->metrics));
+  FSDP_CALL(FsdpPreemptOptionsFromDb(db, &o->preempt));
   const char *gv = "Validation";
   FSDP_CALL(FsdpOptsGetString(db, gv, "val_data",
                               "held-out token file in llm.c .bin layout (default: the built-in "
@@ -135,6 +138,8 @@ int FsdpTrainerCreate(MPI_Comm comm, const FsdpTrainOptions *o, FsdpTrainer *out
   FSDP_CALL_MPI(MPI_Comm_size(comm, &tr->W));
   tr->B = o->batch_size;
   tr->T = o->model.seq_len;
+  /* first: a signal that comes during set-up preempts after step 1 */
+  FSDP_CALL(FsdpPreemptInstall(&o->preempt));
   FSDP_CALL(FsdpTopoCreate(comm, &o->topo, &tr->topo));
   /* [Note: hang watchdog] (comm/flight.h): records every collective */
   FSDP_CALL(FsdpFlightCreate(comm, o->coll_timeout, o->metrics));
@@ -182,7 +187,9 @@ int FsdpTrainerCreate(MPI_Comm comm, const FsdpTrainOptions *o, FsdpTrainer *out
    * (W, F); validated before anything is modified */
   char path[4096];
   int found = 0;
-  FSDP_CALL(FsdpCkptResolveResume(comm, &o->ckpt, path, sizeof path, &found));
+  FsdpCkptOptions ro = o->ckpt;
+  if (o->preempt.mask && ro.every == 0) ro.every = 1; /* a preempted run saves there too */
+  FSDP_CALL(FsdpCkptResolveResume(comm, &ro, path, sizeof path, &found));
   if (found) {
     FsdpCkptMeta meta;
     FSDP_CALL(FsdpCkptLoad(tr->rt, tr->optim, path, &tr->desc, &meta));
@@ -392,6 +399,67 @@ static void HumanCount(double v, char *buf, size_t n)
   else snprintf(buf, n, "%.0f", v);
 }
 
+/* Collective.  The checkpoint after step s (periodic or preempted); path
+ * (may be NULL) gets its name, "" when the save failed and
+ * -checkpoint_on_error continue let the run go on (warned). */
+static int WriteCheckpoint(FsdpTrainer tr, int64_t s, FILE *out, char *path, size_t size)
+{
+  const FsdpCkptOptions *ck = &tr->o.ckpt;
+  FsdpCkptMeta m;
+  memset(&m, 0, sizeof m);
+  m.step = s;
+  m.data_position = tr->data_base + (s - tr->first_step) * tr->o.fsdp.grad_accum;
+  m.seed = tr->o.seed;
+  m.global_batch = (int64_t)tr->W * tr->B * tr->o.fsdp.grad_accum;
+  m.model = tr->desc;
+  m.optim = tr->o.optim;
+  char p[4096];
+  double secs = 0.0;
+  FSDP_CALL(FsdpCkptWriteStep(tr->rt, tr->optim, ck, &m, p, sizeof p, &secs));
+  /* "": the save failed and -checkpoint_on_error continue (warned) */
+  int written = p[0] != '\0';
+  if (tr->metrics)
+    FSDP_CALL(FsdpMetricsEvent(tr->metrics, s, written ? "checkpoint" : "ckpt_failed",
+                               written ? p : ck->dir, secs));
+  if (written && tr->rank == 0 && tr->o.log_every > 0) {
+    fprintf(out, "checkpoint %s written in %.2f s\n", p, secs);
+    fflush(out);
+  }
+  if (path) snprintf(path, size, "%s", p);
+  return FSDP_SUCCESS;
+}
+
+/* Collective.  [Note: preemption] (preempt.h): after step s every rank
+ * asks whether any rank got a preemption signal; all get the same answer
+ * here, so all save and stop together (saved: the periodic checkpoint of
+ * step s was just attempted, its path or "" -- not twice).  A signal after
+ * the last step changes nothing: the run is complete. */
+static int PreemptCheck(FsdpTrainer tr, int64_t s, const char *saved, FILE *out)
+{
+  int sig = 0;
+  FSDP_CALL(FsdpPreemptAgree(tr->comm, &sig));
+  if (!sig || s >= tr->o.steps) return FSDP_SUCCESS;
+  char p[4096] = "";
+  if (saved) snprintf(p, sizeof p, "%s", saved);
+  else FSDP_CALL(WriteCheckpoint(tr, s, out, p, sizeof p));
+  if (!p[0])
+    FSDP_ERROR(FSDP_ERR_IO,
+               "preempted by SIG%s after step %lld, but its checkpoint in %s could not be written "
+               "(see the warning above): the progress since the last checkpoint is lost",
+               FsdpPreemptSignalName(sig), (long long)s, tr->o.ckpt.dir);
+  tr->preempted = sig;
+  snprintf(tr->preempt_ckpt, sizeof tr->preempt_ckpt, "%s", p);
+  if (tr->metrics) FSDP_CALL(FsdpMetricsEvent(tr->metrics, s, "preempted", p, 0.0));
+  if (tr->rank == 0) {
+    fprintf(out, "preempted by SIG%s after step %lld/%lld: checkpoint %s; exiting with status %d "
+                 "(continue with -resume auto)\n",
+            FsdpPreemptSignalName(sig), (long long)s, (long long)tr->o.steps, p,
+            FSDP_EXIT_PREEMPTED);
+    fflush(out);
+  }
+  return FSDP_SUCCESS;
+}
+
 int FsdpTrainerRun(FsdpTrainer tr, FILE *out)
 {
   int64_t tokens_per_step = (int64_t)tr->W * tr->B * tr->T;
@@ -417,28 +485,9 @@ int FsdpTrainerRun(FsdpTrainer tr, FILE *out)
       FSDP_CALL(FsdpMetricsAppendRow(tr->metrics, &row, NULL));
     }
     const FsdpCkptOptions *ck = &tr->o.ckpt;
-    if (ck->every > 0 && (s % ck->every == 0 || s == tr->o.steps)) {
-      FsdpCkptMeta m;
-      memset(&m, 0, sizeof m);
-      m.step = s;
-      m.data_position = tr->data_base + (s - tr->first_step) * tr->o.fsdp.grad_accum;
-      m.seed = tr->o.seed;
-      m.global_batch = (int64_t)tr->W * tr->B * tr->o.fsdp.grad_accum;
-      m.model = tr->desc;
-      m.optim = tr->o.optim;
-      char p[4096];
-      double secs = 0.0;
-      FSDP_CALL(FsdpCkptWriteStep(tr->rt, tr->optim, ck, &m, p, sizeof p, &secs));
-      /* "": the save failed and -checkpoint_on_error continue (warned) */
-      int written = p[0] != '\0';
-      if (tr->metrics)
-        FSDP_CALL(FsdpMetricsEvent(tr->metrics, s, written ? "checkpoint" : "ckpt_failed",
-                                   written ? p : ck->dir, secs));
-      if (written && tr->rank == 0 && tr->o.log_every > 0) {
-        fprintf(out, "checkpoint %s written in %.2f s\n", p, secs);
-        fflush(out);
-      }
-    }
+    int saved = ck->every > 0 && (s % ck->every == 0 || s == tr->o.steps);
+    char saved_path[4096] = "";
+    if (saved) FSDP_CALL(WriteCheckpoint(tr, s, out, saved_path, sizeof saved_path));
     if (tr->rank == 0 && log) {
       char tps[32];
       HumanCount(tokens_per_step / (ms * 1e-3), tps, sizeof tps);
@@ -448,6 +497,10 @@ int FsdpTrainerRun(FsdpTrainer tr, FILE *out)
               (long long)s, (long long)tr->o.steps, loss, vtext, tr->last_lr, ms, tps,
               FsdpMemCurrentTotal() / 1048576.0);
       fflush(out);
+    }
+    if (tr->o.preempt.mask) {
+      FSDP_CALL(PreemptCheck(tr, s, saved ? saved_path : NULL, out));
+      if (tr->preempted) break;
     }
   }
   if (tr->o.trace) {
@@ -475,6 +528,7 @@ void FsdpTrainerCommTimes(FsdpTrainer tr, double *exposed_s, double *busy_s)
 
 FsdpTrace FsdpTrainerTrace(FsdpTrainer tr) { return tr->trace; }
 int64_t FsdpTrainerFirstStep(FsdpTrainer tr) { return tr->first_step; }
+int FsdpTrainerPreempted(FsdpTrainer tr) { return tr->preempted; }
 
 int FsdpTrainerSummary(FsdpTrainer tr, FILE *out)
 {
@@ -527,6 +581,12 @@ int FsdpTrainerSummary(FsdpTrainer tr, FILE *out)
   for (int64_t i = 0; i < n; i++) FsdpJsonReal(j, NULL, losses[i]);
   FsdpJsonEndArray(j);
   FsdpJsonReal(j, "final_loss", n ? losses[n - 1] : 0.0);
+  /* [Note: preemption] (preempt.h): stopped early with a checkpoint */
+  FsdpJsonBool(j, "preempted", tr->preempted != 0);
+  if (tr->preempted) {
+    FsdpJsonString(j, "preempt_signal", FsdpPreemptSignalName(tr->preempted));
+    FsdpJsonString(j, "preempt_checkpoint", tr->preempt_ckpt);
+  }
   FsdpSummaryValLosses(j, tr->val_steps, tr->val_losses, tr->nval);
   FsdpJsonReal(j, "step_time_ms_median", med);
   FsdpJsonReal(j, "tokens_per_s", tokens_per_s);

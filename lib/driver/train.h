@@ -13,6 +13,7 @@
 #include "comm/coll.h"
 #include "io/data.h"
 #include "io/metrics.h"
+#include "driver/preempt.h"
 #include "runtime/fsdp.h"
 #include "model/gpt.h"
 #include "runtime/optim.h"
@@ -37,6 +38,7 @@ typedef struct {
   int64_t scaler_growth_interval; /* -scaler_growth_interval: good steps before doubling */
   FsdpCkptOptions ckpt;       /* -checkpoint_dir -checkpoint_every -checkpoint_keep -resume */
   const char *metrics;        /* -metrics FILE: HDF5 run file */
+  FsdpPreemptOptions preempt; /* -preempt_signals ([Note: preemption]) */
   const char *val_data;       /* -val_data FILE: held-out tokens (NULL: built-in held-out stream) */
   int64_t val_every;          /* -val_every N: validate after every N-th step and the last (0 = never) */
   int val_batches;            /* -val_batches K: global batches of held-out windows per validation */
@@ -60,7 +62,8 @@ int FsdpTrainerDestroy(FsdpTrainer *tr);
 int FsdpTrainerStep(FsdpTrainer tr, double *loss);
 
 /* Collective on comm.  Run o->steps steps, printing progress on rank 0
- * every log_every steps to out. */
+ * every log_every steps to out.  Returns early, with success, when the run
+ * was preempted (FsdpTrainerPreempted): the checkpoint is written. */
 int FsdpTrainerRun(FsdpTrainer tr, FILE *out);
 
 /* Collective on comm.  Rank 0 prints the summary (text, or one JSON line). */
@@ -83,6 +86,9 @@ int FsdpTrainerScaler(FsdpTrainer tr, double *scale, int64_t *skipped);
  * busy time, seconds summed over the steps so far (rank-local). */
 void FsdpTrainerCommTimes(FsdpTrainer tr, double *exposed_s, double *busy_s);
 FsdpTrace FsdpTrainerTrace(FsdpTrainer tr);
+/* The signal that preempted the run (SIGUSR1, ...: FsdpTrainerRun stopped
+ * after a checkpoint, fsdp-train exits with FSDP_EXIT_PREEMPTED), or 0. */
+int FsdpTrainerPreempted(FsdpTrainer tr);
 /* Collective on comm.  [Note: validation] (train.c): the mean loss over
  * -val_batches global batches of held-out windows, each rank its slice,
  * computed with the FSDP forward only (FsdpRuntimeForward); the same on

@@ -7,6 +7,8 @@
 #   jid=$(sbatch --parsable ...)       # SLURM_CONF points at the private cluster
 #   slurm_wait 120 "$jid" ...          # poll squeue (sbatch --wait backs off for tens of s)
 #   slurm_job_field "$jid" JobState    # COMPLETED, FAILED, ...
+#   slurm_nodes_idle                   # every node idle (no job, no clean-up left)
+#   slurm_dump "$jid"                  # a stuck test's evidence: queue, job, logs
 #   (teardown runs at exit: slurm_stop, also on failure or interrupt)
 #
 # Everything lives in $SLURM_TEST_DIR (a mktemp folder): its own munge key
@@ -188,6 +190,41 @@ slurm_job_field() {
   scontrol show job "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n 1
 }
 
+# slurm_stepds: the pids of this cluster's slurmstepd processes (those with
+# a file of $SLURM_TEST_DIR open).
+slurm_stepds() {
+  local p fd
+  for p in $(pgrep -x slurmstepd 2>/dev/null); do
+    for fd in /proc/"$p"/fd/*; do
+      case $(readlink "$fd" 2>/dev/null) in "$SLURM_TEST_DIR"/*) echo "$p"; break ;; esac
+    done
+  done
+}
+
+# slurm_nodes_idle: 0 when both nodes are idle and done cleaning up: sinfo
+# says idle, no slurmstepd of this cluster is left and no job's spool
+# folder (its batch script) is still there.  sinfo alone says idle while
+# slurmd still purges a killed job's script: a job (re)started then on the
+# node loses its script and FAILS at once.
+slurm_nodes_idle() {
+  [ "$(sinfo -h -o '%T %D' 2>/dev/null | tr '\n' ' ')" = "idle 2 " ] || return 1
+  [ -z "$(slurm_stepds)" ] || return 1
+  ! compgen -G "$SLURM_TEST_DIR/spool/n*/job*" >/dev/null
+}
+
+# slurm_dump [JOBID...]: what a test prints when a stage is stuck, so that
+# a CI failure explains itself: squeue, sinfo, scontrol show job, and the
+# last lines of slurmctld's and each slurmd's log.
+slurm_dump() {
+  local j f
+  echo "--- squeue"; squeue 2>&1 | sed 's/^/    /'
+  echo "--- sinfo"; sinfo 2>&1 | sed 's/^/    /'
+  for j in "$@"; do echo "--- scontrol show job $j"; scontrol show job "$j" 2>&1 | sed 's/^/    /'; done
+  for f in "$SLURM_TEST_DIR"/log/slurmctld.log "$SLURM_TEST_DIR"/log/slurmd-*.log; do
+    echo "--- $(basename "$f") (last 25 lines)"; tail -n 25 "$f" 2>/dev/null | sed 's/^/    /'
+  done
+}
+
 slurm_stop() {
   local t=$SLURM_TEST_DIR p
   [ -n "$t" ] || return 0
@@ -202,12 +239,7 @@ slurm_stop() {
     wait "$p" 2>/dev/null
   done
   # job steps of this cluster that outlived slurmd: they hold its files open
-  local fd
-  for p in $(pgrep -x slurmstepd 2>/dev/null); do
-    for fd in /proc/"$p"/fd/*; do
-      case $(readlink "$fd" 2>/dev/null) in "$t"/*) kill -9 "$p" 2>/dev/null; break ;; esac
-    done
-  done
+  for p in $(slurm_stepds); do kill -9 "$p" 2>/dev/null; done
   [ -n "$MUNGE_PID" ] && kill "$MUNGE_PID" 2>/dev/null
   if [ -n "${SLURM_KEEP:-}" ]; then
     slurm_log "kept $t (SLURM_KEEP)"

@@ -5,7 +5,8 @@
 # must
 #   - take more than one job, each stopped early and resubmitted by the
 #     previous one with --dependency=afterany, until a job finishes the
-#     target and ends the chain (chain.log);
+#     target and ends the chain (chain.log); a stopped job checkpoints the
+#     step it is in (-preempt_signals USR1);
 #   - end with the target step in the last job's output and summary.json;
 #   - keep at most -checkpoint_keep checkpoints;
 #   - reach the same final loss as the same run unbroken (cpu-1node.sbatch,
@@ -80,6 +81,11 @@ else
   fail "chain of ${njobs:-0} jobs, $nstopped resubmitted, last status: $(tail -n 1 chain/chain.log 2>/dev/null)"
   for f in chain/job-*.log "$t"/jobs/fsdp-chain-*.out; do echo "--- $f"; tail -n 6 "$f"; done 2>/dev/null
 fi
+checks=$((checks + 1))
+npre=$(cat chain/job-*.log 2>/dev/null | grep -c '^preempted by SIGUSR1 after step')
+if [ "${nstopped:-0}" -ge 1 ] && [ "$npre" -ge 1 ]; then
+  ok "$npre of the $nstopped stopped jobs checkpointed the step they were in (-preempt_signals USR1)"
+else fail "no stopped job checkpointed on the signal ('preempted by SIGUSR1' in none of chain/job-*.log)"; fi
 last=$(tail -n 1 chain/chain.log 2>/dev/null | cut -d' ' -f1)
 checks=$((checks + 1))
 if grep -q "^step $steps/$steps " "chain/job-$last.log" 2>/dev/null; then ok "the last job ($last) reached step $steps"
