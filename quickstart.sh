@@ -25,7 +25,7 @@ esac
 
 # ---- 1. Debian packages -----------------------------------------------------
 packages="build-essential autoconf automake libtool pkg-config openmpi-bin
-libopenmpi-dev libhdf5-openmpi-dev hdf5-tools libopenblas-dev libjansson-dev cmake python3
+libopenmpi-dev libhdf5-openmpi-dev hdf5-tools libopenblas-dev libjansson-dev libdnnl-dev cmake python3
 python3-h5py python3-numpy python3-matplotlib slurm-wlm munge iproute2"
 # MPICH beside OpenMPI: Debian's alternatives keep mpicc/mpiexec OpenMPI's
 # (higher priority) and configure --with-mpi=mpich names MPICH's own.

@@ -125,6 +125,22 @@ typedef struct FsdpKernelOps {
   int (*zero)(void *p, size_t bytes);
   int (*copy_to_host)(void *host_dst, const void *src, size_t bytes);
   int (*copy_from_host)(void *dst, const void *host_src, size_t bytes);
+
+  /* [Note: bf16 matmuls] The matmuls of -compute_dtype bf16 (PyTorch's
+   * autocast, llm.c): same shapes, NULL rules and accumulation as
+   * matmul_forward/matmul_backward, but every matrix operand (inp, weight,
+   * dout) is rounded to bf16 (nearest even) at the matmul, the products are
+   * summed in fp32 and the results (out, dinp, dweight) are fp32; bias and
+   * dbias stay fp32.  With -param_dtype bf16 the weights are bf16 values
+   * already, so their rounding is exact.  Optional: NULL where a back-end
+   * has none (the driver then refuses -compute_dtype bf16).  Last in the
+   * table, after the required entries, so that a positional initializer
+   * (kernels/cuda/ops.cu) leaves them NULL. */
+  void (*matmul_forward_bf16)(float *out, const float *inp, const float *weight,
+                              const float *bias, int N, int C, int OC);
+  void (*matmul_backward_bf16)(float *dinp, float *dweight, float *dbias,
+                               const float *dout, const float *inp,
+                               const float *weight, int N, int C, int OC);
 } FsdpKernelOps;
 
 /* The CPU back-end (kernels/cpu).  OpenMP threads every kernel, sgemm
@@ -137,6 +153,14 @@ const FsdpKernelOps *FsdpKernelsCpu(void);
  * whether it is a generic fallback on a CPU that supports better. */
 const char *FsdpKernelsCpuBlasCore(void);
 int FsdpKernelsCpuBlasIsFallback(void);
+
+/* The GEMM behind the CPU matmuls ([Note: bf16 matmuls]): library, e.g.
+ * "OpenBLAS" or "oneDNN 2.6.3", and kernel: the BLAS core for fp32
+ * ("SkylakeX sgemm"); for bf16 oneDNN's implementation
+ * ("brg:avx512_core_bf16") or, without oneDNN or on a core without bf16
+ * instructions, "<core> sgemm on bf16-rounded inputs" (same numerics, fp32
+ * speed).  FSDP_GEMM_BF16=onednn|convert overrides the choice (tests). */
+void FsdpKernelsCpuGemm(int bf16, char *library, size_t lsize, char *kernel, size_t ksize);
 
 #ifdef __cplusplus
 }

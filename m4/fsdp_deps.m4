@@ -155,6 +155,46 @@ AC_DEFUN([FSDP_CHECK_CBLAS], [
   CFLAGS=$fsdp_save_CFLAGS; LIBS=$fsdp_save_LIBS
 ])
 
+# Optional oneDNN (--with-onednn=yes|no|auto, default auto): the bf16
+# matmuls of -compute_dtype bf16 on the CPU back-end (a real bf16 kernel,
+# fp32 accumulation).  Without it those matmuls round their inputs to bf16
+# and run fp32 sgemm (same numerics, no bf16 speed).  Defines HAVE_ONEDNN.
+AC_DEFUN([FSDP_CHECK_ONEDNN], [
+  AC_ARG_WITH([onednn],
+    [AS_HELP_STRING([--with-onednn@<:@=yes|no|auto@:>@],
+      [bf16 matmuls through oneDNN (libdnnl) for -compute_dtype bf16 on the CPU (default: auto, when installed)])],
+    [], [with_onednn=auto])
+  AC_ARG_VAR([ONEDNN_CFLAGS], [C flags for oneDNN])
+  AC_ARG_VAR([ONEDNN_LIBS], [linker flags for oneDNN])
+  fsdp_have_onednn=no
+  case $with_onednn in
+    yes|auto)
+      FSDP_PKG_FLAGS([ONEDNN], [dnnl])
+      test -n "$ONEDNN_LIBS" || ONEDNN_LIBS="-ldnnl"
+      fsdp_save_CFLAGS=$CFLAGS; fsdp_save_LIBS=$LIBS
+      CFLAGS="$CFLAGS $ONEDNN_CFLAGS"; LIBS="$ONEDNN_LIBS $LIBS"
+      AC_MSG_CHECKING([for oneDNN (dnnl_matmul_desc_init)])
+      AC_LINK_IFELSE([AC_LANG_PROGRAM([[#include <oneapi/dnnl/dnnl.h>]],
+          [[dnnl_matmul_desc_t d; (void)dnnl_matmul_desc_init(&d, 0, 0, 0, 0);
+            (void)dnnl_get_effective_cpu_isa();]])],
+        [fsdp_have_onednn=yes], [])
+      AC_MSG_RESULT([$fsdp_have_onednn])
+      CFLAGS=$fsdp_save_CFLAGS; LIBS=$fsdp_save_LIBS
+      if test "$fsdp_have_onednn" = no && test "$with_onednn" = yes; then
+        AC_MSG_ERROR([--with-onednn: oneDNN not found: install the Debian package libdnnl-dev (or set ONEDNN_CFLAGS/ONEDNN_LIBS)])
+      fi ;;
+    no) ;;
+    *) AC_MSG_ERROR([--with-onednn=$with_onednn: expected yes, no or auto]) ;;
+  esac
+  if test "$fsdp_have_onednn" = yes; then
+    AC_DEFINE([HAVE_ONEDNN], [1], [Define to 1 to run bf16 matmuls through oneDNN])
+  else
+    ONEDNN_CFLAGS=; ONEDNN_LIBS=
+  fi
+  AC_SUBST([ONEDNN_CFLAGS])
+  AC_SUBST([ONEDNN_LIBS])
+])
+
 # Jansson: the JSON parser of fsdp-ckpt's Hugging Face interop (safetensors
 # headers, config.json); a maintained library instead of a parser by hand.
 AC_DEFUN([FSDP_CHECK_JANSSON], [

@@ -243,9 +243,28 @@ static void AddVolume(PlanComm *c, FsdpCollKind kind, const FsdpGroup *g, int64_
 
 typedef struct {
   uint64_t param_shard, grad_shard, low_shard, optim_state, gather_buffer, compute_buffer,
-      grad_buffer, activations;
+      grad_buffer, activations, bf16_scratch;
   int gather_slots, grad_slots;
 } PlanMemory;
+
+/* With -compute_dtype bf16 on the CPU the matmuls keep their rounded
+ * operands in three scratch buffers, each grown to its largest use
+ * ([Note: two bf16 GEMM paths] in kernels/cpu/matmul_bf16.c): inp or dout,
+ * weight, inp again; 2 bytes an element through oneDNN, 4 converting. */
+static uint64_t PlanBf16ScratchBytes(const GptConfig *c, int B, int T, int onednn)
+{
+  uint64_t N = (uint64_t)B * T, C = (uint64_t)c->n_embd, V = (uint64_t)c->vocab_size;
+  const uint64_t shape[5][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}, {C, V}}; /* in, out */
+  uint64_t slot[3] = {0, 0, 0};
+  for (int k = 0; k < 5; k++) {
+    uint64_t in = shape[k][0], oc = shape[k][1];
+    uint64_t s0 = N * (in > oc ? in : oc);
+    if (s0 > slot[0]) slot[0] = s0;
+    if (oc * in > slot[1]) slot[1] = oc * in;
+    if (N * in > slot[2]) slot[2] = N * in;
+  }
+  return (slot[0] + slot[1] + slot[2]) * (onednn ? 2 : 4);
+}
 
 
 /* ---- prediction from a measured profile (fsdp-probe) -------------------- */
@@ -519,8 +538,15 @@ static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutco
    * function ([Note: GPT recomputation] in gpt.c) */
   mem.activations = GptActivationBytes(&po.t.model, po.t.wrap, po.t.batch_size,
                                        po.t.model.seq_len, fo->recompute);
+  if (fo->compute_dtype == FSDP_DTYPE_BF16 && !po.t.device_cuda) {
+    char lib[64], kernel[160];
+    FsdpKernelsCpuGemm(1, lib, sizeof lib, kernel, sizeof kernel);
+    mem.bf16_scratch = PlanBf16ScratchBytes(&po.t.model, po.t.batch_size, po.t.model.seq_len,
+                                            strncmp(lib, "oneDNN", 6) == 0);
+  }
   uint64_t mem_total = mem.param_shard + mem.grad_shard + mem.low_shard + mem.optim_state +
-                       mem.gather_buffer + mem.compute_buffer + mem.grad_buffer + mem.activations;
+                       mem.gather_buffer + mem.compute_buffer + mem.grad_buffer + mem.activations +
+                       mem.bf16_scratch;
 
   /* per-step collectives: [Note: unit life cycle] in fsdp.h; a unit is
    * gathered before its first forward stage and, unless it is the root or
@@ -632,6 +658,7 @@ static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutco
     FsdpJsonUint(j, "low_shard_bytes", mem.low_shard);
     FsdpJsonInt(j, "gather_slots", mem.gather_slots);
     FsdpJsonInt(j, "grad_slots", mem.grad_slots);
+    FsdpJsonUint(j, "bf16_matmul_scratch_bytes", mem.bf16_scratch);
     FsdpJsonUint(j, "total_bytes", mem_total);
     FsdpJsonEndObject(j);
     FsdpCommCounters per_step;
@@ -652,7 +679,7 @@ static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutco
     FsdpJsonEndObject(j);
     FsdpSummaryBeginCommTime(j, ring.max_in_flight);
     FsdpJsonEndObject(j);
-    FsdpSummaryBeginPrecision(j, fo);
+    FsdpSummaryBeginPrecision(j, fo, po.t.device_cuda);
     FsdpJsonEndObject(j);
     if (predict) {
       FsdpJsonBeginObject(j, "prediction");

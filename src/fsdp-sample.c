@@ -67,6 +67,7 @@ static int ReadOptions(FsdpOpts db, SampleOptions *o)
   FSDP_CALL(FsdpRuntimeOptionsFromDb(db, &o->fsdp));
   FSDP_CALL(FsdpOptsGetEnum(db, g, "device", "compute device: cpu, or cuda (needs a CUDA build)",
                             kDeviceNames, 0, &o->device_cuda));
+  FSDP_CALL(FsdpComputeDtypeForDevice(db, o->device_cuda, &o->fsdp));
   FSDP_CALL(FsdpOptsGetString(db, g, "resume", "checkpoint to sample from (required)", NULL,
                               &o->resume));
   FSDP_CALL(FsdpOptsGetString(db, g, "prompt_tokens",
@@ -213,6 +214,7 @@ typedef struct {
   FsdpColl coll;
   FsdpRuntime rt;
   GptModel model;
+  FsdpKernelOps k_bf16; /* the model's table with bf16 matmuls (-compute_dtype bf16) */
   FsdpTokenizer tok;
   int device_set;
   int *ids, *inputs, *targets, *order;
@@ -256,7 +258,8 @@ static int Generate(const SampleOptions *o, Sampler *s)
   FSDP_CALL(FsdpTopoCreate(MPI_COMM_WORLD, &o->topo, &s->topo));
   FSDP_CALL(FsdpDeviceSetUp(o->device_cuda ? FSDP_DEVICE_CUDA : FSDP_DEVICE_CPU, s->topo));
   s->device_set = 1;
-  const FsdpKernelOps *k = FsdpDeviceKernels();
+  const FsdpKernelOps *k = NULL; /* [Note: bf16 compute]: as fsdp-train */
+  FSDP_CALL(FsdpComputeKernels(FsdpDeviceKernels(), o->fsdp.compute_dtype, &s->k_bf16, &k));
   if (o->device_cuda) { /* as fsdp-train: [Note: CUDA streams in the runtime] */
     FSDP_CALL(FsdpCollCreate(FSDP_COLL_BACKEND_NCCL, &s->coll));
     FSDP_CALL(FsdpCollSetCudaStreams(s->coll, NULL, FsdpDeviceComputeStream()));

@@ -54,6 +54,11 @@ static int Run(int argc, char **argv, int *handled_help, int *preempted)
       FsdpWarn(1, "OpenBLAS runs its generic '%s' kernel on a CPU that supports a faster one: "
                   "set OPENBLAS_CORETYPE (e.g. OPENBLAS_CORETYPE=SkylakeX or Haswell), see README",
                core);
+    if (o.fsdp.compute_dtype == FSDP_DTYPE_BF16 && !o.device_cuda) {
+      char lib[64], kernel[160];
+      FsdpKernelsCpuGemm(1, lib, sizeof lib, kernel, sizeof kernel);
+      printf("fsdp-train: bf16 compute: matmuls through %s (%s)\n", lib, kernel);
+    }
     fflush(stdout);
   }
   if (!err && o.topo.view) err = FsdpTopoView(FsdpTrainerTopo(tr), stdout);

@@ -71,7 +71,7 @@ shared = {"": ["world_size", "sharding_factor", "replica_size", "ranks_per_node"
           "memory": [k[7:] for k in keys if k.startswith("memory.")],
           "comm_per_step": [k[14:] for k in keys if k.startswith("comm_per_step.")],
           "comm_time_per_step": ["max_gathers_in_flight"],
-          "precision": ["param_dtype", "reduce_dtype"]}
+          "precision": ["param_dtype", "reduce_dtype", "compute_dtype", "gemm"]}
 for part, want in shared.items():
     a, b = (get(d, part) if part else d for d in (t, p))
     both = set(a or {}) & set(b or {})
@@ -84,7 +84,8 @@ for part in ("model", "units"):
     if ka != kb:
         bad.append(("key sets of %s" % part, ka[:1], kb[:1]))
 config = ["model", "batch_size", "wrap", "reshard_after_forward", "limit_all_gathers", "grad_accum",
-          "accum_comm", "prefetch", "recompute", "precision.param_dtype", "precision.reduce_dtype", "units"]
+          "accum_comm", "prefetch", "recompute", "precision.param_dtype", "precision.reduce_dtype",
+          "precision.compute_dtype", "precision.gemm", "units"]
 bad += [(k, get(t, k), get(p, k)) for k in config if get(t, k) != get(p, k)]
 if bad:
     print("FAIL: %s: fsdp-plan differs from fsdp-train's measured counters:" % name)
@@ -108,6 +109,8 @@ compare "NRAF" 4 -model tiny -reshard_after_forward 0
 compare "bf16 params and reductions, hybrid" 4 -model tiny -sharding_factor 2 -ranks_per_node 2 \
   -param_dtype bf16 -reduce_dtype bf16
 compare "bf16 params, fp32 reductions, NRAF" 4 -model tiny -param_dtype bf16 -reshard_after_forward 0
+compare "bf16 params, fp32 compute" 2 -model tiny -param_dtype bf16 -compute_dtype fp32
+compare "fp32 params, bf16 compute" 2 -model tiny -compute_dtype bf16
 compare "replicated with bf16 reductions" 2 -model tiny -sharding_factor 1 -reduce_dtype bf16
 compare "wrap 2, no prefetch, limit 1" 2 -model custom -n_layer 3 -n_embd 24 -n_head 3 \
   -vocab_size 50 -seq_len 8 -wrap 2 -prefetch none -limit_all_gathers 1
@@ -172,6 +175,32 @@ PY
 else
   echo "FAIL: fsdp-plan gpt-175b: $(tail -n 3 "$tmp/big.out")"; fails=$((fails + 1))
 fi
+
+# [Note: bf16 compute]: -param_dtype bf16 means bf16 compute on the CPU
+# (precision.compute_dtype bf16, a bf16 GEMM named), -compute_dtype fp32
+# keeps fp32 sgemm, and -device cuda keeps fp32 (no CUDA bf16 matmul yet)
+for c in "bf16:-param_dtype bf16" "fp32:-param_dtype bf16 -compute_dtype fp32" \
+         "fp32:-param_dtype bf16 -device cuda"; do
+  checks=$((checks + 1))
+  want=${c%%:*}
+  # shellcheck disable=SC2086
+  if "$BIN/fsdp-plan" -world_size 2 -model tiny -summary json ${c#*:} >"$tmp/cd.out" 2>&1 &&
+     python3 - "$tmp/cd.out" "$want" "${c#*:}" <<'PY'
+import json, sys
+p = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])["precision"]
+want, opts = sys.argv[2], sys.argv[3]
+g = p.get("gemm", {})
+ok = p.get("compute_dtype") == want and g.get("library") and g.get("kernel")
+if ok and want == "fp32" and "cuda" not in opts:
+    ok = g["library"] == "OpenBLAS" and g["kernel"].endswith(" sgemm")
+if ok and want == "bf16":
+    ok = g["library"].startswith("oneDNN") or "bf16-rounded" in g["kernel"]
+print("%s: fsdp-plan %s: compute_dtype %s, gemm %s / %s" % ("ok" if ok else "FAIL", opts,
+      p.get("compute_dtype"), g.get("library"), g.get("kernel")))
+sys.exit(0 if ok else 1)
+PY
+  then :; else fails=$((fails + 1)); fi
+done
 
 # usage errors name the option
 for bad in "-sharding_factor 3" "-ranks_per_node 3" "-plan_rank 9"; do

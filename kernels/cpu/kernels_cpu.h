@@ -45,6 +45,13 @@ void matmul_backward_cpu(float *dinp, float *dweight, float *dbias,
                          const float *dout, const float *inp,
                          const float *weight, int N, int C, int OC);
 
+/* matmul_bf16.c ([Note: bf16 matmuls] in kernels.h) */
+void matmul_forward_bf16_cpu(float *out, const float *inp, const float *weight,
+                             const float *bias, int N, int C, int OC);
+void matmul_backward_bf16_cpu(float *dinp, float *dweight, float *dbias,
+                              const float *dout, const float *inp,
+                              const float *weight, int N, int C, int OC);
+
 /* attention.c */
 void attention_forward_cpu(float *out, float *preatt, float *att,
                            const float *qkv, int B, int T, int C, int NH);

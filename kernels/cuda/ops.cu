@@ -101,6 +101,8 @@ static const FsdpKernelOps cuda_ops = {
     zero_cuda,
     copy_cuda,
     copy_cuda,
+    NULL, /* matmul_forward_bf16: none yet ([Note: bf16 matmuls]) */
+    NULL, /* matmul_backward_bf16 */
 };
 
 extern "C" const FsdpKernelOps *FsdpKernelsCuda(void) { return &cuda_ops; }

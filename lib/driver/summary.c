@@ -2,8 +2,11 @@
  * summary.h, [Note: one writer for the shared keys]). */
 #include "driver/summary.h"
 
+#include <stdio.h>
+
 #include "base/dtype.h"
 #include "base/error.h"
+#include "kernels/kernels.h"
 #include "model/gpt.h"
 
 void FsdpSummaryRunMembers(FsdpJson j, const FsdpTrainOptions *o, const FsdpSummaryTopology *t)
@@ -75,11 +78,25 @@ void FsdpSummaryBeginCommTime(FsdpJson j, int max_gathers_in_flight)
   FsdpJsonInt(j, "max_gathers_in_flight", max_gathers_in_flight);
 }
 
-void FsdpSummaryBeginPrecision(FsdpJson j, const FsdpRuntimeOptions *o)
+void FsdpSummaryBeginPrecision(FsdpJson j, const FsdpRuntimeOptions *o, int device_cuda)
 {
   FsdpJsonBeginObject(j, "precision");
   FsdpJsonString(j, "param_dtype", FsdpDtypeNames[o->param_dtype]);
   FsdpJsonString(j, "reduce_dtype", FsdpDtypeNames[o->reduce_dtype]);
+  FsdpJsonString(j, "compute_dtype", FsdpDtypeNames[o->compute_dtype]);
+  char lib[64], kernel[160];
+  if (device_cuda) {
+    snprintf(lib, sizeof lib, "cuBLASLt");
+    snprintf(kernel, sizeof kernel, "cublasLtMatmul, %s operands, fp32 accumulation",
+             FsdpDtypeNames[o->compute_dtype]);
+  } else {
+    FsdpKernelsCpuGemm(o->compute_dtype == FSDP_DTYPE_BF16, lib, sizeof lib, kernel,
+                       sizeof kernel);
+  }
+  FsdpJsonBeginObject(j, "gemm");
+  FsdpJsonString(j, "library", lib);
+  FsdpJsonString(j, "kernel", kernel);
+  FsdpJsonEndObject(j);
 }
 
 void FsdpSummaryValLosses(FsdpJson j, const int64_t *steps, const double *losses, int n)

@@ -60,8 +60,10 @@ void FsdpSummaryBeginComm(FsdpJson j, const FsdpCommCounters *per_step);
 /* Open "comm_time_per_step" with max_gathers_in_flight. */
 void FsdpSummaryBeginCommTime(FsdpJson j, int max_gathers_in_flight);
 
-/* Open "precision" with param_dtype and reduce_dtype. */
-void FsdpSummaryBeginPrecision(FsdpJson j, const FsdpRuntimeOptions *o);
+/* Open "precision" with param_dtype, reduce_dtype, compute_dtype and
+ * gemm {library, kernel}: the GEMM the matmuls run on (cuda: cuBLASLt;
+ * cpu: kernels.h FsdpKernelsCpuGemm for compute_dtype). */
+void FsdpSummaryBeginPrecision(FsdpJson j, const FsdpRuntimeOptions *o, int device_cuda);
 
 /* "val_losses": [[step, loss], ...] of the run's validations ([] when it
  * validated none). */

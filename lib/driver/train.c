@@ -27,6 +27,7 @@ struct FsdpTrainer_ {
   FsdpData data;
   FsdpOptim optim;
   const FsdpKernelOps *k;
+  FsdpKernelOps k_bf16; /* the table with bf16 matmuls (-compute_dtype bf16) */
   int B, T;
   int *inputs, *targets;
   int64_t step;        /* optimizer steps done */
@@ -84,6 +85,7 @@ int FsdpTrainOptionsFromDb(FsdpOpts db, FsdpTrainOptions *o)
   o->summary = (FsdpSummaryFormat)idx;
   FSDP_CALL(FsdpOptsGetEnum(db, g, "device", "compute device: cpu, or cuda (needs a CUDA build)",
                             kDeviceNames, 0, &o->device_cuda));
+  FSDP_CALL(FsdpComputeDtypeForDevice(db, o->device_cuda, &o->fsdp));
   FSDP_CALL(FsdpOptsGetString(db, g, "trace",
                               "write a timeline (Chrome trace-event JSON, opens in Perfetto) of "
                               "compute and communication per rank to FILE",
@@ -126,6 +128,33 @@ int FsdpTrainOptionsFromDb(FsdpOpts db, FsdpTrainOptions *o)
   return FSDP_SUCCESS;
 }
 
+int FsdpComputeDtypeForDevice(FsdpOpts db, int device_cuda, FsdpRuntimeOptions *fo)
+{
+  if (device_cuda && fo->compute_dtype == FSDP_DTYPE_BF16) {
+    if (FsdpOptsHas(db, "compute_dtype"))
+      FSDP_ERROR(FSDP_ERR_USAGE, "-compute_dtype bf16: the cuda kernels have no bf16 matmul "
+                                 "yet; use -compute_dtype fp32 with -device cuda");
+    fo->compute_dtype = FSDP_DTYPE_FP32;
+  }
+  return FSDP_SUCCESS;
+}
+
+int FsdpComputeKernels(const FsdpKernelOps *base, FsdpDtype compute, FsdpKernelOps *storage,
+                       const FsdpKernelOps **out)
+{
+  *out = base;
+  if (compute != FSDP_DTYPE_BF16) return FSDP_SUCCESS;
+  if (!base->matmul_forward_bf16 || !base->matmul_backward_bf16)
+    FSDP_ERROR(FSDP_ERR_USAGE,
+               "-compute_dtype bf16: the %s kernels have no bf16 matmul; use -compute_dtype fp32",
+               base->name);
+  *storage = *base;
+  storage->matmul_forward = base->matmul_forward_bf16;
+  storage->matmul_backward = base->matmul_backward_bf16;
+  *out = storage;
+  return FSDP_SUCCESS;
+}
+
 int FsdpTrainerCreate(MPI_Comm comm, const FsdpTrainOptions *o, FsdpTrainer *out)
 {
   *out = NULL;
@@ -149,6 +178,7 @@ int FsdpTrainerCreate(MPI_Comm comm, const FsdpTrainOptions *o, FsdpTrainer *out
   FSDP_CALL(FsdpDeviceSetUp(o->device_cuda ? FSDP_DEVICE_CUDA : FSDP_DEVICE_CPU, tr->topo));
   tr->device_set = 1;
   tr->k = FsdpDeviceKernels();
+  FSDP_CALL(FsdpComputeKernels(tr->k, o->fsdp.compute_dtype, &tr->k_bf16, &tr->k));
   if (o->device_cuda) {
     /* [Note: CUDA streams in the runtime] (device.h) */
     FSDP_CALL(FsdpCollCreate(FSDP_COLL_BACKEND_NCCL, &tr->coll));
@@ -616,7 +646,7 @@ int FsdpTrainerSummary(FsdpTrainer tr, FILE *out)
   FsdpJsonReal(j, "overlap_fraction",
                tr->busy_s > 0 ? fmax(0.0, 1.0 - tr->exposed_s / tr->busy_s) : 0.0);
   FsdpJsonEndObject(j);
-  FsdpSummaryBeginPrecision(j, &tr->o.fsdp);
+  FsdpSummaryBeginPrecision(j, &tr->o.fsdp, tr->o.device_cuda);
   FsdpJsonReal(j, "loss_scale", tr->scale);
   FsdpJsonInt(j, "skipped_steps", tr->skipped);
   FsdpJsonEndObject(j);

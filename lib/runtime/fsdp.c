@@ -133,6 +133,14 @@ int FsdpRuntimeOptionsFromDb(FsdpOpts db, FsdpRuntimeOptions *o)
                             "gradient scaler)",
                             FsdpDtypeNames, 0, &idx));
   o->reduce_dtype = (FsdpDtype)idx;
+  /* [Note: bf16 compute]: the names' order is FsdpDtype's (fp32 0, bf16 1) */
+  static const char *const compute_names[] = {"fp32", "bf16", NULL};
+  FSDP_CALL(FsdpOptsGetEnum(db, "FSDP", "compute_dtype",
+                            "type of the matmuls' operands: bf16 rounds them to bf16 with fp32 "
+                            "accumulation (LayerNorm, softmax, loss and optimizer stay fp32); "
+                            "default bf16 with -param_dtype bf16, else fp32",
+                            compute_names, o->param_dtype == FSDP_DTYPE_BF16 ? 1 : 0, &idx));
+  o->compute_dtype = idx == 1 ? FSDP_DTYPE_BF16 : FSDP_DTYPE_FP32;
   FSDP_CALL(FsdpOptsGetInt(db, "FSDP", "grad_accum", "micro-steps per optimizer step (K)", 1, 1,
                            1 << 20, &v));
   o->grad_accum = (int)v;

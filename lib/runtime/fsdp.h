@@ -44,11 +44,27 @@
  * casts the fp32 shard to a low-precision shard copy (once per gather, on
  * the stream), all-gathers that (K_low bytes per element on the wire and in
  * the ring), and the unit's stage converts the gathered buffer to an fp32
- * compute buffer on entry (CPU kernels compute in fp32; one buffer for the
- * root, one shared scratch for the unit computing).  Gradients are computed
+ * compute buffer on entry (the kernels take fp32 pointers; one buffer for
+ * the root, one shared scratch for the unit computing); the matmuls then
+ * round their operands back to bf16 under [Note: bf16 compute].  Gradients are computed
  * in fp32; with -reduce_dtype bf16/fp16 they are cast to a send buffer, and
  * reduce-scatter and all-reduce run in that type, then land in the fp32
  * gradient shard.  fp16 needs the sharded gradient scaler (optim.h).
+ *
+ * [Note: bf16 compute] -param_dtype bf16 means bf16 compute, as in
+ * PyTorch's autocast and llm.c: -compute_dtype (default bf16 with
+ * -param_dtype bf16, else fp32) bf16 runs every matmul (the four linear
+ * layers of a block and the LM head) through the kernel table's bf16
+ * entries -- operands rounded to bf16, fp32 accumulation, fp32 outputs --
+ * while LayerNorm, attention's softmax, GELU, the loss, gradients and
+ * AdamW's fp32 master weights and moments stay fp32.  The driver swaps the
+ * bf16 entries into the table it hands the model (FsdpComputeKernels in
+ * driver/train.h, for fsdp-train and fsdp-sample), so a model
+ * needs no change.  The gathered bf16 parameters still become an fp32
+ * compute buffer (bf16 -> fp32 is exact, so the matmul's rounding of a
+ * weight is too); -compute_dtype bf16 with -param_dtype fp32 rounds fp32
+ * weights at each matmul (autocast over fp32 parameters).  The GEMM in use
+ * is the summary's precision.gemm (kernels.h FsdpKernelsCpuGemm).
  *
  * [Note: gradient accumulation] With -grad_accum K one optimizer step is K
  * micro-steps.  -accum_comm 1 reduces every micro-step and adds the result
@@ -107,6 +123,7 @@ typedef struct {
   FsdpPrefetch prefetch;     /* -prefetch none/backward/both */
   FsdpDtype param_dtype;     /* -param_dtype: gathered parameters and their wire type */
   FsdpDtype reduce_dtype;    /* -reduce_dtype: reduce-scatter / all-reduce type */
+  FsdpDtype compute_dtype;   /* -compute_dtype: matmul operands ([Note: bf16 compute]) */
   int grad_accum;            /* -grad_accum K micro-steps per optimizer step */
   int accum_comm;            /* -accum_comm 1: reduce every micro-step; 0: once */
   int recompute;             /* -recompute 1: stages recompute their forward in backward */
