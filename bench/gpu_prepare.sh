@@ -23,6 +23,7 @@ mkdir -p "$out"
 cp fsdp-bundle-*.tar.gz "$out/"
 # the real test binary (tests/test_kernels_cuda is libtool's wrapper)
 cp tests/.libs/test_kernels_cuda "$out/" 2>/dev/null || cp tests/test_kernels_cuda "$out/"
-cp "$top/tests/test_gpu_train.sh" "$top/bench/gpu_run.sh" "$top/bench/bench_gpu_pytorch.py" "$out/"
+cp "$top/tests/test_gpu_train.sh" "$top/bench/gpu_run.sh" "$top/bench/gpu_checks.sh" \
+  "$top/bench/bench_gpu_pytorch.py" "$out/"
 du -sh "$out"
 echo "carry bench/out/gpu-kit and run: sh bench/out/gpu-kit/gpu_run.sh"

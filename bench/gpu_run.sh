@@ -19,6 +19,9 @@ echo "== tiny model: cuda vs cpu losses, NCCL at W=1, no allocation retries"
 sh "$kit/test_gpu_train.sh" "$B/bin/fsdp-env" "mpirun --allow-run-as-root" "$B/bin/fsdp-train" \
   2>&1 | tee "$res/test_gpu_train.txt" | tail -3
 
+echo "== issue 14: contexts per GPU, GPU selection, NCCL at setup, abort, two NCCL streams"
+sh "$kit/gpu_checks.sh" "$B" "$res/issue14" 2>&1 | tee "$res/gpu_checks.txt" | grep -v '^ok:' | tail -12
+
 echo "== benchmark: tokens/s and MFU, bf16, W=1, T=1024"
 peak=${GPU_BF16_PEAK:-989e12}  # H100/H200 SXM dense bf16 FLOP/s
 for model in gpt2 gpt2-medium; do

@@ -245,6 +245,16 @@ AC_DEFUN([FSDP_CHECK_CUDA], [
       [AC_MSG_RESULT([yes])],
       [AC_MSG_RESULT([no])
        AC_MSG_ERROR([--with-cuda: NCCL or cuBLAS not found under $CUDA_HOME: install libnccl-dev and the CUDA toolkit])])
+    # bf16 reductions and ncclPreMulSum (scaled reduce-scatters) need 2.11;
+    # the library loaded at run time is checked too (coll_nccl.c)
+    AC_MSG_CHECKING([for NCCL >= 2.11])
+    AC_COMPILE_IFELSE([AC_LANG_PROGRAM([[#include <nccl.h>
+#if !defined(NCCL_VERSION_CODE) || NCCL_VERSION_CODE < NCCL_VERSION(2, 11, 0)
+#error NCCL older than 2.11
+#endif]], [[]])],
+      [AC_MSG_RESULT([yes])],
+      [AC_MSG_RESULT([no])
+       AC_MSG_ERROR([--with-cuda: the NCCL headers under $CUDA_HOME are older than 2.11 (fsdp needs bf16 reductions and ncclPreMulSum): install a newer libnccl-dev])])
     CFLAGS=$fsdp_save_CFLAGS; LIBS=$fsdp_save_LIBS
     CUDA_LIBS="$CUDA_LIBS -lnccl"
     fsdp_have_cuda=yes

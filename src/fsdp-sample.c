@@ -348,6 +348,13 @@ static int Run(int argc, char **argv)
   Sampler s;
   memset(&s, 0, sizeof s);
   if (!err) err = Generate(&o, &s);
+  if (err && err != FSDP_ERR_USAGE && o.device_cuda) {
+    /* as fsdp-train: main aborts NCCL and the job rather than tearing
+     * down collectives a failed peer never joins ([Note: aborting NCCL
+     * with the job], coll_nccl.c) */
+    FsdpOptsDestroy(&db);
+    return err;
+  }
   int derr = Destroy(&s);
   FsdpOptsDestroy(&db);
   return err ? err : derr;

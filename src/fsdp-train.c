@@ -69,6 +69,14 @@ static int Run(int argc, char **argv, int *handled_help, int *preempted)
     int nleft = 0;
     if (FsdpOptsHas(db, "options_left")) err = FsdpOptsReportLeft(db, stderr, &nleft);
   }
+  if (err && err != FSDP_ERR_USAGE && o.device_cuda) {
+    /* [Note: aborting NCCL with the job] (coll_nccl.c): tearing down now
+     * would wait on the device for collectives a failed peer never joins
+     * (and ncclCommDestroy with them); main aborts the NCCL communicators
+     * and the job instead, the message already printed. */
+    FsdpOptsDestroy(&db);
+    return err;
+  }
   int derr = FsdpTrainerDestroy(&tr);
   FsdpOptsDestroy(&db);
   return err ? err : derr;

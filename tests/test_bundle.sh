@@ -8,7 +8,9 @@
 # - mpirun inside fsdp-env is the bundle's, and OpenMPI's components
 #   directory is the bundle's (OPAL relocation works);
 # - bin/fsdp-env mpirun -n 2 fsdp-train -model tiny -steps 2 prints its
-#   two step lines with a finite loss, equal to the build tree's run.
+#   two step lines with a finite loss, equal to the build tree's run;
+# - env.sh finds CUDA libraries the loader cannot (CUDA_HOME/lib64), and
+#   leaves LD_LIBRARY_PATH alone when nothing is missing.
 #   usage: test_bundle.sh BUILDDIR
 set -u
 builddir=$1
@@ -86,6 +88,31 @@ else
     if [ -n "$ref" ] && [ "$(echo "$line" | loss)" != "$(echo "$ref" | loss)" ]; then
         fail "bundled loss $(echo "$line" | loss) differs from the build tree's $(echo "$ref" | loss)"
     fi
+fi
+
+# env.sh and CUDA libraries the loader cannot find (a CUDA build moved to
+# a machine whose NCCL is elsewhere: a pip wheel, another CUDA_HOME): a
+# stand-in libfsdp that needs a missing libnccl* gets CUDA_HOME/lib64
+# appended to LD_LIBRARY_PATH; the real bundle (nothing missing) does not.
+if command -v cc >/dev/null; then
+    fb=$tmp/fakebundle
+    mkdir -p "$fb/lib" "$tmp/fakecuda/lib64" "$tmp/fakenccl"
+    cp "$b/env.sh" "$fb/env.sh"
+    echo 'int fsdp_fake(void) { return 0; }' >"$tmp/fake.c"
+    cc -shared -fPIC -o "$tmp/fakenccl/libnccl_fsdptest.so.2" -Wl,-soname,libnccl_fsdptest.so.2 "$tmp/fake.c" &&
+        cp "$tmp/fakenccl/libnccl_fsdptest.so.2" "$tmp/fakecuda/lib64/libnccl.so.2" &&
+        cc -shared -fPIC -o "$fb/lib/libfsdp.so.0" "$tmp/fake.c" -L"$tmp/fakenccl" \
+            -Wl,--no-as-needed -l:libnccl_fsdptest.so.2 &&
+        rm -rf "$tmp/fakenccl"
+    ld=$(env -i PATH=/usr/bin:/bin CUDA_HOME="$tmp/fakecuda" bash -c \
+        "source '$fb/env.sh' && echo \"\$LD_LIBRARY_PATH\"")
+    case ":$ld:" in
+        *":$tmp/fakecuda/lib64:"*) echo "ok: env.sh adds CUDA_HOME/lib64 for a missing NCCL: $ld" ;;
+        *) fail "env.sh with a missing libnccl: LD_LIBRARY_PATH '$ld' lacks $tmp/fakecuda/lib64" ;;
+    esac
+    ld=$(env -i PATH=/usr/bin:/bin CUDA_HOME="$tmp/fakecuda" bash -c \
+        "source '$b/env.sh' && echo \"\$LD_LIBRARY_PATH\"")
+    [ "$ld" = "$b/lib" ] || fail "env.sh of a bundle missing nothing changed LD_LIBRARY_PATH to '$ld'"
 fi
 
 if [ $fails -ne 0 ]; then echo "test_bundle: $fails failed"; exit 1; fi

@@ -25,7 +25,9 @@
 #   OUTDIR/bin/fsdp-env mpirun -n 4 fsdp-train -model gpt2 ...
 #   (or: source OUTDIR/env.sh; mpirun -n 4 fsdp-train ...)
 # Not carried (the target's own are used): glibc and the loader, libgcc_s /
-# libstdc++, and the CUDA / NCCL / NVIDIA driver libraries.  fsdp-report is
+# libstdc++, and the CUDA / NCCL / NVIDIA driver libraries (env.sh looks
+# for those in the usual places and pip wheels when the loader cannot find
+# them: see there).  fsdp-report is
 # a Python script: it needs python3 with h5py, numpy, matplotlib there.
 #
 # The recipe (component selection, relocation variables, HDF5's S3 stubs,
@@ -214,6 +216,27 @@ case ":${PATH:-}:" in *":$FSDP_BUNDLE/bin:"*) ;; *) PATH=$FSDP_BUNDLE/bin${PATH:
 case ":${LD_LIBRARY_PATH:-}:" in *":$FSDP_BUNDLE/lib:"*) ;;
     *) LD_LIBRARY_PATH=$FSDP_BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} ;; esac
 export PATH LD_LIBRARY_PATH
+# A CUDA build's libfsdp needs cudart, cuBLAS and NCCL, which the bundle
+# does not carry (the target's own match its driver) and finds through an
+# rpath to the build machine's CUDA.  Where the loader finds them neither
+# so nor on LD_LIBRARY_PATH, look where they usually are: $CUDA_HOME/lib64,
+# /usr/local/cuda/lib64, the NVIDIA pip wheels of the python3 on PATH
+# (site-packages/nvidia/*/lib: PyTorch's NCCL and cuBLAS); appended, so the
+# target's own settings win.
+_fsdp_lib=$(find "$FSDP_BUNDLE/lib" -maxdepth 1 -name 'libfsdp.so*' 2>/dev/null | head -n 1)
+if [ -n "$_fsdp_lib" ] && ldd "$_fsdp_lib" 2>/dev/null | grep -Eq '(cudart|cublas|nccl)[^ ]* => not found'; then
+    for _fsdp_d in ${CUDA_HOME:+"$CUDA_HOME/lib64"} /usr/local/cuda/lib64 \
+        $(python3 -c 'import glob, os, site
+for p in site.getsitepackages() + [site.getusersitepackages()]:
+    print("\n".join(sorted(glob.glob(os.path.join(p, "nvidia", "*", "lib")))))' 2>/dev/null); do
+        if [ -d "$_fsdp_d" ] && find "$_fsdp_d/" -maxdepth 1 \( -name 'libcudart.so*' -o \
+            -name 'libcublas*.so*' -o -name 'libnccl.so*' \) 2>/dev/null | grep -q .; then
+            case ":$LD_LIBRARY_PATH:" in *":$_fsdp_d:"*) ;; *) LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$_fsdp_d ;; esac
+        fi
+    done
+    unset _fsdp_d
+fi
+unset _fsdp_lib
 # OpenMPI install directories (relocation)
 export OPAL_PREFIX=$FSDP_BUNDLE OPAL_EXEC_PREFIX=$FSDP_BUNDLE
 export OPAL_BINDIR=$FSDP_BUNDLE/bin OPAL_SBINDIR=$FSDP_BUNDLE/bin OPAL_LIBEXECDIR=$FSDP_BUNDLE/bin

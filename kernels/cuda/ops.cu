@@ -196,8 +196,14 @@ extern "C" void *FsdpKernelsCudaStream(void) { return (void *)cuda_state.stream;
 extern "C" void FsdpKernelsCudaSetTF32(int on)
 {
   cuda_state.tf32 = on ? 1 : 0;
-  if (cuda_state.blas)
-    cublasSetMathMode(cuda_state.blas, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+  if (cuda_state.blas) {
+    /* reported by the next FsdpKernelsCudaCheck, like a failed launch */
+    cublasStatus_t st =
+        cublasSetMathMode(cuda_state.blas, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+    if (st != CUBLAS_STATUS_SUCCESS)
+      cuda_record_error(FSDP_ERR_CUDA, __FILE__, __LINE__, "cublasSetMathMode (TF32 %s) failed: %s",
+                        on ? "on" : "off", cublasGetStatusString(st));
+  }
 }
 
 extern "C" int FsdpKernelsCudaCheck(void)

@@ -127,13 +127,15 @@ int FsdpCollAllReduceAsync(FsdpColl c, const FsdpGroup *g, void *buf,
  * Buffers are device pointers.  Streams and events are cudaStream_t /
  * cudaEvent_t passed as void *. */
 
-/* Not collective.  Collectives run on comm_stream (NULL: the coll's own
- * high-priority non-blocking stream) and, at issue, first wait on the
+/* Not collective.  Collectives run on comm_stream (NULL: each NCCL
+ * communicator's own high-priority non-blocking stream, so collectives of
+ * different groups may overlap) and, at issue, first wait on the
  * device for the work launched so far on compute_stream (NULL: the legacy
  * default stream).  Call it before the first collective or between
  * collectives, never while one is being issued. */
 int FsdpCollSetCudaStreams(FsdpColl c, void *comm_stream, void *compute_stream);
-/* The communication stream (NULL with the MPI backend). */
+/* The communication stream: the one given, else that of the first
+ * communicator made (NULL with the MPI backend). */
 void *FsdpCollCudaStream(FsdpColl c);
 /* Collective on g.  Creates g's NCCL communicator now (bootstrap by an
  * ncclUniqueId broadcast over g->comm) instead of at its first

@@ -3,8 +3,9 @@
  *
  * [Note: NCCL collectives and streams] With the NCCL backend the buffers
  * are device pointers and every collective runs on a CUDA communication
- * stream (the coll's own high-priority non-blocking stream, or one given
- * with FsdpCollSetCudaStreams).  At issue, the comm stream first waits (on
+ * stream (its communicator's own high-priority non-blocking stream, [Note:
+ * one NCCL stream per communicator], or one given with
+ * FsdpCollSetCudaStreams).  At issue, the comm stream first waits (on
  * the device) for everything already launched on the compute stream, so a
  * reduce-scatter reads a finished gradient and an all-gather never
  * overwrites a ring buffer that compute still reads -- the
@@ -23,21 +24,30 @@
  * stream multiplies the result by the post factor.  NCCL counts are
  * size_t, so NCCL collectives are never chunked.  NCCL communicators are
  * made per MPI communicator by broadcasting an ncclUniqueId over it
- * (FsdpCollNcclCommCreate), either at setup (FsdpCollAttach, collective)
- * or lazily at the first collective issued on a group (every rank issues
- * it in the same order, so the bootstrap broadcast is matched).
+ * (NcclCommInit), at setup (FsdpCollAttach, collective: fsdp-train
+ * attaches every group it uses, the runtime's gather duplicate included,
+ * so no NCCL setup happens in the step loop) or lazily at the first
+ * collective issued on a group (every rank issues it in the same order,
+ * so the bootstrap broadcast is matched; said on stderr).  Threads other
+ * than the one that selected the GPU (the stream threads that wait, the
+ * thread that ends the job) bind the rank's device first
+ * (FsdpCudaBindThread): CUDA would otherwise open a context on device 0.
  *
  * [Note: aborting NCCL with the job] A failure on one rank ends the job
  * (error.h, [Note: ending the job]); a kernel of a collective already
  * launched here would otherwise wait forever for the dead peer and keep
  * the process from exiting.  So the back-end registers an abort hook that
- * calls ncclCommAbort on each of its communicators.
+ * calls ncclCommAbort on each of its communicators (and one for those of
+ * FsdpCollNcclCommCreate); error.c runs the hooks after the message is
+ * printed and before MPI_Abort.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
 
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -51,17 +61,24 @@
 #define COLL_NCCL_MAX_COMMS 16 /* MPI communicators with an NCCL twin */
 #define COLL_NCCL_EVENTS 64    /* async collectives tracked for device waits */
 
-typedef struct {
-  MPI_Comm comm; /* the key: the group's MPI communicator */
-  ncclComm_t nccl;
-} CollNcclComm;
-
 /* One async NCCL collective: its CUDA event and the FsdpEvent it got. */
 typedef struct {
   cudaEvent_t done;
   FsdpEvent ev;
   int used;
 } CollNcclSlot;
+
+typedef struct {
+  MPI_Comm comm; /* the key: the group's MPI communicator */
+  ncclComm_t nccl;
+  /* [Note: one NCCL stream per communicator]: where its collectives run
+   * (own, or the stream given by FsdpCollSetCudaStreams) */
+  cudaStream_t stream, own;
+  /* its async collectives, tracked for device waits: a slot is reused
+   * on the same stream only (see NcclIssueAsync) */
+  CollNcclSlot slots[COLL_NCCL_EVENTS];
+  uint64_t nslots_used;
+} CollNcclComm;
 
 /* The back-end's state ([Note: NCCL collectives and streams]). */
 typedef struct {
@@ -72,14 +89,55 @@ typedef struct {
   /* Written by the compute thread after comms[ncomms] is filled; read by
    * the abort hook on any thread ([Note: aborting NCCL with the job]). */
   atomic_int ncomms;
-  CollNcclSlot slots[COLL_NCCL_EVENTS];
-  uint64_t nslots_used;
   int hook_added;
+  cudaStream_t given_stream; /* FsdpCollSetCudaStreams's comm_stream, or NULL */
+  int issued;                /* a collective was issued: later comm creation is lazy */
 } CollNccl;
 
-/* Standalone NCCL communicator for an MPI group (coll.h:
- * FsdpCollNcclCommCreate). */
-static int NcclCommCreate(const FsdpGroup *g, void **nccl_comm)
+/* [Note: aborting NCCL with the job] covers the communicators made by
+ * FsdpCollNcclCommCreate too: they are listed here until destroyed. */
+#define COLL_NCCL_MAX_STANDALONE 16
+static ncclComm_t g_standalone[COLL_NCCL_MAX_STANDALONE];
+static pthread_mutex_t g_standalone_lock = PTHREAD_MUTEX_INITIALIZER;
+static int g_standalone_hook;
+
+static void NcclStandaloneAbortHook(void *ctx)
+{
+  (void)ctx;
+  (void)FsdpCudaBindThread();
+  /* no lock: the job is ending, and the thread that ends it may hold it */
+  for (int i = 0; i < COLL_NCCL_MAX_STANDALONE; i++)
+    if (g_standalone[i]) ncclCommAbort(g_standalone[i]);
+}
+
+static int StandaloneAdd(ncclComm_t comm)
+{
+  pthread_mutex_lock(&g_standalone_lock);
+  int added = 0, err = FSDP_SUCCESS;
+  if (!g_standalone_hook) {
+    err = FsdpErrorAddAbortHook(NcclStandaloneAbortHook, NULL);
+    g_standalone_hook = err == FSDP_SUCCESS;
+  }
+  for (int i = 0; i < COLL_NCCL_MAX_STANDALONE && !added && !err; i++)
+    if (!g_standalone[i]) g_standalone[i] = comm, added = 1;
+  pthread_mutex_unlock(&g_standalone_lock);
+  if (err) return FsdpErrorTrace(__FILE__, __LINE__, __func__, err);
+  if (!added)
+    FSDP_ERROR(FSDP_ERR_INTERNAL, "more than %d standalone NCCL communicators at once",
+               COLL_NCCL_MAX_STANDALONE);
+  return FSDP_SUCCESS;
+}
+
+static void StandaloneRemove(ncclComm_t comm)
+{
+  pthread_mutex_lock(&g_standalone_lock);
+  for (int i = 0; i < COLL_NCCL_MAX_STANDALONE; i++)
+    if (g_standalone[i] == comm) g_standalone[i] = NULL;
+  pthread_mutex_unlock(&g_standalone_lock);
+}
+
+/* An NCCL communicator for an MPI group (collective on g). */
+static int NcclCommInit(const FsdpGroup *g, void **nccl_comm)
 {
   if (!nccl_comm) FSDP_ERROR(FSDP_ERR_INTERNAL, "FsdpCollNcclCommCreate: NULL output");
   *nccl_comm = NULL;
@@ -117,33 +175,100 @@ static int NcclCommCreate(const FsdpGroup *g, void **nccl_comm)
   return FSDP_SUCCESS;
 }
 
+/* Standalone NCCL communicator for an MPI group (coll.h:
+ * FsdpCollNcclCommCreate), aborted with the job. */
+static int NcclCommCreate(const FsdpGroup *g, void **nccl_comm)
+{
+  FSDP_CALL(NcclCommInit(g, nccl_comm));
+  int err = StandaloneAdd((ncclComm_t)*nccl_comm);
+  if (err) {
+    ncclCommDestroy((ncclComm_t)*nccl_comm);
+    *nccl_comm = NULL;
+    return FsdpErrorTrace(__FILE__, __LINE__, __func__, err);
+  }
+  return FSDP_SUCCESS;
+}
+
 static int NcclCommDestroy(void **nccl_comm)
 {
   if (!nccl_comm || !*nccl_comm) return FSDP_SUCCESS;
   ncclComm_t comm = (ncclComm_t)*nccl_comm;
   *nccl_comm = NULL;
+  StandaloneRemove(comm);
   FSDP_CALL_NCCL(ncclCommDestroy(comm));
   return FSDP_SUCCESS;
 }
 
-/* The NCCL twin of g's MPI communicator, created on first use (collective
- * on g: see [Note: NCCL collectives and streams]). */
-static int NcclCommOf(CollNccl *c, const FsdpGroup *g, ncclComm_t *out)
+/* [Note: one NCCL stream per communicator] Each NCCL communicator gets a
+ * high-priority stream of its own, made with it: collectives of one
+ * communicator are ordered anyway (NCCL requires it), those of different
+ * ones may overlap.  The runtime gathers over a duplicate of the sharding
+ * communicator ([Note: two communication streams] in fsdp.c), so its
+ * all-gathers and reduce-scatters run on two CUDA streams and a prefetched
+ * gather never queues behind a reduce-scatter -- the CPU runtime's two
+ * FsdpStreams, on the device.  A comm stream given to
+ * FsdpCollSetCudaStreams replaces them all (one stream). */
+
+/* Frees a communicator's stream and events (not its NCCL communicator). */
+static void CommStateFree(CollNccl *c, CollNcclComm *cc)
+{
+  for (int i = 0; i < COLL_NCCL_EVENTS; i++)
+    if (cc->slots[i].done) cudaEventDestroy(cc->slots[i].done);
+  if (cc->own && cc->own != c->own_stream) cudaStreamDestroy(cc->own);
+  memset(cc, 0, sizeof *cc);
+}
+
+/* The NCCL twin of g's MPI communicator (and its stream), created on first
+ * use (collective on g: see [Note: NCCL collectives and streams]).
+ * Creation inside a collective (no FsdpCollAttach for g, and a collective
+ * was already issued) is NCCL setup and allocation inside the step loop:
+ * it works, and says so on stderr. */
+static int NcclCommOf(CollNccl *c, const FsdpGroup *g, CollNcclComm **out)
 {
   for (int i = 0; i < c->ncomms; i++)
     if (c->comms[i].comm == g->comm) {
-      *out = c->comms[i].nccl;
+      *out = &c->comms[i];
       return FSDP_SUCCESS;
     }
   if (c->ncomms == COLL_NCCL_MAX_COMMS)
     FSDP_ERROR(FSDP_ERR_INTERNAL, "NCCL backend: more than %d communicators (the %s comm)",
                COLL_NCCL_MAX_COMMS, FsdpCollGroupName(g));
+  if (c->issued)
+    fprintf(stderr, "fsdp: rank %d: the NCCL communicator of the %s comm is created inside a "
+                    "collective, after the first one (attach it at setup: FsdpCollAttach)\n",
+            FsdpErrorWorldRank(), FsdpCollGroupName(g));
+  CollNcclComm *cc = &c->comms[c->ncomms];
+  memset(cc, 0, sizeof *cc);
+  /* the collective part first, so every rank of g takes part in it */
   void *nc = NULL;
-  FSDP_CALL(NcclCommCreate(g, &nc));
-  c->comms[c->ncomms].comm = g->comm;
-  c->comms[c->ncomms].nccl = (ncclComm_t)nc;
-  c->ncomms++;
-  *out = (ncclComm_t)nc;
+  int err = NcclCommInit(g, &nc);
+  /* the first communicator uses the coll's own stream (FsdpCollCudaStream) */
+  int lo = 0, hi = 0;
+  if (!err && c->ncomms == 0) {
+    cc->own = c->own_stream;
+  } else if (!err && (cudaDeviceGetStreamPriorityRange(&lo, &hi) != cudaSuccess ||
+                      cudaStreamCreateWithPriority(&cc->own, cudaStreamNonBlocking, hi) !=
+                          cudaSuccess)) {
+    cc->own = NULL;
+    err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_CUDA,
+                         "creating the stream of the %s comm's collectives failed",
+                         FsdpCollGroupName(g));
+  }
+  for (int i = 0; i < COLL_NCCL_EVENTS && !err; i++)
+    if (cudaEventCreateWithFlags(&cc->slots[i].done, cudaEventDisableTiming) != cudaSuccess)
+      err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_CUDA,
+                           "creating the events of the %s comm's collectives failed",
+                           FsdpCollGroupName(g));
+  if (err) {
+    if (nc) ncclCommAbort((ncclComm_t)nc);
+    CommStateFree(c, cc);
+    return FsdpErrorTrace(__FILE__, __LINE__, __func__, err);
+  }
+  cc->comm = g->comm;
+  cc->nccl = (ncclComm_t)nc;
+  cc->stream = c->given_stream ? c->given_stream : cc->own;
+  atomic_store(&c->ncomms, c->ncomms + 1); /* published to the abort hook */
+  *out = cc;
   return FSDP_SUCCESS;
 }
 
@@ -169,17 +294,23 @@ static ncclDataType_t NcclType(FsdpDtype dt)
 /* Launch one collective on the comm stream, after the compute stream's
  * work so far; returns at once.  *comm_out: the NCCL communicator used. */
 static int NcclLaunch(CollNccl *c, FsdpCollKind kind, const FsdpGroup *g, const void *send,
-                       void *recv, size_t count, FsdpDtype dt, float scale, ncclComm_t *comm_out)
+                       void *recv, size_t count, FsdpDtype dt, float scale, ncclComm_t *comm_out,
+                       cudaStream_t *stream_out, CollNcclComm **cc_out)
 {
-  ncclComm_t comm = NULL;
-  FSDP_CALL(NcclCommOf(c, g, &comm));
+  CollNcclComm *cc = NULL;
+  FSDP_CALL(NcclCommOf(c, g, &cc));
+  if (cc_out) *cc_out = cc;
+  c->issued = 1;
+  ncclComm_t comm = cc->nccl;
+  cudaStream_t stream = cc->stream;
   *comm_out = comm;
+  *stream_out = stream;
   FSDP_CALL_CUDA(cudaEventRecord(c->compute_ready, c->compute_stream));
-  FSDP_CALL_CUDA(cudaStreamWaitEvent(c->comm_stream, c->compute_ready, 0));
+  FSDP_CALL_CUDA(cudaStreamWaitEvent(stream, c->compute_ready, 0));
   ncclDataType_t t = NcclType(dt);
   if (kind == FSDP_COLL_ALL_GATHER) {
     /* In place when send is this rank's slot of recv: NCCL detects it. */
-    COLL_CALL_NCCL(kind, g, comm, ncclAllGather(send, recv, count, t, comm, c->comm_stream));
+    COLL_CALL_NCCL(kind, g, comm, ncclAllGather(send, recv, count, t, comm, stream));
     return FSDP_SUCCESS;
   }
   /* [Note: scaled reductions]: pre before the sum, post after it. */
@@ -196,14 +327,14 @@ static int NcclLaunch(CollNccl *c, FsdpCollKind kind, const FsdpGroup *g, const 
   }
   ncclResult_t r;
   if (kind == FSDP_COLL_REDUCE_SCATTER)
-    r = ncclReduceScatter(send, recv, count, t, op, comm, c->comm_stream);
+    r = ncclReduceScatter(send, recv, count, t, op, comm, stream);
   else
-    r = ncclAllReduce(recv, recv, count, t, op, comm, c->comm_stream);
+    r = ncclAllReduce(recv, recv, count, t, op, comm, stream);
   /* An operator may be destroyed once the last call using it returned. */
   if (premul) ncclRedOpDestroy(op, comm);
   COLL_CALL_NCCL(kind, g, comm, r);
   if (post != 1.0f)
-    FSDP_CALL(scale_inplace_on_stream_cuda(recv, dt, post, count, (void *)c->comm_stream));
+    FSDP_CALL(scale_inplace_on_stream_cuda(recv, dt, post, count, (void *)stream));
   return FSDP_SUCCESS;
 }
 
@@ -213,6 +344,9 @@ static int NcclWait(FsdpCollKind kind, const char *gname, int gsize, ncclComm_t 
                      cudaEvent_t ev)
 {
   const struct timespec nap = {0, 20000}; /* 20 us */
+  /* a stream thread: on the rank's GPU, not device 0 ([Note: one GPU per
+   * rank] in cuda_util.h) */
+  FSDP_CALL(FsdpCudaBindThread());
   for (;;) {
     cudaError_t e = cudaEventQuery(ev);
     if (e == cudaSuccess) return FSDP_SUCCESS;
@@ -235,8 +369,9 @@ static int NcclBlocking(CollNccl *c, FsdpCollKind kind, const FsdpGroup *g, cons
                          void *recv, size_t count, FsdpDtype dt, float scale)
 {
   ncclComm_t comm = NULL;
-  FSDP_CALL(NcclLaunch(c, kind, g, send, recv, count, dt, scale, &comm));
-  FSDP_CALL_CUDA(cudaEventRecord(c->blocking_done, c->comm_stream));
+  cudaStream_t stream = NULL;
+  FSDP_CALL(NcclLaunch(c, kind, g, send, recv, count, dt, scale, &comm, &stream, NULL));
+  FSDP_CALL_CUDA(cudaEventRecord(c->blocking_done, stream));
   FSDP_CALL(NcclWait(kind, FsdpCollGroupName(g), g->size, comm, c->blocking_done));
   return FSDP_SUCCESS;
 }
@@ -286,21 +421,24 @@ static int NcclIssueAsync(void *state, FsdpCollKind kind, const FsdpGroup *g,
                             FsdpStream s, FsdpEvent *ev)
 {
   CollNccl *c = state;
-  /* Reusing a slot (its collective was issued COLL_NCCL_EVENTS calls ago)
-   * re-records its event: a wait task of the old collective still pending
-   * then waits for the newer one, which finishes later on the same comm
-   * stream -- later, never wrong -- and FsdpCollWaitDevice no longer finds
-   * the old FsdpEvent, so it waits on the host instead. */
-  CollNcclSlot *slot = &c->slots[c->nslots_used % COLL_NCCL_EVENTS];
+  /* Reusing a slot (its collective was issued COLL_NCCL_EVENTS calls ago
+   * on the same communicator, so on the same stream) re-records its
+   * event: a wait task of the old collective still pending then waits for
+   * the newer one, which finishes later on the same stream -- later,
+   * never wrong -- and FsdpCollWaitDevice no longer finds the old
+   * FsdpEvent, so it waits on the host instead. */
   ncclComm_t comm = NULL;
-  FSDP_CALL(NcclLaunch(c, kind, g, send, recv, count, dt, scale, &comm));
-  FSDP_CALL_CUDA(cudaEventRecord(slot->done, c->comm_stream));
+  cudaStream_t stream = NULL;
+  CollNcclComm *cc = NULL;
+  FSDP_CALL(NcclLaunch(c, kind, g, send, recv, count, dt, scale, &comm, &stream, &cc));
+  CollNcclSlot *slot = &cc->slots[cc->nslots_used % COLL_NCCL_EVENTS];
+  FSDP_CALL_CUDA(cudaEventRecord(slot->done, stream));
   NcclWaitTask t = {comm, slot->done, kind, g->size, FsdpCollGroupName(g)};
   FsdpEvent fev = FSDP_EVENT_NULL;
   FSDP_CALL(FsdpStreamEnqueue(s, FsdpCollKindNames[kind], NcclWaitTaskRun, &t, sizeof t, &fev));
   slot->ev = fev;
   slot->used = 1;
-  c->nslots_used++;
+  cc->nslots_used++;
   if (ev) *ev = fev;
   return FSDP_SUCCESS;
 }
@@ -313,6 +451,17 @@ static int NcclSetup(CollNccl *c)
     FSDP_ERROR(FSDP_ERR_USAGE, "the NCCL collective backend needs a GPU, and none is usable "
                                "(%s): use -device cpu (MPI collectives)",
                FsdpCudaProbeMessage());
+  /* The NCCL loaded may not be the one built against (a pip wheel's, an
+   * LD_LIBRARY_PATH): bf16 sums and ncclPreMulSum need 2.11 (configure
+   * checks the headers). */
+  int ver = 0;
+  FSDP_CALL_NCCL(ncclGetVersion(&ver));
+  if (ver < 21100) /* codes are MAJOR*10000 + MINOR*100 + PATCH since 2.9 */
+    FSDP_ERROR(FSDP_ERR_USAGE, "the NCCL library loaded is version %d.%d (code %d), fsdp needs "
+                               ">= 2.11 (bf16 reductions, ncclPreMulSum): put a newer libnccl.so.2 "
+                               "first on LD_LIBRARY_PATH, or use -device cpu",
+               ver >= 10000 ? ver / 10000 : ver / 1000, ver >= 10000 ? ver / 100 % 100 : ver / 100 % 10,
+               ver);
   int lo = 0, hi = 0;
   FSDP_CALL_CUDA(cudaDeviceGetStreamPriorityRange(&lo, &hi));
   FSDP_CALL_CUDA(cudaStreamCreateWithPriority(&c->own_stream, cudaStreamNonBlocking, hi));
@@ -320,8 +469,6 @@ static int NcclSetup(CollNccl *c)
   c->compute_stream = NULL; /* the legacy default stream until told */
   FSDP_CALL_CUDA(cudaEventCreateWithFlags(&c->compute_ready, cudaEventDisableTiming));
   FSDP_CALL_CUDA(cudaEventCreateWithFlags(&c->blocking_done, cudaEventDisableTiming));
-  for (int i = 0; i < COLL_NCCL_EVENTS; i++)
-    FSDP_CALL_CUDA(cudaEventCreateWithFlags(&c->slots[i].done, cudaEventDisableTiming));
   return FSDP_SUCCESS;
 }
 
@@ -334,14 +481,14 @@ static int NcclTeardown(CollNccl *c)
    * side finishes here. */
   if (c->comm_stream) cudaStreamSynchronize(c->comm_stream);
   for (int i = 0; i < c->ncomms; i++) {
+    if (c->comms[i].stream) cudaStreamSynchronize(c->comms[i].stream);
     ncclResult_t r = ncclCommDestroy(c->comms[i].nccl);
+    CommStateFree(c, &c->comms[i]);
     if (r != ncclSuccess && !err)
       err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_NCCL,
                            "ncclCommDestroy failed: %s", ncclGetErrorString(r));
   }
   c->ncomms = 0;
-  for (int i = 0; i < COLL_NCCL_EVENTS; i++)
-    if (c->slots[i].done) cudaEventDestroy(c->slots[i].done);
   if (c->blocking_done) cudaEventDestroy(c->blocking_done);
   if (c->compute_ready) cudaEventDestroy(c->compute_ready);
   if (c->own_stream) cudaStreamDestroy(c->own_stream);
@@ -353,6 +500,7 @@ static int NcclTeardown(CollNccl *c)
 static void NcclAbortHook(void *ctx)
 {
   CollNccl *c = ctx;
+  (void)FsdpCudaBindThread(); /* any thread may end the job */
   int n = atomic_load(&c->ncomms);
   for (int i = 0; i < n; i++) ncclCommAbort(c->comms[i].nccl);
 }
@@ -388,6 +536,9 @@ static int NcclSetCudaStreams(void *state, void *comm_stream, void *compute_stre
 {
   CollNccl *c = state;
   c->comm_stream = comm_stream ? (cudaStream_t)comm_stream : c->own_stream;
+  c->given_stream = (cudaStream_t)comm_stream;
+  for (int i = 0; i < c->ncomms; i++)
+    c->comms[i].stream = comm_stream ? (cudaStream_t)comm_stream : c->comms[i].own;
   c->compute_stream = (cudaStream_t)compute_stream;
   return FSDP_SUCCESS;
 }
@@ -399,26 +550,28 @@ static int NcclAttach(void *state, const FsdpGroup *g)
   if (!g || g->comm == MPI_COMM_NULL)
     FSDP_ERROR(FSDP_ERR_STATE, "FsdpCollAttach: the %s group has no communicator",
                FsdpCollGroupName(g));
-  ncclComm_t comm = NULL;
-  FSDP_CALL(NcclCommOf(state, g, &comm));
+  CollNcclComm *cc = NULL;
+  FSDP_CALL(NcclCommOf(state, g, &cc));
   return FSDP_SUCCESS;
 }
 
-/* Only the COLL_NCCL_EVENTS most recent async collectives have an event
- * to wait for on the device; older ones are left to the host. */
+/* Only the COLL_NCCL_EVENTS most recent async collectives of each
+ * communicator have an event to wait for on the device; older ones are
+ * left to the host. */
 static int NcclWaitDevice(void *state, FsdpEvent ev, void *cuda_stream, int *handled)
 {
   CollNccl *c = state;
   *handled = 0;
   if (!ev.stream) return FSDP_SUCCESS;
-  for (int i = 0; i < COLL_NCCL_EVENTS; i++) {
-    CollNcclSlot *slot = &c->slots[i];
-    if (slot->used && slot->ev.stream == ev.stream && slot->ev.seq == ev.seq) {
-      FSDP_CALL_CUDA(cudaStreamWaitEvent((cudaStream_t)cuda_stream, slot->done, 0));
-      *handled = 1;
-      return FSDP_SUCCESS;
+  for (int k = 0; k < c->ncomms; k++)
+    for (int i = 0; i < COLL_NCCL_EVENTS; i++) {
+      CollNcclSlot *slot = &c->comms[k].slots[i];
+      if (slot->used && slot->ev.stream == ev.stream && slot->ev.seq == ev.seq) {
+        FSDP_CALL_CUDA(cudaStreamWaitEvent((cudaStream_t)cuda_stream, slot->done, 0));
+        *handled = 1;
+        return FSDP_SUCCESS;
+      }
     }
-  }
   return FSDP_SUCCESS;
 }
 

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "device/cuda_call.h"
+#include "device/gpu_select.h"
 
 static char g_probe_msg[256];
 
@@ -55,65 +56,68 @@ int FsdpCudaDeviceDescribe(int device, char *buf, size_t size)
 }
 
 
-/* What the rank with the worst shortage tells everyone (one broadcast). */
-typedef struct {
-  int ranks_on_node, gpus;
-  char host[MPI_MAX_PROCESSOR_NAME];
-  char probe[256];
-} NodeReport;
+/* The device of this process, made current on every thread that touches
+ * CUDA (FsdpCudaBindThread); -1 before FsdpCudaSelectDevice. */
+static int g_device = -1;
+static _Thread_local int tl_bound = -1;
 
-int FsdpCudaSelectDevice(MPI_Comm comm, int local_rank, int ranks_on_node, int *device)
+int FsdpCudaSelectDevice(MPI_Comm comm, int *device)
 {
   if (device) *device = -1;
-  if (local_rank < 0 || ranks_on_node < 1 || local_rank >= ranks_on_node)
-    FSDP_ERROR(FSDP_ERR_INTERNAL, "FsdpCudaSelectDevice: local rank %d of %d", local_rank,
-               ranks_on_node);
+  /* [Note: one GPU per rank] (gpu_select.h): list what this rank sees,
+   * by UUID, and let the real node agree on who takes which. */
+  FsdpGpuList mine;
+  memset(&mine, 0, sizeof mine);
   int gpus = 0;
   FSDP_CALL(FsdpCudaDeviceCount(&gpus));
-  /* Agree on the worst node before anyone fails: every rank raises the
-   * same usage error, rank 0 prints it ([Note: usage errors]). */
-  struct {
-    int shortage, rank;
-  } mine, worst;
-  FSDP_CALL_MPI(MPI_Comm_rank(comm, &mine.rank));
-  mine.shortage = ranks_on_node > gpus ? ranks_on_node - gpus : 0;
-  FSDP_CALL_MPI(MPI_Allreduce(&mine, &worst, 1, MPI_2INT, MPI_MAXLOC, comm));
-  if (worst.shortage > 0) {
-    NodeReport rep;
-    memset(&rep, 0, sizeof rep);
-    if (mine.rank == worst.rank) {
-      int len = 0;
-      rep.ranks_on_node = ranks_on_node;
-      rep.gpus = gpus;
-      if (MPI_Get_processor_name(rep.host, &len) != MPI_SUCCESS) snprintf(rep.host, sizeof rep.host, "?");
-      snprintf(rep.probe, sizeof rep.probe, "%s", g_probe_msg);
+  int cuda_index[FSDP_GPU_MAX_VISIBLE]; /* list position -> CUDA device */
+  char why[256];
+  snprintf(why, sizeof why, "%s", g_probe_msg);
+  for (int d = 0; d < gpus && d < FSDP_GPU_MAX_VISIBLE; d++) {
+    /* properties only: no context is created on devices not chosen */
+    struct cudaDeviceProp p;
+    cudaError_t e = cudaGetDeviceProperties(&p, d);
+    if (e != cudaSuccess) {
+      snprintf(why, sizeof why, "device %d: %s", d, cudaGetErrorString(e));
+      (void)cudaGetLastError();
+      continue;
     }
-    FSDP_CALL_MPI(MPI_Bcast(&rep, (int)sizeof rep, MPI_BYTE, worst.rank, comm));
-    rep.host[sizeof rep.host - 1] = rep.probe[sizeof rep.probe - 1] = '\0';
-    if (rep.gpus == 0)
-      FSDP_ERROR(FSDP_ERR_USAGE,
-                 "-device cuda: no usable GPU on node %s (%s): run on GPU nodes or use "
-                 "-device cpu",
-                 rep.host, rep.probe[0] ? rep.probe : "no device");
-    FSDP_ERROR(FSDP_ERR_USAGE,
-               "%d ranks on node %s but only %d GPUs: -device cuda uses one GPU per rank; "
-               "start at most %d ranks per node (e.g. mpirun --map-by ppr:%d:node) or use "
-               "-device cpu",
-               rep.ranks_on_node, rep.host, rep.gpus, rep.gpus, rep.gpus);
+    memcpy(mine.uuid[mine.n], p.uuid.bytes, FSDP_GPU_UUID_BYTES);
+    /* an all-zero UUID (never seen, but not promised): the PCI location */
+    static const unsigned char zero[FSDP_GPU_UUID_BYTES];
+    if (!memcmp(mine.uuid[mine.n], zero, FSDP_GPU_UUID_BYTES))
+      snprintf((char *)mine.uuid[mine.n], FSDP_GPU_UUID_BYTES, "%x:%x:%x", p.pciDomainID,
+               p.pciBusID, p.pciDeviceID);
+    cuda_index[mine.n++] = d;
   }
+  int pick = -1, node_rank = 0, node_size = 1;
+  FSDP_CALL(FsdpGpuSelect(comm, &mine, why, &pick, &node_rank, &node_size));
   /* A device that is there but cannot be made current (exclusive mode,
    * in use, broken) fails on its rank; the others learn it here instead of
    * hanging in the next collective. */
-  cudaError_t e = cudaSetDevice(local_rank);
+  int dev = cuda_index[pick];
+  cudaError_t e = cudaSetDevice(dev);
   if (e == cudaSuccess) e = cudaFree(NULL); /* create the context now */
   int bad = e != cudaSuccess, any_bad = 0;
   FSDP_CALL_MPI(MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, comm));
   if (bad)
-    FSDP_ERROR(FSDP_ERR_CUDA, "selecting GPU %d (local rank %d of %d): %s", local_rank,
-               local_rank, ranks_on_node, cudaGetErrorString(e));
+    FSDP_ERROR(FSDP_ERR_CUDA, "selecting GPU %d of the %d this rank sees (node rank %d of %d): %s",
+               dev, gpus, node_rank, node_size, cudaGetErrorString(e));
   if (any_bad)
     FSDP_ERROR(FSDP_ERR_CUDA, "GPU selection failed on another rank (see its message)");
-  if (device) *device = local_rank;
+  g_device = dev;
+  tl_bound = dev;
+  if (device) *device = dev;
+  return FSDP_SUCCESS;
+}
+
+int FsdpCudaCurrentDevice(void) { return g_device; }
+
+int FsdpCudaBindThread(void)
+{
+  if (g_device < 0 || tl_bound == g_device) return FSDP_SUCCESS;
+  FSDP_CALL_CUDA(cudaSetDevice(g_device));
+  tl_bound = g_device;
   return FSDP_SUCCESS;
 }
 

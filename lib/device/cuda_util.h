@@ -12,11 +12,12 @@
  * header; the error adapters for CUDA / cuBLAS / NCCL status codes are in
  * cuda_call.h (not installed).
  *
- * [Note: one GPU per rank] Rank r of a node uses device r (its rank in the
- * node communicator).  More ranks on a node than GPUs is a usage error
- * (FsdpCudaSelectDevice), raised on every rank at once so the job stops
- * instead of hanging; sharing a GPU between ranks belongs to the MPI
- * backend with host staging, not to NCCL (one NCCL rank per device).
+ * [Note: one GPU per rank] is in gpu_select.h (the choice, plain C and
+ * MPI so the CPU build tests it); FsdpCudaSelectDevice feeds it this
+ * rank's devices and makes the chosen one current, on the calling thread
+ * and (FsdpCudaBindThread) on every other thread that calls CUDA or NCCL:
+ * a thread that never called cudaSetDevice works on device 0 and opens a
+ * context there (0.5 GiB each, an error in exclusive-process mode).
  */
 #ifndef FSDP_CUDA_UTIL_H
 #define FSDP_CUDA_UTIL_H
@@ -45,12 +46,20 @@ int FsdpCudaDeviceCount(int *count);
 const char *FsdpCudaProbeMessage(void);
 
 /* Collective on comm (all ranks of the job, e.g. world).  Picks the device
- * of this rank, local_rank among ranks_on_node ranks of its node ([Note:
- * one GPU per rank]), and makes it current (cudaSetDevice).  When any node
- * has more ranks than GPUs, or no GPU at all, every rank returns the same
+ * of this rank among those it sees and the other ranks of its real node
+ * see ([Note: one GPU per rank], gpu_select.h) and makes it current
+ * (cudaSetDevice, context created).  When a node has more ranks than
+ * distinct GPUs, or no GPU at all, every rank returns the same
  * FSDP_ERR_USAGE naming the first such node: "4 ranks on node gpu07 but
- * only 2 GPUs: ...".  *device (may be NULL) gets the device index. */
-int FsdpCudaSelectDevice(MPI_Comm comm, int local_rank, int ranks_on_node, int *device);
+ * only 2 distinct GPUs visible to them: ...".  *device (may be NULL) gets
+ * the CUDA device index. */
+int FsdpCudaSelectDevice(MPI_Comm comm, int *device);
+/* The device FsdpCudaSelectDevice chose (-1 before). */
+int FsdpCudaCurrentDevice(void);
+/* Makes the chosen device current on the calling thread (once per thread;
+ * nothing before FsdpCudaSelectDevice).  Every thread other than the one
+ * that selected calls it before its first CUDA or NCCL call. */
+int FsdpCudaBindThread(void);
 
 /* Not collective.  One line about a device for logs and run files:
  * "NVIDIA H200 (sm_90, 139.8 GiB, driver 13.0, runtime 13.0)". */

@@ -14,14 +14,18 @@
  *
  * [Note: CUDA streams in the runtime] With CUDA the runtime launches
  * everything from the compute thread: kernels and casts on the compute
- * stream, NCCL collectives on the collectives' communication stream, which
+ * stream, NCCL collectives on their communicator's stream (all-gathers and
+ * reduce-scatters on two: [Note: one NCCL stream per communicator]), which
  * first waits on the device for the compute stream (coll_nccl.c, [Note: NCCL
  * collectives and streams]).  A reduced gradient that must be landed into
  * the fp32 shard (low-precision reduction, per-micro-step accumulation) is
  * landed on the compute stream after it waits, on the device, for the
- * collective.  The compute thread waits on the host only where the CPU
- * runtime waits (gathered buffer needed, gradient slot reused, end of
- * backward), through the same FsdpEvents.
+ * collective; so is a gathered unit used: the compute stream waits for its
+ * all-gather on the device and the host goes on launching (fsdp.c:
+ * UnitWaitGather; the exposed-communication time the trace measures on the
+ * host is then ~0 for gathers).  The compute thread waits on the host only
+ * where the CPU runtime must (the -limit_all_gathers limiter, gradient slot
+ * reused, end of backward), through the same FsdpEvents.
  */
 #ifndef FSDP_DEVICE_H
 #define FSDP_DEVICE_H

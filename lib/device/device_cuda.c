@@ -16,8 +16,8 @@ static int *g_flag = NULL;    /* device int of the overflow check, allocated onc
 
 static int CudaSetUp(FsdpTopo topo)
 {
-  const FsdpGroup *node = FsdpTopoNode(topo);
-  FSDP_CALL(FsdpCudaSelectDevice(FsdpTopoWorld(topo)->comm, node->rank, node->size, &g_gpu));
+  /* the real node, not topo's (possibly emulated) one: gpu_select.h */
+  FSDP_CALL(FsdpCudaSelectDevice(FsdpTopoWorld(topo)->comm, &g_gpu));
   FSDP_CALL(FsdpCudaStreamCreate(0, &g_stream));
   FSDP_CALL(FsdpKernelsCudaInit(g_gpu, g_stream));
   /* the kernel table's buffers (what a model allocates) are accounted here */

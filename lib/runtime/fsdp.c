@@ -16,7 +16,10 @@ const char *const FsdpPrefetchNames[FSDP_NPREFETCH + 1] = {"none", "backward", "
 
 #define MAX_STAGES 4096
 #define GRAD_SLOTS 2
-/* units gathered ahead of the one computing ([Note: prefetch and the limiter]) */
+/* units gathered ahead of the one computing ([Note: prefetch and the limiter]);
+ * at 1 a ring slot's last reader is the last compute launched before the
+ * gather into it, the device fence NCCL gathers use (docs/design.md,
+ * Overlap): deeper needs a per-slot event */
 #define PREFETCH_DEPTH 1
 
 /* A gradient buffer and what its reduction needs (see reduce path in
@@ -450,6 +453,8 @@ int FsdpRuntimeSetUp(FsdpRuntime rt)
   rt->gather_group = *shard;
   rt->gather_group.name = "sharding (gathers)";
   FSDP_CALL_MPI(MPI_Comm_dup(shard->comm, &rt->gather_group.comm));
+  /* its NCCL twin too, now: no communicator is made inside a step */
+  FSDP_CALL(FsdpCollAttach(rt->coll, &rt->gather_group));
   FSDP_CALL(FsdpStreamCreate("reduce", 256, &rt->stream));
   FSDP_CALL(FsdpStreamCreate("gather", 256, &rt->gstream));
   rt->setup = 1;
@@ -651,20 +656,27 @@ static int UnitIssueGather(FsdpRuntime rt, int u)
   return FSDP_SUCCESS;
 }
 
-/* GATHERING -> UNSHARDED: wait for the gather right before compute. */
-static int UnitWaitGather(FsdpRuntime rt, int u)
+/* GATHERING -> UNSHARDED: wait for the gather right before compute.  On a
+ * GPU the compute stream waits for it on the device and the host goes on
+ * launching ([Note: CUDA streams in the runtime], device.h); host: the
+ * limiter's wait, which is meant to block the issuing thread. */
+static int UnitWaitGatherOn(FsdpRuntime rt, int u, int host)
 {
   Unit *x = &rt->units[u];
   if (x->state != FSDP_UNIT_GATHERING)
     FSDP_ERROR(FSDP_ERR_STATE, "unit %d (%s): wait on gather in state %s", u, x->name,
                FsdpUnitStateNames[x->state]);
-  int err = TimedWait(rt, x->gather_ev, "wait all_gather", x->index);
+  int err = !host && FsdpDeviceGetKind() != FSDP_DEVICE_CPU
+                ? FsdpCollWaitDevice(rt->coll, x->gather_ev, FsdpDeviceComputeStream())
+                : TimedWait(rt, x->gather_ev, "wait all_gather", x->index);
   if (err)
     FSDP_ERROR(err, "all-gather of unit %d (%s) on the sharding comm (%d ranks) failed", u, x->name,
                rt->F);
   x->state = FSDP_UNIT_UNSHARDED;
   return FSDP_SUCCESS;
 }
+
+static int UnitWaitGather(FsdpRuntime rt, int u) { return UnitWaitGatherOn(rt, u, 0); }
 
 static int UnitUnshard(FsdpRuntime rt, int u)
 {
@@ -856,7 +868,7 @@ static int UnitPrefetch(FsdpRuntime rt, int u)
       if (rt->units[v].state == FSDP_UNIT_GATHERING &&
           (oldest < 0 || rt->units[v].gather_ev.seq < rt->units[oldest].gather_ev.seq))
         oldest = v;
-    FSDP_CALL(UnitWaitGather(rt, oldest));
+    FSDP_CALL(UnitWaitGatherOn(rt, oldest, 1));
   }
   return UnitIssueGather(rt, u);
 }

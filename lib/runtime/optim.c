@@ -95,16 +95,33 @@ double FsdpOptimLearningRate(const FsdpOptimOptions *o, int64_t step)
   return o->lr_min + c * (o->lr - o->lr_min);
 }
 
+/* [Note: device errors before the norm] On a GPU, casts, gradient
+ * landing, the sum of squares and AdamW are asynchronous launches: a
+ * failed one leaves garbage that would come back as a NaN norm and the
+ * misleading "loss became nan: lower -lr".  So the device is checked at
+ * the end of the gradient phase, after the sum of squares (which waits
+ * for the device, so faults of the kernels before it show here too) and
+ * at the end of the optimizer step (CPU: nothing to check). */
+static int OptimDeviceCheck(const char *where)
+{
+  int err = FsdpDeviceCheck();
+  if (err) FSDP_ERROR(err, "device error at the end of %s", where);
+  return FSDP_SUCCESS;
+}
+
 int FsdpOptimGradNorm(FsdpOptim opt, double *norm)
 {
   /* reductions still in flight write the shards and use the sharding comm */
   FSDP_CALL(FsdpRuntimeDrainStreams(opt->rt));
+  /* [Note: device errors before the norm] */
+  FSDP_CALL(OptimDeviceCheck("the gradient phase (casts, landing reduced gradients)"));
   double sq = 0.0;
   for (int u = 0; u < opt->nunits; u++) {
     FlatParam fp = FsdpRuntimeUnitFlatParam(opt->rt, u);
     sq += opt->k->sum_squares(FsdpRuntimeUnitGradShard(opt->rt, u),
                               (size_t)FlatParamShardNumel(fp));
   }
+  FSDP_CALL(OptimDeviceCheck("the gradient norm (sum of squares)"));
   /* [Note: gradient norm over the sharding group] */
   FSDP_CALL(FsdpCollScalarSum(FsdpRuntimeColl(opt->rt), FsdpTopoShard(FsdpRuntimeTopo(opt->rt)),
                               &sq, 1));
@@ -117,6 +134,8 @@ void FsdpOptimSetGradScale(FsdpOptim opt, double scale) { opt->grad_scale = scal
 int FsdpOptimCheckOverflow(FsdpOptim opt, int *overflow)
 {
   FSDP_CALL(FsdpRuntimeDrainStreams(opt->rt)); /* the shards must be final */
+  /* a failed launch is an error, not an overflow to skip the step for */
+  FSDP_CALL(OptimDeviceCheck("the gradient phase (casts, landing reduced gradients)"));
   double bad = 0.0;
   for (int u = 0; u < opt->nunits && bad == 0.0; u++) {
     int b = 0;
@@ -125,6 +144,7 @@ int FsdpOptimCheckOverflow(FsdpOptim opt, int *overflow)
                                      &b));
     bad = b;
   }
+  FSDP_CALL(OptimDeviceCheck("the overflow check"));
   FSDP_CALL(FsdpCollScalarMax(FsdpRuntimeColl(opt->rt), FsdpTopoWorld(FsdpRuntimeTopo(opt->rt)),
                               &bad, 1));
   *overflow = bad > 0.0;
@@ -156,6 +176,7 @@ int FsdpOptimStep(FsdpOptim opt, int64_t step, double *grad_norm, double *lr_out
                            (float)opt->o.beta2, (float)opt->o.eps, wd, scale, (int)opt->t);
     }
   }
+  FSDP_CALL(OptimDeviceCheck("the optimizer step (AdamW)"));
   if (grad_norm) *grad_norm = norm;
   if (lr_out) *lr_out = lr;
   return FSDP_SUCCESS;
