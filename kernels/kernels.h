@@ -107,6 +107,40 @@ typedef struct FsdpKernelOps {
   /* Sum of squares of n elements, accumulated in double. */
   double (*sum_squares)(const float *x, size_t n);
 
+  /* ---- Llama (model/llama.c) ---- */
+  /* RMSNorm: out (N,C) = inp * rstd * weight, rstd (N) = 1/sqrt(mean over
+   * C of inp^2 + eps), saved for backward.  Backward: dinp, dweight += . */
+  void (*rmsnorm_forward)(float *out, float *rstd, const float *inp,
+                          const float *weight, int N, int C, float eps);
+  void (*rmsnorm_backward)(float *dinp, float *dweight, const float *dout,
+                           const float *inp, const float *weight,
+                           const float *rstd, int N, int C);
+  /* Rotary position embedding as transformers' Llama applies it
+   * (rotate-half): x (B,T,NH,HD) at position t, pair j < HD/2 with angle
+   * a = t theta^(-2j/HD): out[j] = x[j] cos a - x[j+HD/2] sin a,
+   * out[j+HD/2] = x[j+HD/2] cos a + x[j] sin a.  out must not alias inp.
+   * Backward: dinp += the inverse rotation of dout. */
+  void (*rope_forward)(float *out, const float *inp, int B, int T, int NH,
+                       int HD, float theta);
+  void (*rope_backward)(float *dinp, const float *dout, int B, int T, int NH,
+                        int HD, float theta);
+  /* SwiGLU: out (n) = silu(gate) * up, silu(g) = g / (1 + e^-g).
+   * Backward: dgate, dup += . */
+  void (*swiglu_forward)(float *out, const float *gate, const float *up,
+                         size_t n);
+  void (*swiglu_backward)(float *dgate, float *dup, const float *dout,
+                          const float *gate, const float *up, size_t n);
+  /* Grouped-query attention input: qkv (B,T,3C) with C = NH*HD as
+   * attention_forward takes it, from q (B,T,NH*HD) and k, v
+   * (B,T,KVH*HD), head h reading kv head h/(NH/KVH) (KVH divides NH).
+   * Backward: dq, dk, dv += (dk, dv summed over the heads sharing them). */
+  void (*gqa_pack_forward)(float *qkv, const float *q, const float *k,
+                           const float *v, int B, int T, int NH, int KVH,
+                           int HD);
+  void (*gqa_pack_backward)(float *dq, float *dk, float *dv,
+                            const float *dqkv, int B, int T, int NH, int KVH,
+                            int HD);
+
   /* [Note: buffers from the kernel table] The memory the kernels above
    * read and write (host memory for cpu, device memory for cuda), so that
    * a model -- which may use only base and kernels -- can keep its

@@ -23,6 +23,8 @@
 #include "runtime/fsdp.h"
 #include "model/model.h"
 #include "model/gpt.h"
+#include "model/llama.h"
+#include "model/family.h"
 #include "runtime/optim.h"
 #include "runtime/steptime.h"
 #include "io/ckpt.h"

@@ -51,7 +51,7 @@
  *
  * [Note: the model's parameter list] Which datasets a checkpoint must hold
  * and their shapes come from the library: the file's model description
- * (its family and attributes, model.h) gives a GptModel that registers its
+ * (its family and attributes, model.h) gives a model (family.h) that registers its
  * units with a one-rank runtime on MPI_COMM_SELF, and FsdpRuntimeUnitSpecs
  * lists them (before setup: nothing is allocated for info, verify and
  * export); FsdpCkptCheck compares the file with that list, and this tool
@@ -166,11 +166,12 @@ typedef struct {
 } ParamRef;
 
 typedef struct {
-  GptConfig cfg;
+  FsdpModelDesc desc; /* the model, any family (family.h) */
+  GptConfig cfg;      /* gpt2 only: the llm.c conversions */
   FsdpTopo topo;
   FsdpColl coll;
   FsdpRuntime rt;
-  GptModel model;
+  FsdpModel model;
   FsdpOptim opt;
   ParamRef *params; /* registration order */
   int nparams;
@@ -180,7 +181,7 @@ static int EngineDestroy(Engine *e)
 {
   FSDP_CALL(FsdpOptimDestroy(&e->opt));
   FSDP_CALL(FsdpRuntimeDestroy(&e->rt));
-  FSDP_CALL(GptModelDestroy(&e->model));
+  FSDP_CALL(FsdpModelDestroy(&e->model));
   FSDP_CALL(FsdpCollDestroy(&e->coll));
   FSDP_CALL(FsdpTopoDestroy(&e->topo));
   free(e->params);
@@ -192,10 +193,13 @@ static int EngineDestroy(Engine *e)
  * runtime and list its parameters; with setup, also allocate the shards
  * (F = 1: the whole flat parameter) and an AdamW optimizer (zero moments)
  * whose hyperparameters are *optim. */
-static int EngineCreate(const GptConfig *cfg, int setup, const FsdpOptimOptions *optim, Engine *e)
+static int EngineCreate(const FsdpModelDesc *desc, int setup, const FsdpOptimOptions *optim,
+                        Engine *e)
 {
   memset(e, 0, sizeof *e);
-  e->cfg = *cfg;
+  e->desc = *desc;
+  if (strcmp(desc->family, GPT_FAMILY) == 0)
+    FSDP_CALL(GptConfigFromDesc(desc, "the model description", &e->cfg));
   FsdpTopoOptions to = {0, 0, FSDP_PLACEMENT_BLOCK, 0};
   FsdpRuntimeOptions ro;
   memset(&ro, 0, sizeof ro);
@@ -208,8 +212,10 @@ static int EngineCreate(const GptConfig *cfg, int setup, const FsdpOptimOptions 
   FSDP_CALL(FsdpTopoCreate(MPI_COMM_SELF, &to, &e->topo));
   FSDP_CALL(FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &e->coll));
   FSDP_CALL(FsdpRuntimeCreate(e->topo, e->coll, &ro, &e->rt));
-  FSDP_CALL(GptModelCreate(cfg, 1, 1, cfg->seq_len, FsdpKernelsCpu(), 0, &e->model));
-  FSDP_CALL(FsdpRuntimeAddModel(e->rt, GptModelTable(e->model)));
+  FSDP_CALL(FsdpModelCreate(desc, 1, 1, (int)FsdpModelDescInt(desc, "seq_len"), FsdpKernelsCpu(),
+                            0, &e->model));
+  const FsdpModelTable *table = FsdpModelGetTable(e->model);
+  FSDP_CALL(FsdpRuntimeAddModel(e->rt, table));
   int n = 0;
   for (int u = 0; u < FsdpRuntimeNumUnits(e->rt); u++) {
     const FsdpParamSpec *s;
@@ -227,7 +233,7 @@ static int EngineCreate(const GptConfig *cfg, int setup, const FsdpOptimOptions 
   }
   if (setup) {
     FSDP_CALL(FsdpRuntimeSetUp(e->rt));
-    FSDP_CALL(FsdpOptimCreate(e->rt, FsdpKernelsCpu(), optim, GptParamDecays, &e->opt));
+    FSDP_CALL(FsdpOptimCreate(e->rt, FsdpKernelsCpu(), optim, table->decays, &e->opt));
   }
   return FSDP_SUCCESS;
 }
@@ -371,10 +377,13 @@ static int OpenCheckpoint(const char *path, FsdpCkptMeta *meta, Engine *e, hid_t
   FSDP_CALL(FsdpCkptReadMeta(MPI_COMM_SELF, path, meta));
   char what[4200];
   snprintf(what, sizeof what, "checkpoint %s", path);
-  GptConfig cfg;
-  FSDP_CALL(GptConfigFromDesc(&meta->model, what, &cfg));
-  FSDP_CALL(CheckConfig(what, &cfg));
-  FSDP_CALL(EngineCreate(&cfg, 0, NULL, e));
+  FSDP_CALL(FsdpModelDescCheck(&meta->model, what));
+  if (strcmp(meta->model.family, GPT_FAMILY) == 0) {
+    GptConfig cfg;
+    FSDP_CALL(GptConfigFromDesc(&meta->model, what, &cfg));
+    FSDP_CALL(CheckConfig(what, &cfg));
+  }
+  FSDP_CALL(EngineCreate(&meta->model, 0, NULL, e));
   *f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
   if (*f < 0) {
     char why[600];
@@ -396,11 +405,10 @@ static int Info(const char *path)
   FSDP_CALL(OpenCheckpoint(path, &m, &e, &f));
   char program[128] = "";
   FsdpHdf5AttrReadString(f, "program", program, sizeof program);
-  const GptConfig *c = &e.cfg;
   /* the attributes in the family's order (the file lists them by name) */
-  FsdpModelDesc desc;
+  FsdpModelDesc desc = FsdpModelGetTable(e.model)->desc;
   char attrs[1024];
-  FSDP_CALL(GptConfigDescribe(c, m.model.preset, &desc));
+  snprintf(desc.preset, sizeof desc.preset, "%s", m.model.preset);
   FsdpModelDescFormat(&desc, attrs, sizeof attrs);
   printf("checkpoint      %s\n", path);
   printf("format_version  %d\n", m.format_version);
@@ -457,7 +465,7 @@ static int Info(const char *path)
     printf("  %-36s %-16s %12lld\n", spec->name, shape, (long long)numel);
   }
   if (g >= 0) H5Gclose(g);
-  int64_t want = GptConfigParamCount(c);
+  int64_t want = FsdpModelDescParamCount(&desc);
   printf("total           %d tensors, %lld elements (model config: %lld parameters)%s\n",
          e.nparams - missing, (long long)total, (long long)want,
          missing ? "  MISSING TENSORS: run fsdp-ckpt verify" : "");
@@ -728,6 +736,12 @@ static int ExportLlmc(const char *path, const char *out)
   Engine e;
   hid_t f;
   FSDP_CALL(OpenCheckpoint(path, &m, &e, &f));
+  if (strcmp(e.desc.family, GPT_FAMILY) != 0) {
+    H5Fclose(f);
+    EngineDestroy(&e);
+    FSDP_ERROR(FSDP_ERR_USAGE, "checkpoint %s holds a %s model: llm.c files hold GPT-2 models only",
+               path, m.model.family);
+  }
   if (CheckGroups(path, &e, FSDP_CKPT_CHECK_MODEL) != FSDP_SUCCESS) {
     H5Fclose(f);
     EngineDestroy(&e);
@@ -907,7 +921,9 @@ static int ImportLlmc(const char *in, const char *out, int64_t global_batch)
   Engine e;
   memset(&e, 0, sizeof e);
   /* the parameter list only: nothing is allocated for the model */
-  if (!err) err = EngineCreate(&cfg, 0, NULL, &e);
+  FsdpModelDesc desc;
+  if (!err) err = GptConfigDescribe(&cfg, "custom", &desc);
+  if (!err) err = EngineCreate(&desc, 0, NULL, &e);
   char tmp[4200] = "";
   if (!err) err = MakeTemp(out, "import", tmp, sizeof tmp);
   FsdpCkptWriter w = NULL;
@@ -919,7 +935,7 @@ static int ImportLlmc(const char *in, const char *out, int64_t global_batch)
     m.seed = 0;
     m.global_batch = global_batch;
     m.optim = oo;
-    err = GptConfigDescribe(&cfg, "custom", &m.model);
+    m.model = desc;
     /* [Note: import through the engine] */
     if (!err) err = FsdpCkptWriterCreate(tmp, &m, e.nparams, &w);
   }
@@ -1109,13 +1125,12 @@ static int HfModelFromDesc(const FsdpModelDesc *desc, const char *what, HfModel 
                              "Hugging Face", what, desc->family);
 }
 
-/* GPT-2: the table against the engine's parameter list, name and shape,
- * every parameter once ([Note: the model's parameter list]). */
+/* The table against the engine's parameter list (either family), name and
+ * shape, every parameter once ([Note: the model's parameter list]). */
 static int HfCheckEngine(const HfModel *m)
 {
-  if (m->llama) return FSDP_SUCCESS; /* no llama engine in this build */
   Engine e;
-  FSDP_CALL(EngineCreate(&m->gpt, 0, NULL, &e));
+  FSDP_CALL(EngineCreate(&m->desc, 0, NULL, &e));
   int err = FSDP_SUCCESS;
   for (int i = 0; i < m->n && !err; i++) {
     ParamRef *p = (ParamRef *)FindParam(&e, m->t[i].fsdp);
@@ -1123,8 +1138,9 @@ static int HfCheckEngine(const HfModel *m)
     for (int d = 0; same && d < p->spec->ndim; d++) same = p->spec->shape[d] == m->t[i].shape[d];
     if (!same)
       err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_INTERNAL,
-                           "Hugging Face tensor %s maps to %s, which the GPT model %s", m->t[i].hf,
-                           m->t[i].fsdp, p ? "has with another shape (or twice)" : "does not have");
+                           "Hugging Face tensor %s maps to %s, which the %s model %s", m->t[i].hf,
+                           m->t[i].fsdp, m->desc.family,
+                           p ? "has with another shape (or twice)" : "does not have");
     else p->used = 1;
   }
   for (int i = 0; i < e.nparams && !err; i++)

@@ -12,7 +12,8 @@
  * they mean the same thing (written for both by driver/summary.c).
  *
  * [Note: planning from the library] The numbers come from the code that the
- * run itself uses, not from a second copy of the formulas: the GPT model
+ * run itself uses, not from a second copy of the formulas: the model (any
+ * family, model/family.h)
  * registers its units with an FSDP runtime exactly as in a run (names,
  * parameters, order); each unit's layout is a FlatParam built with the
  * run's F (so numel, padding and shard sizes are the run's); the bytes of
@@ -79,13 +80,14 @@ static int PlanUnits(const PlanOptions *po, int shard_rank, PlanUnit **out, int 
   FsdpTopo topo = NULL;
   FsdpColl coll = NULL;
   FsdpRuntime rt = NULL;
-  GptModel m = NULL;
+  FsdpModel m = NULL;
   FSDP_CALL(FsdpTopoCreate(MPI_COMM_SELF, &to, &topo));
   FSDP_CALL(FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &coll));
   FSDP_CALL(FsdpRuntimeCreate(topo, coll, &po->t.fsdp, &rt));
-  FSDP_CALL(GptModelCreate(&po->t.model, po->t.wrap, po->t.batch_size, po->t.model.seq_len,
+  FSDP_CALL(FsdpModelCreate(&po->t.model, po->t.wrap, po->t.batch_size,
+                            (int)FsdpModelDescInt(&po->t.model, "seq_len"),
                            FsdpKernelsCpu(), (uint64_t)po->t.seed, &m));
-  FSDP_CALL(FsdpRuntimeAddModel(rt, GptModelTable(m)));
+  FSDP_CALL(FsdpRuntimeAddModel(rt, FsdpModelGetTable(m)));
   int n = FsdpRuntimeNumUnits(rt);
   PlanUnit *u = calloc((size_t)n, sizeof *u);
   FSDP_CHECK_ALLOC(u, (size_t)n * sizeof *u);
@@ -102,12 +104,12 @@ static int PlanUnits(const PlanOptions *po, int shard_rank, PlanUnit **out, int 
     FSDP_CALL(FlatParamCreate(x->specs, x->nparams, po->F, shard_rank, &x->fp));
   }
   /* the stages in forward order, for the step replay (runtime/steptime.h) */
-  const FsdpModelTable *tb = GptModelTable(m);
+  const FsdpModelTable *tb = FsdpModelGetTable(m);
   *stage_unit = malloc((size_t)tb->nstages * sizeof **stage_unit + 1);
   FSDP_CHECK_ALLOC(*stage_unit, (size_t)tb->nstages * sizeof **stage_unit);
   for (int i = 0; i < tb->nstages; i++) (*stage_unit)[i] = tb->stages[i].unit;
   *nstages = tb->nstages;
-  FSDP_CALL(GptModelDestroy(&m));
+  FSDP_CALL(FsdpModelDestroy(&m));
   FSDP_CALL(FsdpRuntimeDestroy(&rt));
   FSDP_CALL(FsdpCollDestroy(&coll));
   FSDP_CALL(FsdpTopoDestroy(&topo));
@@ -250,14 +252,16 @@ typedef struct {
 /* With -compute_dtype bf16 on the CPU the matmuls keep their rounded
  * operands in three scratch buffers, each grown to its largest use
  * ([Note: two bf16 GEMM paths] in kernels/cpu/matmul_bf16.c): inp or dout,
- * weight, inp again; 2 bytes an element through oneDNN, 4 converting. */
-static uint64_t PlanBf16ScratchBytes(const GptConfig *c, int B, int T, int onednn)
+ * weight, inp again; 2 bytes an element through oneDNN, 4 converting.  The
+ * model's matmul shapes (in, out) come from its family. */
+static uint64_t PlanBf16ScratchBytes(const FsdpModelDesc *d, int B, int T, int onednn)
 {
-  uint64_t N = (uint64_t)B * T, C = (uint64_t)c->n_embd, V = (uint64_t)c->vocab_size;
-  const uint64_t shape[5][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}, {C, V}}; /* in, out */
+  uint64_t N = (uint64_t)B * T;
+  int64_t shape[FSDP_MODEL_MAX_MATMULS][2];
+  int ns = FsdpModelDescMatmulShapes(d, shape, FSDP_MODEL_MAX_MATMULS);
   uint64_t slot[3] = {0, 0, 0};
-  for (int k = 0; k < 5; k++) {
-    uint64_t in = shape[k][0], oc = shape[k][1];
+  for (int k = 0; k < ns; k++) {
+    uint64_t in = (uint64_t)shape[k][0], oc = (uint64_t)shape[k][1];
     uint64_t s0 = N * (in > oc ? in : oc);
     if (s0 > slot[0]) slot[0] = s0;
     if (oc * in > slot[1]) slot[1] = oc * in;
@@ -265,7 +269,6 @@ static uint64_t PlanBf16ScratchBytes(const GptConfig *c, int B, int T, int onedn
   }
   return (slot[0] + slot[1] + slot[2]) * (onednn ? 2 : 4);
 }
-
 
 /* ---- prediction from a measured profile (fsdp-probe) -------------------- */
 
@@ -356,9 +359,10 @@ static int PredictFromProfile(const PlanOptions *po, const FsdpProfile *p, const
                               uint64_t shard_elems, int gather_slots, int grad_slots,
                               int want_events, ProfilePrediction *out)
 {
-  double N = (double)po->t.batch_size * po->t.model.seq_len;
+  const FsdpModelDesc *md = &po->t.model;
+  double seq_len = (double)FsdpModelDescInt(md, "seq_len");
+  double N = (double)po->t.batch_size * seq_len;
   int K = po->t.fsdp.grad_accum > 0 ? po->t.fsdp.grad_accum : 1;
-  const GptConfig *c = &po->t.model;
   double *unit_s = calloc((size_t)nu, sizeof *unit_s), *gather_s = calloc((size_t)nu, sizeof *gather_s);
   double *reduce_s = calloc((size_t)nu, sizeof *reduce_s);
   double *fwd_s = calloc((size_t)nstages + 1, sizeof *fwd_s), *bwd_s = calloc((size_t)nstages + 1, sizeof *bwd_s);
@@ -370,7 +374,8 @@ static int PredictFromProfile(const PlanOptions *po, const FsdpProfile *p, const
     goto done;
   }
   double attention = p->attention_flops_per_s > 0
-                         ? c->n_layer * 12.0 * N * c->seq_len * c->n_embd / p->attention_flops_per_s
+                         ? (double)FsdpModelDescInt(md, "n_layer") * 12.0 * N * seq_len *
+                               (double)FsdpModelDescInt(md, "n_embd") / p->attention_flops_per_s
                          : 0.0;
   double memory = p->stream_bytes_per_s > 0 ? 3.0 * (double)activation_bytes / p->stream_bytes_per_s : 0.0;
   double nonroot_P = 0;
@@ -534,14 +539,16 @@ static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutco
     mem.grad_buffer += (uint64_t)mem.grad_slots * (slotP * kr + (po.F > 1 ? slotP / F * kr : 0));
     if (rootP) mem.grad_buffer += rootP * kr + (po.F > 1 ? rootP / F * kr : 0);
   }
-  /* the bytes GptModelSetUp allocates, from the model's own sizing
-   * function ([Note: GPT recomputation] in gpt.c) */
-  mem.activations = GptActivationBytes(&po.t.model, po.t.wrap, po.t.batch_size,
-                                       po.t.model.seq_len, fo->recompute);
+  /* what the model's set-up allocates, from its family's own sizing
+   * function (with recomputation: [Note: GPT recomputation] in gpt.c) */
+  mem.activations = FsdpModelDescActivationBytes(&po.t.model, po.t.wrap, po.t.batch_size,
+                                                (int)FsdpModelDescInt(&po.t.model, "seq_len"),
+                                                fo->recompute);
   if (fo->compute_dtype == FSDP_DTYPE_BF16 && !po.t.device_cuda) {
     char lib[64], kernel[160];
     FsdpKernelsCpuGemm(1, lib, sizeof lib, kernel, sizeof kernel);
-    mem.bf16_scratch = PlanBf16ScratchBytes(&po.t.model, po.t.batch_size, po.t.model.seq_len,
+    mem.bf16_scratch = PlanBf16ScratchBytes(&po.t.model, po.t.batch_size,
+                                            (int)FsdpModelDescInt(&po.t.model, "seq_len"),
                                             strncmp(lib, "oneDNN", 6) == 0);
   }
   uint64_t mem_total = mem.param_shard + mem.grad_shard + mem.low_shard + mem.optim_state +
@@ -577,17 +584,20 @@ static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutco
    * 6 N + 6 L T C FLOP per token of training; communication from the bytes
    * this rank receives, the inter-node part sharing the node's link with
    * the other G - 1 ranks */
-  const GptConfig *c = &po.t.model;
-  double tokens = (double)po.t.batch_size * c->seq_len;
-  double flop = tokens * (6.0 * (double)GptConfigParamCount(c) +
-                          6.0 * c->n_layer * (double)c->seq_len * c->n_embd);
+  const FsdpModelDesc *c = &po.t.model;
+  double seq_len = (double)FsdpModelDescInt(c, "seq_len");
+  double n_layer = (double)FsdpModelDescInt(c, "n_layer"), n_embd = (double)FsdpModelDescInt(c, "n_embd");
+  double tokens = (double)po.t.batch_size * seq_len;
+  double flop = tokens * (6.0 * (double)FsdpModelDescParamCount(c) + 6.0 * n_layer * seq_len * n_embd);
   /* -recompute 1 runs the blocks' forward (a third of their training
    * FLOP) once more ([Note: activation recomputation], fsdp.h): time, not
-   * model FLOP (flop_per_step and MFU leave it out) */
+   * model FLOP (flop_per_step and MFU leave it out).  The blocks'
+   * parameters are the non-root units' (GPT: 12 C^2 + 13 C a block). */
+  double block_params = 0.0;
+  for (int i = 0; i < nu; i++)
+    if (!u[i].is_root) block_params += (double)FlatParamNumel(u[i].fp);
   double flop_recompute =
-      fo->recompute ? tokens * (2.0 * c->n_layer * (12.0 * c->n_embd * c->n_embd + 13.0 * c->n_embd) +
-                                2.0 * c->n_layer * (double)c->seq_len * c->n_embd)
-                    : 0.0;
+      fo->recompute ? tokens * (2.0 * block_params + 2.0 * n_layer * seq_len * n_embd) : 0.0;
   double t_comp = po.flops > 0 ? (flop + flop_recompute) / po.flops : 0.0;
   double t_intra = po.intra_bw > 0 ? intra / po.intra_bw : 0.0;
   double t_inter = po.inter_bw > 0 ? (double)po.G * inter / po.inter_bw : 0.0;
@@ -605,8 +615,9 @@ static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutco
       perr = PredictFromProfile(&po, prof, u, nu, stage_unit, nstages, &shard, &replica,
                                 /* the activations written and read, whether kept or
                                  * recomputed: the memory-bound passes' bytes */
-                                GptActivationBytes(&po.t.model, po.t.wrap, po.t.batch_size,
-                                                   po.t.model.seq_len, 0),
+                                FsdpModelDescActivationBytes(
+                                    &po.t.model, po.t.wrap, po.t.batch_size,
+                                    (int)FsdpModelDescInt(&po.t.model, "seq_len"), 0),
                                 mem.param_shard / 4, mem.gather_slots,
                                 mem.grad_slots, po.schedule, &pp);
     t_intra = t_inter = 0;
@@ -628,7 +639,7 @@ static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutco
     predict = 1;
     t_comp = pp.compute_s;
   }
-  double tokens_per_step = (double)po.W * po.t.batch_size * c->seq_len * K;
+  double tokens_per_step = (double)po.W * po.t.batch_size * seq_len * K;
 
   if (outcome) {
     outcome->mem_total = mem_total;
@@ -742,7 +753,7 @@ static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutco
                                       : "hybrid";
     printf("fsdp-plan: %s (%lld parameters) on %d ranks (%d nodes x %d), F %d, R %d%s%s, "
            "wrap %d, %s, limit %d, prefetch %s, params %s, reduce %s, grad_accum %d%s; rank %d\n",
-           po.t.model_name, (long long)GptConfigParamCount(c), po.W, po.N, po.G, po.F, po.R,
+           po.t.model_name, (long long)FsdpModelDescParamCount(c), po.W, po.N, po.G, po.F, po.R,
            mode[0] ? ": " : "", mode, po.t.wrap, raf ? "RAF" : "NRAF", L,
            FsdpPrefetchNames[fo->prefetch], FsdpDtypeNames[po.param_dt],
            FsdpDtypeNames[po.reduce_dt], K, K > 1 && !fo->accum_comm ? " (reduce once)" : "",
@@ -864,7 +875,7 @@ static int Tune(FsdpOpts db, const PlanOptions *po0)
   if (!err) err = CheckProfile(&po, prof);
   double limit = po.memory_limit > 0 ? po.memory_limit : 0.9 * (double)prof->mem_available;
   int per_rank = po.t.batch_size * (po.t.fsdp.grad_accum > 0 ? po.t.fsdp.grad_accum : 1);
-  int nl = po.t.model.n_layer;
+  int nl = (int)FsdpModelDescInt(&po.t.model, "n_layer");
   size_t cap = 4096, n = 0;
   Candidate *c = err ? NULL : malloc(cap * sizeof *c);
   if (!err && !c) err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_MEM, "out of memory");

@@ -260,10 +260,10 @@ static void AdamW(const Scratch *s, const int64_t *sh)
  * untied lm head), all with N = B*T rows. */
 static int ModelGemms(const ProbeOptions *po, FsdpProfile *p)
 {
-  GptModel m = NULL;
-  int B = po->t.batch_size, T = po->t.model.seq_len;
-  FSDP_CALL(GptModelCreate(&po->t.model, 1, B, T, FsdpKernelsCpu(), (uint64_t)po->t.seed, &m));
-  const FsdpModelTable *tb = GptModelTable(m);
+  FsdpModel m = NULL;
+  int B = po->t.batch_size, T = (int)FsdpModelDescInt(&po->t.model, "seq_len");
+  FSDP_CALL(FsdpModelCreate(&po->t.model, 1, B, T, FsdpKernelsCpu(), (uint64_t)po->t.seed, &m));
+  const FsdpModelTable *tb = FsdpModelGetTable(m);
   const FsdpParamSpec *head = NULL;
   const char *head_unit = "";
   int block = -1;
@@ -291,15 +291,16 @@ static int ModelGemms(const ProbeOptions *po, FsdpProfile *p)
       g->C = sp->shape[1];
     }
   }
-  FSDP_CALL(GptModelDestroy(&m));
+  FSDP_CALL(FsdpModelDestroy(&m));
   return FSDP_SUCCESS;
 }
 
 static int ProbeCompute(const ProbeOptions *po, FsdpProfile *p)
 {
   FSDP_CALL(ModelGemms(po, p));
-  const GptConfig *c = &po->t.model;
-  int64_t B = po->t.batch_size, T = c->seq_len, C = c->n_embd, NH = c->n_head;
+  const FsdpModelDesc *c = &po->t.model;
+  int64_t B = po->t.batch_size, T = FsdpModelDescInt(c, "seq_len"), C = FsdpModelDescInt(c, "n_embd"),
+          NH = FsdpModelDescInt(c, "n_head");
   size_t need = (size_t)1 << 22;
   for (int i = 0; i < p->ngemm; i++) {
     size_t a = (size_t)(p->gemm[i].N * p->gemm[i].C), b = (size_t)(p->gemm[i].OC * p->gemm[i].C),

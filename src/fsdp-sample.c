@@ -39,9 +39,8 @@ static const char *const kDeviceNames[] = {"cpu", "cuda", NULL};
 typedef struct {
   FsdpTopoOptions topo;
   FsdpRuntimeOptions fsdp;
-  GptConfig model;
+  FsdpModelDesc model; /* from the model options (family.h) */
   int model_from_options;
-  char preset[FSDP_MODEL_NAME_MAX];
   int wrap, device_cuda;
   const char *resume, *prompt, *tokenizer;
   int64_t max_new, top_k, seed;
@@ -52,14 +51,13 @@ static int ReadOptions(FsdpOpts db, SampleOptions *o)
 {
   memset(o, 0, sizeof *o);
   int64_t v;
-  int idx = 0;
   const char *g = "Sampling";
   FSDP_CALL(FsdpTopoOptionsFromDb(db, &o->topo));
-  FSDP_CALL(GptConfigFromDb(db, &o->model));
-  FSDP_CALL(FsdpOptsGetEnum(db, "Model", "model", "model preset", GptPresetNames, 1, &idx));
-  snprintf(o->preset, sizeof o->preset, "%s", GptPresetNames[idx]);
-  static const char *const kModelOpts[] = {"model", "n_layer", "n_embd", "n_head", "vocab_size",
-                                           "seq_len"};
+  FSDP_CALL(FsdpModelOptionsFromDb(db, &o->model));
+  static const char *const kModelOpts[] = {
+      "model",      "family",      "n_layer",     "n_embd",    "n_head",
+      "vocab_size", "seq_len",     "n_kv_head",   "ffn_hidden", "multiple_of",
+      "ffn_dim_multiplier", "tie_embeddings", "rope_theta", "norm_eps"};
   for (size_t i = 0; i < sizeof kModelOpts / sizeof kModelOpts[0]; i++)
     o->model_from_options |= FsdpOptsHas(db, kModelOpts[i]);
   FSDP_CALL(FsdpOptsGetInt(db, "FSDP", "wrap", "transformer blocks per FSDP unit", 1, 1, 1 << 20, &v));
@@ -213,7 +211,7 @@ typedef struct {
   FsdpTopo topo;
   FsdpColl coll;
   FsdpRuntime rt;
-  GptModel model;
+  FsdpModel model;
   FsdpKernelOps k_bf16; /* the model's table with bf16 matmuls (-compute_dtype bf16) */
   FsdpTokenizer tok;
   int device_set;
@@ -234,16 +232,17 @@ static int Generate(const SampleOptions *o, Sampler *s)
   /* the model: the checkpoint's description unless model options were given */
   FsdpCkptMeta meta;
   FSDP_CALL(FsdpCkptReadMeta(MPI_COMM_WORLD, o->resume, &meta));
-  GptConfig cfg = o->model;
-  char preset[FSDP_MODEL_NAME_MAX];
-  snprintf(preset, sizeof preset, "%s", o->preset);
+  FsdpModelDesc desc = o->model;
   if (!o->model_from_options) {
     char what[4200];
     snprintf(what, sizeof what, "checkpoint %s", o->resume);
-    FSDP_CALL(GptConfigFromDesc(&meta.model, what, &cfg));
-    FSDP_CALL(GptConfigValidate(&cfg));
-    snprintf(preset, sizeof preset, "%s", meta.model.preset[0] ? meta.model.preset : "custom");
+    FSDP_CALL(FsdpModelDescCheck(&meta.model, what));
+    desc = meta.model;
+    if (!desc.preset[0]) snprintf(desc.preset, sizeof desc.preset, "custom");
   }
+  const char *preset = desc.preset;
+  const int V = (int)FsdpModelDescInt(&desc, "vocab_size");
+  const int seq_len = (int)FsdpModelDescInt(&desc, "seq_len");
   const char *prompt = o->prompt;
   char def[32];
   if (!prompt || !prompt[0]) {
@@ -251,9 +250,9 @@ static int Generate(const SampleOptions *o, Sampler *s)
     prompt = def;
   }
   int64_t n = 0;
-  FSDP_CALL(ParsePrompt(prompt, cfg.vocab_size, o->max_new, &s->ids, &n));
+  FSDP_CALL(ParsePrompt(prompt, V, o->max_new, &s->ids, &n));
   /* a batch of one sequence, no longer than needed */
-  int T = (int)(n + o->max_new < cfg.seq_len ? n + o->max_new : cfg.seq_len);
+  int T = (int)(n + o->max_new < seq_len ? n + o->max_new : seq_len);
   if (T < 1) T = 1;
   FSDP_CALL(FsdpTopoCreate(MPI_COMM_WORLD, &o->topo, &s->topo));
   FSDP_CALL(FsdpDeviceSetUp(o->device_cuda ? FSDP_DEVICE_CUDA : FSDP_DEVICE_CPU, s->topo));
@@ -268,19 +267,17 @@ static int Generate(const SampleOptions *o, Sampler *s)
   } else {
     FSDP_CALL(FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &s->coll));
   }
-  FSDP_CALL(GptModelCreate(&cfg, o->wrap, 1, T, k, 0, &s->model));
-  FsdpModelDesc desc;
-  FSDP_CALL(GptConfigDescribe(&cfg, preset, &desc));
+  FSDP_CALL(FsdpModelCreate(&desc, o->wrap, 1, T, k, 0, &s->model));
   FSDP_CALL(FsdpRuntimeCreate(s->topo, s->coll, &o->fsdp, &s->rt));
-  FSDP_CALL(FsdpRuntimeAddModel(s->rt, GptModelTable(s->model)));
+  const FsdpModelTable *table = FsdpModelGetTable(s->model);
+  FSDP_CALL(FsdpRuntimeAddModel(s->rt, table));
   FSDP_CALL(FsdpRuntimeSetUp(s->rt));
-  FSDP_CALL(GptModelSetUp(s->model));
+  FSDP_CALL(FsdpModelSetUp(s->model));
   FSDP_CALL(FsdpCkptLoad(s->rt, NULL, o->resume, &desc, NULL));
   if (rank == 0)
     fprintf(stderr, "fsdp-sample: %s (%lld parameters) from %s (step %lld) on %d ranks, sharding "
-            "factor %d\n", preset, (long long)GptConfigParamCount(&cfg), o->resume,
+            "factor %d\n", preset, (long long)FsdpModelDescParamCount(&desc), o->resume,
             (long long)meta.step, W, FsdpTopoShard(s->topo)->size);
-  int V = cfg.vocab_size;
   s->inputs = calloc((size_t)T, sizeof *s->inputs);
   s->targets = calloc((size_t)T, sizeof *s->targets);
   s->order = calloc((size_t)V, sizeof *s->order);
@@ -293,9 +290,9 @@ static int Generate(const SampleOptions *o, Sampler *s)
     int64_t L = n < T ? n : T; /* the context: the last T tokens at most */
     memcpy(s->inputs, s->ids + (n - L), (size_t)L * sizeof *s->inputs);
     memset(s->inputs + L, 0, (size_t)(T - L) * sizeof *s->inputs);
-    FSDP_CALL(GptModelSetBatch(s->model, s->inputs, s->targets));
-    FSDP_CALL(FsdpRuntimeForward(s->rt, s->model));
-    FSDP_CALL(GptModelLogits(s->model, 0, (int)L - 1, s->logits));
+    FSDP_CALL(FsdpModelSetBatch(s->model, s->inputs, s->targets));
+    FSDP_CALL(FsdpRuntimeForward(s->rt, table->ctx));
+    FSDP_CALL(FsdpModelLogits(s->model, 0, (int)L - 1, s->logits));
     int next = PickToken(s->logits, V, o, i, s->w, s->order);
     FSDP_CALL_MPI(MPI_Bcast(&next, 1, MPI_INT, 0, MPI_COMM_WORLD));
     s->ids[n++] = next;
@@ -316,7 +313,7 @@ static int Generate(const SampleOptions *o, Sampler *s)
 static int Destroy(Sampler *s)
 {
   int err = FsdpRuntimeDestroy(&s->rt);
-  int e = GptModelDestroy(&s->model);
+  int e = FsdpModelDestroy(&s->model);
   if (!err) err = e;
   e = FsdpCollDestroy(&s->coll);
   if (!err) err = e;

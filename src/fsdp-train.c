@@ -1,4 +1,4 @@
-/* fsdp-train: train a GPT with Fully Sharded Data Parallel over MPI.
+/* fsdp-train: train a GPT-2 or Llama 3 model with Fully Sharded Data Parallel over MPI.
  *
  *   mpiexec -n 4 fsdp-train                       # the built-in default
  *   mpiexec -n 8 fsdp-train -model gpt2 -sharding_factor 4 -data train.bin
@@ -11,7 +11,7 @@
 #include "driver/train.h"
 
 static const char kHelp[] =
-    "fsdp-train: train a GPT-2 style transformer with parameters, gradients and\n"
+    "fsdp-train: train a GPT-2 or Llama 3 style transformer with parameters, gradients and\n"
     "optimizer state sharded across MPI ranks (Fully Sharded Data Parallel).\n"
     "Usage: mpiexec -n W fsdp-train [-option value ...]\n"
     "Options come from FSDP_OPTIONS, then the command line left to right, where\n"
@@ -48,7 +48,7 @@ static int Run(int argc, char **argv, int *handled_help, int *preempted)
   if (!err && rank == 0) {
     const char *core = FsdpKernelsCpuBlasCore();
     printf("fsdp-train: %s (%lld parameters) on %d ranks, sharding factor %d, BLAS core %s\n",
-           o.model_name, (long long)GptConfigParamCount(&o.model),
+           o.model_name, (long long)FsdpModelDescParamCount(&o.model),
            FsdpTopoWorld(FsdpTrainerTopo(tr))->size, FsdpTopoShard(FsdpTrainerTopo(tr))->size, core);
     if (FsdpKernelsCpuBlasIsFallback())
       FsdpWarn(1, "OpenBLAS runs its generic '%s' kernel on a CPU that supports a faster one: "

@@ -757,7 +757,7 @@ static void test_trained(const char *dir)
   memset(&m, 0, sizeof m);
   m.step = FsdpTrainerStepsDone(tr);
   m.data_position = m.step;
-  m.model = describe(GptModelConfig(FsdpTrainerModel(tr)));
+  m.model = describe(GptModelConfig((GptModel)FsdpModelImpl(FsdpTrainerModel(tr))));
   TCALL(FsdpCkptSave(rt, FsdpTrainerOptim(tr), path, &m));
   int nu = FsdpRuntimeNumUnits(rt);
   float **full = calloc((size_t)nu, sizeof *full);
@@ -771,7 +771,7 @@ static void test_trained(const char *dir)
     FsdpTrainer one = test_make_trainer(MPI_COMM_SELF, opts, &db1);
     FsdpRuntime r1 = FsdpTrainerRuntime(one);
     FsdpCkptMeta got;
-    FsdpModelDesc want = describe(GptModelConfig(FsdpTrainerModel(one)));
+    FsdpModelDesc want = describe(GptModelConfig((GptModel)FsdpModelImpl(FsdpTrainerModel(one))));
     TCALL(FsdpCkptLoad(r1, FsdpTrainerOptim(one), path, &want, &got));
     CHECK(got.step == 3 && FsdpOptimStepCount(FsdpTrainerOptim(one)) == 3,
           "trained checkpoint: step %lld, AdamW count %lld", (long long)got.step,

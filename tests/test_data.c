@@ -211,9 +211,14 @@ static void test_defects(void)
   path_of(p, sizeof p, "model.bin");
   expect_usage("model file", p, V, 8, 4, "magic 20240326", "checkpoint");
 
-  write_raw("llama3.bin", 20240801, 7, 500, tok, 1000, 0, -1);
-  path_of(p, sizeof p, "llama3.bin");
-  expect_usage("llama3 file", p, V, 8, 4, "magic 20240801", "uint32");
+  /* llm.c's LLaMA-3 layout: the same header words, uint32 tokens (the 1000
+   * uint16 values read as 500 uint32 ones); version 7 only */
+  write_raw("llama3v.bin", 20240801, 1, 500, tok, 1000, 0, -1);
+  path_of(p, sizeof p, "llama3v.bin");
+  expect_usage("llama3 file, wrong version", p, V, 8, 4, "version 1", "expected 7");
+  write_raw("llama3big.bin", 20240801, 7, 500, tok, 1000, 2, -1);
+  path_of(p, sizeof p, "llama3big.bin");
+  expect_usage("llama3 file, trailing bytes", p, 1 << 30, 8, 4, "2 trailing bytes", "1024 + 4*500");
 
   write_raw("version.bin", FSDP_DATA_MAGIC, 7, 1000, tok, 1000, 0, -1);
   path_of(p, sizeof p, "version.bin");
@@ -625,6 +630,49 @@ static void remove_dir(const char *dir)
   if (rmdir(dir) != 0) perror(dir);
 }
 
+/* llm.c's LLaMA-3 token file (magic 20240801, version 7, uint32 tokens):
+ * ids above 65535 come back whole in the windows of [Note: global batch],
+ * and an id at or above -vocab_size is refused naming its value. */
+static void test_llama3_file(void)
+{
+  char p[512];
+  enum { N = 300 };
+  const int V = 128256, T = 8, GB = 4;
+  path_of(p, sizeof p, "llama3.bin");
+  if (g_rank == 0) {
+    unsigned char buf[1024 + 4 * N];
+    memset(buf, 0, sizeof buf);
+    int32_t h[3] = {20240801, 7, N};
+    memcpy(buf, h, sizeof h); /* test hosts are little-endian */
+    for (int i = 0; i < N; i++) {
+      uint32_t v = (uint32_t)(65000 + 211 * i) % (uint32_t)V;
+      memcpy(buf + 1024 + 4 * i, &v, 4);
+    }
+    FILE *f = fopen(p, "wb");
+    if (!f || fwrite(buf, 1, sizeof buf, f) != sizeof buf) MPI_Abort(MPI_COMM_WORLD, 1);
+    fclose(f);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  FsdpData d = NULL;
+  TCALL(FsdpDataCreate(MPI_COMM_WORLD, p, V, T, GB, 1, &d));
+  CHECK(FsdpDataNumTokens(d) == N, "llama3 file: %lld tokens, expected %d",
+        (long long)FsdpDataNumTokens(d), N);
+  int in[GB * 8], tg[GB * 8], bad = 0, big = 0;
+  TCALL(FsdpDataGetBatch(d, 3, 0, 1, in, tg)); /* samples 12..15 */
+  for (int i = 0; i < GB; i++)
+    for (int t = 0; t < T; t++) {
+      long pos = (long)(12 + i) * T + t;
+      int want = (65000 + 211 * (int)pos) % V, wantt = (65000 + 211 * (int)(pos + 1)) % V;
+      bad += in[i * T + t] != want || tg[i * T + t] != wantt;
+      big += in[i * T + t] > 65535;
+    }
+  CHECK(bad == 0 && big > 0, "llama3 file: %d of %d tokens differ (%d above 65535)", bad, GB * T,
+        big);
+  TCALL(FsdpDataDestroy(&d));
+  /* the same file with a vocabulary too small for its ids */
+  expect_usage("llama3 file, small vocabulary", p, 70000, T, GB, "has value", "not below -vocab_size 70000");
+}
+
 int main(int argc, char **argv)
 {
   TCALL(FsdpInitialize(&argc, &argv));
@@ -641,6 +689,7 @@ int main(int argc, char **argv)
 
   test_defects();
   test_file_batches();
+  test_llama3_file();
   test_builtin();
   test_heldout();
 

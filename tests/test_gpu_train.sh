@@ -1,6 +1,7 @@
 #!/bin/sh
-# test_gpu_train.sh (label gpu; CUDA builds only): the tiny model trained
-# with -device cuda gives the CPU run's losses; a W=1 run uses NCCL; no
+# test_gpu_train.sh (label gpu; CUDA builds only): the tiny model, and
+# llama-tiny (the Llama kernels), trained with -device cuda give the CPU
+# runs' losses; a W=1 run uses NCCL; no
 # device allocation is ever retried (memory planned before step 1).
 # Exits 77 with the reason where no GPU is usable.
 #   usage: test_gpu_train.sh MPIEXEC "PREFLAGS" FSDP_TRAIN
@@ -21,7 +22,8 @@ fi
 [ $rc -eq 0 ] || { echo "FAIL: -device cuda run failed ($rc)"; cat "$tmp/gpu.err"; exit 1; }
 # shellcheck disable=SC2086
 "$MPIEXEC" $PREFLAGS -n 1 "$TRAIN" $common -device cpu >"$tmp/cpu" 2>/dev/null || { echo "FAIL: cpu run"; exit 1; }
-python3 - "$tmp/gpu" "$tmp/cpu" <<'PY'
+compare() { # compare GPU_OUT CPU_OUT: losses within 1e-3, no allocation retried
+python3 - "$1" "$2" <<'PY'
 import json, sys
 g = json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])
 c = json.loads([l for l in open(sys.argv[2]) if l.startswith("{")][-1])
@@ -37,3 +39,12 @@ if dm.get("alloc_retries", -1) != 0 or dm.get("alloc_failures", -1) != 0:
 print(f"cuda vs cpu: {len(g['losses'])} steps compared; device {g.get('device')}; memory {dm}")
 sys.exit(1 if bad else 0)
 PY
+}
+compare "$tmp/gpu" "$tmp/cpu" || exit 1
+common="-model llama-tiny -steps 20 -lr 1e-2 -warmup 2 -seed 5 -summary json -log_every 0 -batch_size 4"
+# shellcheck disable=SC2086
+"$MPIEXEC" $PREFLAGS -n 1 "$TRAIN" $common -device cuda >"$tmp/lgpu" 2>"$tmp/lgpu.err" \
+  || { echo "FAIL: llama-tiny -device cuda run failed"; cat "$tmp/lgpu.err"; exit 1; }
+# shellcheck disable=SC2086
+"$MPIEXEC" $PREFLAGS -n 1 "$TRAIN" $common -device cpu >"$tmp/lcpu" 2>/dev/null || { echo "FAIL: llama cpu run"; exit 1; }
+compare "$tmp/lgpu" "$tmp/lcpu"

@@ -391,6 +391,63 @@ static void test_elementwise(int N)
   free(x), free(y), free(out), free(g), free(gx), free(g1), free(g2);
 }
 
+/* The Llama kernels (kernels/cuda/llama.cu) against the CPU ones: RMSNorm,
+ * RoPE forward and backward, SwiGLU, the grouped-query pack (KVH < NH). */
+static void test_llama(int B, int T, int NH, int KVH, int HD, int H)
+{
+  int N = B * T, C = NH * HD, KVC = KVH * HD;
+  size_t nC = (size_t)N * C, nK = (size_t)N * KVC, nH = (size_t)N * H;
+  float *x = frand(nC, -2, 2), *w = frand(C, 0.5, 1.5), *out = xmalloc(nC * 4), *r = xmalloc(N * 4);
+  float *dx = dev_from(x, nC * 4), *dw = dev_from(w, C * 4), *dout_ = dev_zeros(nC * 4),
+        *dr = dev_zeros(N * 4);
+  KC->rmsnorm_forward(out, r, x, w, N, C, 1e-5f);
+  KG->rmsnorm_forward(dout_, dr, dx, dw, N, C, 1e-5f);
+  compare_dev("rmsnorm_forward out", dout_, out, nC, TOL32);
+  compare_dev("rmsnorm_forward rstd", dr, r, N, 1e-5, 0.0);
+  float *g = frand(nC, -1, 1), *gx = frand(nC, -1, 1), *gw = frand(C, -1, 1);
+  float *d_g = dev_from(g, nC * 4), *d_gx = dev_from(gx, nC * 4), *d_gw = dev_from(gw, C * 4);
+  float *d_r = dev_from(r, N * 4);
+  KC->rmsnorm_backward(gx, gw, g, x, w, r, N, C);
+  KG->rmsnorm_backward(d_gx, d_gw, d_g, dx, dw, d_r, N, C);
+  compare_dev("rmsnorm_backward dinp", d_gx, gx, nC, TOL32);
+  compare_dev("rmsnorm_backward dweight", d_gw, gw, C, TOL32);
+  KC->rope_forward(out, x, B, T, NH, HD, 500000.0f);
+  KG->rope_forward(dout_, dx, B, T, NH, HD, 500000.0f);
+  compare_dev("rope_forward", dout_, out, nC, TOL32);
+  KC->rope_backward(gx, g, B, T, NH, HD, 10000.0f);
+  KG->rope_backward(d_gx, d_g, B, T, NH, HD, 10000.0f);
+  compare_dev("rope_backward", d_gx, gx, nC, TOL32);
+  float *a = frand(nH, -6, 6), *b = frand(nH, -1, 1), *o = xmalloc(nH * 4), *ga = frand(nH, -1, 1),
+        *gb = frand(nH, -1, 1), *go = frand(nH, -1, 1);
+  float *da = dev_from(a, nH * 4), *db = dev_from(b, nH * 4), *d_o = dev_zeros(nH * 4),
+        *d_ga = dev_from(ga, nH * 4), *d_gb = dev_from(gb, nH * 4), *d_go = dev_from(go, nH * 4);
+  KC->swiglu_forward(o, a, b, nH);
+  KG->swiglu_forward(d_o, da, db, nH);
+  compare_dev("swiglu_forward", d_o, o, nH, TOL32);
+  KC->swiglu_backward(ga, gb, go, a, b, nH);
+  KG->swiglu_backward(d_ga, d_gb, d_go, da, db, nH);
+  compare_dev("swiglu_backward dgate", d_ga, ga, nH, TOL32);
+  compare_dev("swiglu_backward dup", d_gb, gb, nH, TOL32);
+  float *k = frand(nK, -1, 1), *v = frand(nK, -1, 1), *qkv = xmalloc(3 * nC * 4);
+  float *dk = dev_from(k, nK * 4), *dv = dev_from(v, nK * 4), *dqkv = dev_zeros(3 * nC * 4);
+  KC->gqa_pack_forward(qkv, x, k, v, B, T, NH, KVH, HD);
+  KG->gqa_pack_forward(dqkv, dx, dk, dv, B, T, NH, KVH, HD);
+  compare_dev("gqa_pack_forward", dqkv, qkv, 3 * nC, 0.0, 0.0);
+  float *gqkv = frand(3 * nC, -1, 1), *gk = frand(nK, -1, 1), *gv = frand(nK, -1, 1);
+  float *d_gqkv = dev_from(gqkv, 3 * nC * 4), *d_gk = dev_from(gk, nK * 4),
+        *d_gv = dev_from(gv, nK * 4);
+  KC->gqa_pack_backward(gx, gk, gv, gqkv, B, T, NH, KVH, HD);
+  KG->gqa_pack_backward(d_gx, d_gk, d_gv, d_gqkv, B, T, NH, KVH, HD);
+  compare_dev("gqa_pack_backward dq", d_gx, gx, nC, TOL32);
+  compare_dev("gqa_pack_backward dk", d_gk, gk, nK, TOL32);
+  compare_dev("gqa_pack_backward dv", d_gv, gv, nK, TOL32);
+  dfree(&dx), dfree(&dw), dfree(&dout_), dfree(&dr), dfree(&d_g), dfree(&d_gx), dfree(&d_gw);
+  dfree(&d_r), dfree(&da), dfree(&db), dfree(&d_o), dfree(&d_ga), dfree(&d_gb), dfree(&d_go);
+  dfree(&dk), dfree(&dv), dfree(&dqkv), dfree(&d_gqkv), dfree(&d_gk), dfree(&d_gv);
+  free(x), free(w), free(out), free(r), free(g), free(gx), free(gw), free(a), free(b), free(o);
+  free(ga), free(gb), free(go), free(k), free(v), free(qkv), free(gqkv), free(gk), free(gv);
+}
+
 static void test_crossentropy(int N, int V)
 {
   size_t n = (size_t)N * V;
@@ -696,6 +753,8 @@ int main(int argc, char **argv)
     test_attention(2, 33, 48, 4);
     test_attention(1, 70, 36, 3);
     test_elementwise(10007);
+    test_llama(2, 33, 8, 2, 16, 100);
+    test_llama(1, 5, 3, 1, 6, 7);
     test_crossentropy(9, 1001);
     test_adamw(100003);
     test_sum_squares(1000003);

@@ -119,6 +119,13 @@ compare "grad_accum 2, reduce once" 4 -model tiny -sharding_factor 2 -ranks_per_
   -accum_comm 0
 compare "grad_accum 2, reduce every micro-step, bf16" 4 -model tiny -grad_accum 2 -accum_comm 1 \
   -reduce_dtype bf16
+# the Llama family: untied head in the root, GQA shapes, padding
+compare "llama-tiny full sharding" 4 -model llama-tiny
+compare "llama-tiny hybrid, NRAF, bf16" 4 -model llama-tiny -sharding_factor 2 -ranks_per_node 2 \
+  -reshard_after_forward 0 -param_dtype bf16
+compare "llama-tiny recompute, wrap 2" 4 -model llama-tiny -n_layer 3 -wrap 2 -recompute 1
+compare "llama custom tied MQA, wrap 2, odd sizes" 2 -model custom -family llama -n_layer 3 \
+  -n_embd 24 -n_head 3 -n_kv_head 1 -multiple_of 7 -vocab_size 37 -seq_len 8 -tie_embeddings 1 -wrap 2
 
 # activation recomputation: the activation bytes the model allocates with
 # only block inputs kept and a working set of one unit's blocks
@@ -175,6 +182,40 @@ PY
 else
   echo "FAIL: fsdp-plan gpt-175b: $(tail -n 3 "$tmp/big.out")"; fails=$((fails + 1))
 fi
+
+# Llama 3 presets at scale: llama3-8b on 64 ranks (8 per node), full and
+# hybrid; llama3.2-1b (tied): the real parameter counts and unit lists
+for spec in "llama3-8b 0 8030261248 33" "llama3-8b 8 8030261248 33" "llama3.2-1b 0 1235814400 17"; do
+  set -- $spec
+  checks=$((checks + 1))
+  start=$(date +%s.%N)
+  if "$BIN/fsdp-plan" -world_size 64 -ranks_per_node 8 -model "$1" -sharding_factor "$2" -summary json \
+       >"$tmp/llama.out" 2>&1; then
+    end=$(date +%s.%N)
+    if python3 - "$tmp/llama.out" "$start" "$end" "$@" <<'PY'
+import json, sys
+p = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+secs = float(sys.argv[3]) - float(sys.argv[2])
+name, F, count, nunits = sys.argv[4], int(sys.argv[5]) or 64, int(sys.argv[6]), int(sys.argv[7])
+n = p["model"]["param_count"]
+padded = sum(u["padded_numel"] for u in p["units"])
+shard = p["memory"]["param_shard_bytes"]
+root = [u for u in p["units"] if u["name"] == "root"][0]
+C, V = p["model"]["n_embd"], p["model"]["vocab_size"]
+tied = p["model"]["tie_embeddings"]
+# 10 s: a guard against touching every element, not a timing target
+ok = secs < 10.0 and n == count and len(p["units"]) == nunits and shard * F == 4 * padded
+ok = ok and root["numel"] == (1 if tied else 2) * V * C + C and p["sharding_factor"] == F
+ok = ok and p["model"]["family"] == "llama" and p["units"][1]["name"] == "model.layers.0"
+print("%s: %s on 64 ranks, F %d, planned in %.2f s: %d params, %d units, %.2f GiB of shards per rank"
+      % ("ok" if ok else "FAIL", name, F, secs, n, len(p["units"]), shard / 2**30))
+sys.exit(0 if ok else 1)
+PY
+    then :; else fails=$((fails + 1)); fi
+  else
+    echo "FAIL: fsdp-plan $1: $(tail -n 3 "$tmp/llama.out")"; fails=$((fails + 1))
+  fi
+done
 
 # [Note: bf16 compute]: -param_dtype bf16 means bf16 compute on the CPU
 # (precision.compute_dtype bf16, a bf16 GEMM named), -compute_dtype fp32

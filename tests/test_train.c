@@ -32,7 +32,7 @@ typedef struct {
 /* Independent DESIGN §5 arithmetic for the tiny model family. */
 static void check_formulas(FsdpTrainer tr, const Config *c, int W, int steps)
 {
-  const GptConfig *g = GptModelConfig(FsdpTrainerModel(tr));
+  const GptConfig *g = GptModelConfig((GptModel)FsdpModelImpl(FsdpTrainerModel(tr)));
   int64_t C = g->n_embd, V = g->vocab_size, T = g->seq_len;
   int F = c->F, R = W / F, nb = c->n_layer;
   int64_t Proot = padded(V * C + T * C + 2 * C, F), Pb = padded(12 * C * C + 13 * C, F);

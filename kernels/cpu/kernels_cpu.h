@@ -83,6 +83,21 @@ void adamw_update_cpu(float *param, const float *grad, float *m, float *v,
                       float weight_decay, float grad_scale, int t);
 double sum_squares_cpu(const float *x, size_t n);
 
+/* llama.c */
+void rmsnorm_forward_cpu(float *out, float *rstd, const float *inp, const float *weight, int N,
+                         int C, float eps);
+void rmsnorm_backward_cpu(float *dinp, float *dweight, const float *dout, const float *inp,
+                          const float *weight, const float *rstd, int N, int C);
+void rope_forward_cpu(float *out, const float *inp, int B, int T, int NH, int HD, float theta);
+void rope_backward_cpu(float *dinp, const float *dout, int B, int T, int NH, int HD, float theta);
+void swiglu_forward_cpu(float *out, const float *gate, const float *up, size_t n);
+void swiglu_backward_cpu(float *dgate, float *dup, const float *dout, const float *gate,
+                         const float *up, size_t n);
+void gqa_pack_forward_cpu(float *qkv, const float *q, const float *k, const float *v, int B,
+                          int T, int NH, int KVH, int HD);
+void gqa_pack_backward_cpu(float *dq, float *dk, float *dv, const float *dqkv, int B, int T,
+                           int NH, int KVH, int HD);
+
 /* [Note: ISA clones] The library is built for the baseline x86-64 (SSE2,
  * 4 floats a vector) so that one binary runs on every node.  The kernels
  * whose inner loops are compute-bound (GELU, softmax, attention, layernorm)

@@ -107,6 +107,21 @@ void adamw_update_cuda(float *param, const float *grad, float *m, float *v,
                        float weight_decay, float grad_scale, int t);
 /* Returns a host double: waits for the compute stream. */
 double sum_squares_cuda(const float *x, size_t n);
+/* llama.cu */
+void rmsnorm_forward_cuda(float *out, float *rstd, const float *inp, const float *weight, int N,
+                          int C, float eps);
+void rmsnorm_backward_cuda(float *dinp, float *dweight, const float *dout, const float *inp,
+                           const float *weight, const float *rstd, int N, int C);
+void rope_forward_cuda(float *out, const float *inp, int B, int T, int NH, int HD, float theta);
+void rope_backward_cuda(float *dinp, const float *dout, int B, int T, int NH, int HD,
+                        float theta);
+void swiglu_forward_cuda(float *out, const float *gate, const float *up, size_t n);
+void swiglu_backward_cuda(float *dgate, float *dup, const float *dout, const float *gate,
+                          const float *up, size_t n);
+void gqa_pack_forward_cuda(float *qkv, const float *q, const float *k, const float *v, int B,
+                           int T, int NH, int KVH, int HD);
+void gqa_pack_backward_cuda(float *dq, float *dk, float *dv, const float *dqkv, int B, int T,
+                            int NH, int KVH, int HD);
 
 /* ---- extra device functions for the FSDP runtime ------------------------- */
 

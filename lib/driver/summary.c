@@ -3,11 +3,12 @@
 #include "driver/summary.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "base/dtype.h"
 #include "base/error.h"
 #include "kernels/kernels.h"
-#include "model/gpt.h"
+#include "model/family.h"
 
 void FsdpSummaryRunMembers(FsdpJson j, const FsdpTrainOptions *o, const FsdpSummaryTopology *t)
 {
@@ -16,15 +17,20 @@ void FsdpSummaryRunMembers(FsdpJson j, const FsdpTrainOptions *o, const FsdpSumm
   FsdpJsonInt(j, "replica_size", t->replica_size);
   FsdpJsonInt(j, "ranks_per_node", t->ranks_per_node);
   FsdpJsonInt(j, "nodes", t->nodes);
-  const GptConfig *c = &o->model;
+  const FsdpModelDesc *c = &o->model;
   FsdpJsonBeginObject(j, "model");
   FsdpJsonString(j, "name", o->model_name);
-  FsdpJsonInt(j, "n_layer", c->n_layer);
-  FsdpJsonInt(j, "n_embd", c->n_embd);
-  FsdpJsonInt(j, "n_head", c->n_head);
-  FsdpJsonInt(j, "vocab_size", c->vocab_size);
-  FsdpJsonInt(j, "seq_len", c->seq_len);
-  FsdpJsonInt(j, "param_count", GptConfigParamCount(c));
+  /* the family's attributes in their order (GPT: n_layer n_embd n_head
+   * vocab_size seq_len, as before); "family" only for others, so a GPT
+   * summary stays as it was */
+  if (strcmp(c->family, "gpt2") != 0) FsdpJsonString(j, "family", c->family);
+  for (int i = 0; i < c->nattrs; i++) {
+    const FsdpModelAttr *a = &c->attr[i];
+    if (a->type == FSDP_MODEL_ATTR_INT) FsdpJsonInt(j, a->name, a->i);
+    else if (a->type == FSDP_MODEL_ATTR_REAL) FsdpJsonReal(j, a->name, a->r);
+    else FsdpJsonString(j, a->name, a->s);
+  }
+  FsdpJsonInt(j, "param_count", FsdpModelDescParamCount(c));
   FsdpJsonEndObject(j);
   const FsdpRuntimeOptions *f = &o->fsdp;
   FsdpJsonInt(j, "batch_size", o->batch_size);

@@ -22,7 +22,7 @@ struct FsdpTrainer_ {
   FsdpTopo topo;
   FsdpColl coll;
   FsdpRuntime rt;
-  GptModel model;
+  FsdpModel model;
   FsdpModelDesc desc; /* what checkpoints and the run file record and compare */
   FsdpData data;
   FsdpOptim optim;
@@ -61,9 +61,8 @@ int FsdpTrainOptionsFromDb(FsdpOpts db, FsdpTrainOptions *o)
   int idx = 0;
   const char *g = "Training";
   FSDP_CALL(FsdpTopoOptionsFromDb(db, &o->topo));
-  FSDP_CALL(GptConfigFromDb(db, &o->model));
-  FSDP_CALL(FsdpOptsGetEnum(db, "Model", "model", "model preset", GptPresetNames, 1, &idx));
-  snprintf(o->model_name, sizeof o->model_name, "%s", GptPresetNames[idx]);
+  FSDP_CALL(FsdpModelOptionsFromDb(db, &o->model));
+  snprintf(o->model_name, sizeof o->model_name, "%s", o->model.preset);
   FSDP_CALL(FsdpOptsGetInt(db, "FSDP", "wrap", "transformer blocks per FSDP unit", 1, 1, 1 << 20, &v));
   o->wrap = (int)v;
   FSDP_CALL(FsdpRuntimeOptionsFromDb(db, &o->fsdp));
@@ -166,7 +165,7 @@ int FsdpTrainerCreate(MPI_Comm comm, const FsdpTrainOptions *o, FsdpTrainer *out
   FSDP_CALL_MPI(MPI_Comm_rank(comm, &tr->rank));
   FSDP_CALL_MPI(MPI_Comm_size(comm, &tr->W));
   tr->B = o->batch_size;
-  tr->T = o->model.seq_len;
+  tr->T = (int)FsdpModelDescInt(&o->model, "seq_len");
   /* first: a signal that comes during set-up preempts after step 1 */
   FSDP_CALL(FsdpPreemptInstall(&o->preempt));
   FSDP_CALL(FsdpTopoCreate(comm, &o->topo, &tr->topo));
@@ -188,24 +187,24 @@ int FsdpTrainerCreate(MPI_Comm comm, const FsdpTrainOptions *o, FsdpTrainer *out
   } else {
     FSDP_CALL(FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &tr->coll));
   }
-  FSDP_CALL(GptModelCreate(&o->model, o->wrap, tr->B, tr->T, tr->k, (uint64_t)o->seed, &tr->model));
+  FSDP_CALL(FsdpModelCreate(&o->model, o->wrap, tr->B, tr->T, tr->k, (uint64_t)o->seed, &tr->model));
   /* before the table is registered: it gives the block stages their
    * recompute callback ([Note: activation recomputation], fsdp.h) */
-  FSDP_CALL(GptModelSetRecompute(tr->model, o->fsdp.recompute));
-  FSDP_CALL(GptConfigDescribe(&o->model, o->model_name, &tr->desc));
+  FSDP_CALL(FsdpModelSetRecompute(tr->model, o->fsdp.recompute));
+  tr->desc = o->model;
   /* data first: a bad file is a usage error before any big allocation */
-  FSDP_CALL(FsdpDataCreate(comm, o->data, o->model.vocab_size, tr->T, tr->W * tr->B,
-                           (uint64_t)o->seed, &tr->data));
+  const int V = (int)FsdpModelDescInt(&o->model, "vocab_size");
+  FSDP_CALL(FsdpDataCreate(comm, o->data, V, tr->T, tr->W * tr->B, (uint64_t)o->seed, &tr->data));
   if (o->val_every > 0) /* [Note: validation] */
-    FSDP_CALL(FsdpDataCreateHeldOut(comm, o->val_data, o->model.vocab_size, tr->T, tr->W * tr->B,
+    FSDP_CALL(FsdpDataCreateHeldOut(comm, o->val_data, V, tr->T, tr->W * tr->B,
                                     (uint64_t)o->seed, &tr->val));
   FSDP_CALL(FsdpRuntimeCreate(tr->topo, tr->coll, &o->fsdp, &tr->rt));
   /* the runtime and the optimizer see the model only through its table */
-  const FsdpModelTable *table = GptModelTable(tr->model);
+  const FsdpModelTable *table = FsdpModelGetTable(tr->model);
   FSDP_CALL(FsdpRuntimeAddModel(tr->rt, table));
   FSDP_CALL(FsdpRuntimeSetUp(tr->rt));
   FSDP_CALL(FsdpRuntimeInitShards(tr->rt, table->init, table->ctx));
-  FSDP_CALL(GptModelSetUp(tr->model));
+  FSDP_CALL(FsdpModelSetUp(tr->model));
   FSDP_CALL(FsdpOptimCreate(tr->rt, table->kernels, &o->optim, table->decays, &tr->optim));
   /* the timeline is always measured (exposed comm time for the summary);
    * events are stored only with -trace */
@@ -242,7 +241,7 @@ int FsdpTrainerCreate(MPI_Comm comm, const FsdpTrainOptions *o, FsdpTrainer *out
     char topo[512];
     FSDP_CALL(FsdpTopoSummary(tr->topo, topo, sizeof topo));
     FsdpMetricsInfo mi = {o->options_string, topo, &tr->desc,
-                          GptConfigParamCount(&o->model),
+                          FsdpModelDescParamCount(&o->model),
                           (int64_t)tr->W * tr->B * tr->T * o->fsdp.grad_accum};
     /* a resumed run appends to its run file; a fresh one never overwrites */
     FSDP_CALL(FsdpMetricsCreate(comm, o->metrics, &mi, found, &tr->metrics));
@@ -265,7 +264,7 @@ int FsdpTrainerDestroy(FsdpTrainer *ptr)
   FSDP_CALL(FsdpOptimDestroy(&tr->optim));
   FSDP_CALL(FsdpRuntimeDestroy(&tr->rt));
   FSDP_CALL(FsdpTraceDestroy(&tr->trace));
-  FSDP_CALL(GptModelDestroy(&tr->model));
+  FSDP_CALL(FsdpModelDestroy(&tr->model));
   FSDP_CALL(FsdpDataDestroy(&tr->data));
   FSDP_CALL(FsdpDataDestroy(&tr->val));
   free(tr->val_steps);
@@ -302,10 +301,10 @@ int FsdpTrainerStep(FsdpTrainer tr, double *loss)
      * step of K*B */
     FSDP_CALL(FsdpDataGetBatch(tr->data, tr->data_base + (tr->step - tr->first_step) * K + m,
                                tr->rank, tr->W, tr->inputs, tr->targets));
-    FSDP_CALL(GptModelSetBatch(tr->model, tr->inputs, tr->targets));
-    GptModelSetLossScale(tr->model, (float)(tr->scale / K));
-    FSDP_CALL(FsdpRuntimeForwardBackward(tr->rt, tr->model, m, K));
-    l += GptModelLoss(tr->model) / K;
+    FSDP_CALL(FsdpModelSetBatch(tr->model, tr->inputs, tr->targets));
+    FsdpModelSetLossScale(tr->model, (float)(tr->scale / K));
+    FSDP_CALL(FsdpRuntimeForwardBackward(tr->rt, FsdpModelGetTable(tr->model)->ctx, m, K));
+    l += FsdpModelLoss(tr->model) / K;
   }
   FSDP_CALL(FsdpRuntimeFinishGradients(tr->rt));
   FsdpFlightSetPhase(FSDP_PHASE_OPTIM);
@@ -375,9 +374,9 @@ int FsdpTrainerValidate(FsdpTrainer tr, double *loss)
   double sum = 0.0;
   for (int k = 0; k < tr->o.val_batches; k++) {
     FSDP_CALL(FsdpDataGetBatch(tr->val, k, tr->rank, tr->W, tr->inputs, tr->targets));
-    FSDP_CALL(GptModelSetBatch(tr->model, tr->inputs, tr->targets));
-    FSDP_CALL(FsdpRuntimeForward(tr->rt, tr->model));
-    sum += GptModelLoss(tr->model);
+    FSDP_CALL(FsdpModelSetBatch(tr->model, tr->inputs, tr->targets));
+    FSDP_CALL(FsdpRuntimeForward(tr->rt, FsdpModelGetTable(tr->model)->ctx));
+    sum += FsdpModelLoss(tr->model);
   }
   FSDP_CALL(FsdpCollScalarSum(tr->coll, FsdpTopoWorld(tr->topo), &sum, 1));
   double l = sum / ((double)tr->W * tr->o.val_batches);
@@ -576,7 +575,6 @@ int FsdpTrainerSummary(FsdpTrainer tr, FILE *out)
   double med = Median(tr->step_ms + tr->first_step, n);
   double tokens_per_s =
       med > 0 ? (double)tr->W * tr->B * tr->T * tr->o.fsdp.grad_accum / (med * 1e-3) : 0.0;
-  const GptConfig *c = &tr->o.model;
   uint64_t steps = n > 0 ? (uint64_t)n : 1;
   const FsdpCommCounters *ct = &tr->comm_total;
   if (tr->o.summary == FSDP_SUMMARY_TEXT) {
@@ -585,7 +583,7 @@ int FsdpTrainerSummary(FsdpTrainer tr, FILE *out)
             "R %d | params %lld | shard %.2f MiB/rank | gather buffers %.2f MiB/rank\n",
             (long long)n, n ? losses[n - 1] : 0.0, med, tokens_per_s,
             tr->W, FsdpTopoShard(tr->topo)->size, FsdpTopoReplica(tr->topo)->size,
-            (long long)GptConfigParamCount(c), mem.param_shard_bytes / 1048576.0,
+            (long long)FsdpModelDescParamCount(&tr->o.model), mem.param_shard_bytes / 1048576.0,
             mem.gather_buffer_bytes / 1048576.0);
     if (tr->nval > 0)
       fprintf(out, "validation: loss %.4f after step %lld (%d validations)\n",
@@ -623,7 +621,7 @@ int FsdpTrainerSummary(FsdpTrainer tr, FILE *out)
   FsdpSummaryMemory sm = {mem.param_shard_bytes,   mem.grad_shard_bytes,
                           FsdpOptimStateBytes(tr->optim), mem.gather_buffer_bytes,
                           mem.grad_buffer_bytes,   mem.compute_buffer_bytes,
-                          GptModelActivationBytes(tr->model)};
+                          FsdpModelActivationBytes(tr->model)};
   FsdpSummaryBeginMemory(j, &sm);
   FsdpJsonUint(j, "peak_unsharded_param_bytes", peak_p);
   FsdpJsonUint(j, "peak_unsharded_grad_bytes", peak_g);
@@ -672,7 +670,7 @@ int FsdpTrainerSummary(FsdpTrainer tr, FILE *out)
 }
 
 FsdpRuntime FsdpTrainerRuntime(FsdpTrainer tr) { return tr->rt; }
-GptModel FsdpTrainerModel(FsdpTrainer tr) { return tr->model; }
+FsdpModel FsdpTrainerModel(FsdpTrainer tr) { return tr->model; }
 FsdpOptim FsdpTrainerOptim(FsdpTrainer tr) { return tr->optim; }
 FsdpTopo FsdpTrainerTopo(FsdpTrainer tr) { return tr->topo; }
 int64_t FsdpTrainerStepsDone(FsdpTrainer tr) { return tr->step; }

@@ -15,7 +15,7 @@
 #include "io/metrics.h"
 #include "driver/preempt.h"
 #include "runtime/fsdp.h"
-#include "model/gpt.h"
+#include "model/family.h"
 #include "runtime/optim.h"
 #include "comm/topo.h"
 
@@ -25,8 +25,8 @@ typedef struct {
   FsdpTopoOptions topo;
   FsdpRuntimeOptions fsdp;
   FsdpOptimOptions optim;
-  GptConfig model;
-  char model_name[32];
+  FsdpModelDesc model; /* family, preset and attributes (family.h) */
+  char model_name[32];   /* -model: the preset */
   int wrap, batch_size, log_every;
   int64_t steps, seed;
   const char *data; /* NULL: built-in task */
@@ -81,7 +81,7 @@ int FsdpTrainerRun(FsdpTrainer tr, FILE *out);
 int FsdpTrainerSummary(FsdpTrainer tr, FILE *out);
 
 FsdpRuntime FsdpTrainerRuntime(FsdpTrainer tr);
-GptModel FsdpTrainerModel(FsdpTrainer tr);
+FsdpModel FsdpTrainerModel(FsdpTrainer tr);
 FsdpOptim FsdpTrainerOptim(FsdpTrainer tr);
 FsdpTopo FsdpTrainerTopo(FsdpTrainer tr);
 int64_t FsdpTrainerStepsDone(FsdpTrainer tr);

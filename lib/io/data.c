@@ -16,12 +16,14 @@
 /* Magics of llm.c files that are not GPT-2 token files, for better
  * messages when a user passes one of them to -data. */
 #define LLMC_MAGIC_TOKENS_LLAMA3 20240801
+#define LLMC_VERSION_TOKENS_LLAMA3 7
 #define LLMC_MAGIC_MODEL 20240326
 #define LLMC_MAGIC_TOKENIZER 20240328
 
 struct FsdpData_ {
   char *source;       /* "builtin" or the file path (for messages) */
-  uint16_t *tokens;   /* (n) the whole stream, tagged FSDP_MEM_DATA */
+  uint16_t *tokens;   /* (n) the whole stream, tagged FSDP_MEM_DATA, or NULL */
+  uint32_t *tokens32; /* (n) instead, for uint32 files ([Note: two token widths]) */
   int64_t n;          /* tokens in the stream */
   int vocab_size;     /* V */
   int T;              /* sequence length */
@@ -144,23 +146,29 @@ static int DataReadFile(struct FsdpData_ *d, const char *path, char *msg,
   const int32_t magic = LoadLeI32(header);
   const int32_t version = LoadLeI32(header + 4);
   const int32_t count = LoadLeI32(header + 8);
-  if (magic != FSDP_DATA_MAGIC) {
+  /* [Note: two token widths] llm.c writes GPT-2 tokens as uint16 (magic
+   * 20240520, version 1) and LLaMA-3 tokens as uint32 (magic 20240801,
+   * version 7: the 128256-token vocabulary does not fit 16 bits).  Each is
+   * kept at its own width (tokens or tokens32), so a GPT-2 file costs what
+   * it did. */
+  const int llama3 = magic == LLMC_MAGIC_TOKENS_LLAMA3;
+  const int tb = llama3 ? 4 : 2; /* bytes per token */
+  const int32_t want_version = llama3 ? LLMC_VERSION_TOKENS_LLAMA3 : FSDP_DATA_VERSION;
+  if (magic != FSDP_DATA_MAGIC && !llama3) {
     const char *hint = "";
-    if (magic == LLMC_MAGIC_TOKENS_LLAMA3)
-      hint = "; 20240801 is llm.c's LLaMA-3 layout with uint32 tokens, "
-             "which is not supported";
-    else if (magic == LLMC_MAGIC_MODEL)
+    if (magic == LLMC_MAGIC_MODEL)
       hint = "; 20240326 is an llm.c model checkpoint, not a token file";
     else if (magic == LLMC_MAGIC_TOKENIZER)
       hint = "; 20240328 is an llm.c tokenizer file, not a token file";
     code = LocalFail(msg, size,
                       "token file '%s' has magic %d, expected %d (an llm.c "
-                      "token file)%s", path, (int)magic, FSDP_DATA_MAGIC, hint);
+                      "token file) or %d (llm.c's LLaMA-3 token file)%s", path, (int)magic,
+                      FSDP_DATA_MAGIC, LLMC_MAGIC_TOKENS_LLAMA3, hint);
     goto done;
   }
-  if (version != FSDP_DATA_VERSION) {
+  if (version != want_version) {
     code = LocalFail(msg, size, "token file '%s' has version %d, expected %d",
-                      path, (int)version, FSDP_DATA_VERSION);
+                      path, (int)version, (int)want_version);
     goto done;
   }
   if (count <= 0) {
@@ -169,7 +177,7 @@ static int DataReadFile(struct FsdpData_ *d, const char *path, char *msg,
                       "be positive", path, (int)count);
     goto done;
   }
-  const long long holds = (bytes - FSDP_DATA_HEADER_BYTES) / 2;
+  const long long holds = (bytes - FSDP_DATA_HEADER_BYTES) / tb;
   if ((long long)count > holds) {
     code = LocalFail(msg, size,
                       "token file '%s': header says %d tokens but the file "
@@ -177,13 +185,13 @@ static int DataReadFile(struct FsdpData_ *d, const char *path, char *msg,
                       (int)count, holds, bytes);
     goto done;
   }
-  const long long expect_bytes = FSDP_DATA_HEADER_BYTES + 2LL * count;
+  const long long expect_bytes = FSDP_DATA_HEADER_BYTES + (long long)tb * count;
   if (bytes != expect_bytes) {
     code = LocalFail(msg, size,
                       "token file '%s' has %lld trailing byte%s after its %d "
-                      "tokens (its size must be exactly 1024 + 2*%d = %lld "
+                      "tokens (its size must be exactly 1024 + %d*%d = %lld "
                       "bytes, it is %lld)", path, bytes - expect_bytes,
-                      bytes - expect_bytes == 1 ? "" : "s", (int)count,
+                      bytes - expect_bytes == 1 ? "" : "s", (int)count, tb,
                       (int)count, expect_bytes, bytes);
     goto done;
   }
@@ -198,7 +206,8 @@ static int DataReadFile(struct FsdpData_ *d, const char *path, char *msg,
     goto done;
   }
 
-  code = FsdpMalloc(FSDP_MEM_DATA, (size_t)count * sizeof(uint16_t), &d->tokens);
+  if (tb == 4) code = FsdpMalloc(FSDP_MEM_DATA, (size_t)count * 4, &d->tokens32);
+  else code = FsdpMalloc(FSDP_MEM_DATA, (size_t)count * 2, &d->tokens);
   if (code != FSDP_SUCCESS) {
     snprintf(msg, size, "loading token file '%s': %s", path,
              FsdpErrorLastMessage());
@@ -206,22 +215,31 @@ static int DataReadFile(struct FsdpData_ *d, const char *path, char *msg,
   }
   /* One read of the whole stream: token files used here are small, and every
    * rank needs random access to all of it ([Note: global batch]). */
-  if (fread(d->tokens, sizeof(uint16_t), (size_t)count, f) != (size_t)count) {
+  if (fread(tb == 4 ? (void *)d->tokens32 : (void *)d->tokens, (size_t)tb, (size_t)count, f) !=
+      (size_t)count) {
     code = LocalFail(msg, size, "cannot read the %d tokens of token file "
                       "'%s': %s", (int)count, path,
                       ferror(f) ? strerror(errno) : "unexpected end of file");
     goto done;
   }
-  if (!FsdpHostIsLittleEndian())
-    for (int32_t i = 0; i < count; i++)
-      d->tokens[i] = (uint16_t)(d->tokens[i] >> 8 | d->tokens[i] << 8);
+  if (!FsdpHostIsLittleEndian()) {
+    if (tb == 2)
+      for (int32_t i = 0; i < count; i++)
+        d->tokens[i] = (uint16_t)(d->tokens[i] >> 8 | d->tokens[i] << 8);
+    else
+      for (int32_t i = 0; i < count; i++) {
+        uint32_t v = d->tokens32[i];
+        d->tokens32[i] = v >> 24 | (v >> 8 & 0xff00u) | (v << 8 & 0xff0000u) | v << 24;
+      }
+  }
   d->n = count;
   for (int32_t i = 0; i < count; i++) {
-    if ((int)d->tokens[i] >= d->vocab_size) {
+    int64_t v = tb == 4 ? (int64_t)d->tokens32[i] : (int64_t)d->tokens[i];
+    if (v >= d->vocab_size) {
       code = LocalFail(msg, size,
                         "token file '%s': the token at position %d has value "
-                        "%d, not below -vocab_size %d", path, (int)i,
-                        (int)d->tokens[i], d->vocab_size);
+                        "%lld, not below -vocab_size %d", path, (int)i,
+                        (long long)v, d->vocab_size);
       goto done;
     }
   }
@@ -420,6 +438,7 @@ static void DataFree(struct FsdpData_ *d)
 {
   if (!d) return;
   FsdpFree(&d->tokens);
+  FsdpFree(&d->tokens32);
   free(d->source);
   free(d);
 }
@@ -549,11 +568,20 @@ int FsdpDataGetBatch(FsdpData d, int64_t micro_step, int dp_rank, int dp_size,
                       (int64_t)dp_rank * B) % span;
   for (int i = 0; i < B; i++) {
     const int64_t j = (j0 + i) % span;
-    const uint16_t *w = d->tokens + (j * (T % span)) % span;
+    const int64_t off = (j * (T % span)) % span;
     int *in = inputs + (size_t)i * T, *tg = targets + (size_t)i * T;
-    for (int t = 0; t < T; t++) {
-      in[t] = w[t];
-      tg[t] = w[t + 1];
+    if (d->tokens32) {
+      const uint32_t *w = d->tokens32 + off; /* below vocab_size: fits an int */
+      for (int t = 0; t < T; t++) {
+        in[t] = (int)w[t];
+        tg[t] = (int)w[t + 1];
+      }
+    } else {
+      const uint16_t *w = d->tokens + off;
+      for (int t = 0; t < T; t++) {
+        in[t] = w[t];
+        tg[t] = w[t + 1];
+      }
     }
   }
   return FSDP_SUCCESS;

@@ -2,7 +2,8 @@
  *
  * Two sources behind one handle: a token file in llm.c's .bin layout
  * (256 int32 header: magic 20240520, version 1, token count n; then n
- * uint16 tokens; file size must be exactly 1024 + 2n), or the built-in
+ * uint16 tokens; file size must be exactly 1024 + 2n; or llm.c's LLaMA-3
+ * layout: magic 20240801, version 7, n uint32 tokens, 1024 + 4n), or the built-in
  * task (no file; a deterministic, learnable token stream generated from
  * the seed, see data.c [Note: built-in task]).
  *

@@ -119,13 +119,11 @@ int GptConfigValidate(const GptConfig *c)
   return FSDP_SUCCESS;
 }
 
-int GptConfigFromDb(FsdpOpts db, GptConfig *cfg)
+int GptConfigFromDb(FsdpOpts db, const char *preset, GptConfig *cfg)
 {
-  int preset = 0;
-  FSDP_CALL(FsdpOptsGetEnum(db, "Model", "model",
-                            "model preset (custom: set -n_layer -n_embd -n_head -vocab_size -seq_len)",
-                            GptPresetNames, 1, &preset));
-  GptConfig c = kPresets[preset < 7 ? preset : 0];
+  int idx = 0;
+  while (preset && GptPresetNames[idx] && strcmp(GptPresetNames[idx], preset) != 0) idx++;
+  GptConfig c = kPresets[preset && idx < 7 ? idx : 0];
   int64_t v;
   /* Sizes may be overridden for any preset; custom starts from tiny. */
   FSDP_CALL(FsdpOptsGetInt(db, "Model", "n_layer", "transformer blocks", c.n_layer, 1, 100000, &v));

@@ -34,10 +34,11 @@ typedef struct {
 /* Preset names accepted by -model, NULL terminated ("custom" last). */
 extern const char *const GptPresetNames[];
 
-/* Not collective.  Reads -model and, for custom, -n_layer -n_embd -n_head
- * -vocab_size -seq_len (group "Model"); validates (n_embd divisible by
- * n_head, ...) with usage errors naming the option. */
-int GptConfigFromDb(FsdpOpts db, GptConfig *cfg);
+/* Not collective.  The config of a preset (by name; NULL or "custom":
+ * tiny's), overridden by -n_layer -n_embd -n_head -vocab_size -seq_len
+ * (group "Model"); validates (n_embd divisible by n_head, ...) with usage
+ * errors naming the option.  (-model itself: FsdpModelOptionsFromDb.) */
+int GptConfigFromDb(FsdpOpts db, const char *preset, GptConfig *cfg);
 int GptConfigValidate(const GptConfig *cfg);
 /* Total parameter count of a config (unpadded). */
 int64_t GptConfigParamCount(const GptConfig *cfg);
