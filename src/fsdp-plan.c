@@ -200,9 +200,9 @@ static int PlanOptionsFromDb(FsdpOpts db, PlanOptions *po)
                             &po->schedule));
   int64_t top = 5;
   FSDP_CALL(FsdpOptsGetBool(db, g, "tune", "with -profile: search sharding factor, -wrap, "
-                            "-prefetch, RAF/NRAF and micro-batch x accumulation for the most "
+                            "-prefetch, RAF/NRAF, -recompute and micro-batch x accumulation for the most "
                             "predicted tokens/s within -memory_limit", 0, &po->tune));
-  FSDP_CALL(FsdpOptsGetInt(db, g, "tune_top", "-tune: candidates to list", 5, 1, 1000, &top));
+  FSDP_CALL(FsdpOptsGetInt(db, g, "tune_top", "-tune: candidates to list", 5, 1, 1000000, &top));
   po->tune_top = (int)top;
   FSDP_CALL(FsdpOptsGetDouble(db, g, "memory_limit", "-tune: bytes a rank may use (0: 90% of the "
                               "profile's available memory)", 0, 0, 1e18, &po->memory_limit));
@@ -799,7 +799,7 @@ static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutco
 /* ---- -tune: the fastest options that fit -------------------------------- */
 
 typedef struct {
-  int F, wrap, prefetch, raf, B, K;
+  int F, wrap, prefetch, raf, rc, B, K;
   PlanOutcome o;
 } Candidate;
 
@@ -823,6 +823,7 @@ static int SetCandidate(FsdpOpts db, const Candidate *c)
   FSDP_CALL(SetInt(db, "wrap", c->wrap));
   FSDP_CALL(FsdpOptsSetValue(db, "prefetch", FsdpPrefetchNames[c->prefetch]));
   FSDP_CALL(SetInt(db, "reshard_after_forward", c->raf));
+  FSDP_CALL(SetInt(db, "recompute", c->rc));
   FSDP_CALL(SetInt(db, "batch_size", c->B));
   FSDP_CALL(SetInt(db, "grad_accum", c->K));
   return FSDP_SUCCESS;
@@ -841,10 +842,10 @@ static int WriteOptionsFile(const char *path, const PlanOptions *po, const Candi
           "# %.4g tokens/s, %.3f GiB per rank.  Use after the run's own options:\n"
           "#   fsdp-train -options_file run.opts -options_file %s\n"
           "-sharding_factor %d\n-wrap %d\n-prefetch %s\n-reshard_after_forward %d\n"
-          "-batch_size %d\n-grad_accum %d\n",
+          "-recompute %d\n-batch_size %d\n-grad_accum %d\n",
           po->t.model_name, po->W, po->G, po->profile, 1e3 * c->o.step_s, 1e3 * c->o.exposed_s,
           c->o.tokens_per_s, c->o.mem_total / 1073741824.0, path, c->F, c->wrap,
-          FsdpPrefetchNames[c->prefetch], c->raf, c->B, c->K);
+          FsdpPrefetchNames[c->prefetch], c->raf, c->rc, c->B, c->K);
   if (fclose(f) != 0)
     FSDP_ERROR(FSDP_ERR_IO, "-tune_options_out %s: writing failed: %s", path, strerror(errno));
   return FSDP_SUCCESS;
@@ -856,7 +857,8 @@ static int WriteOptionsFile(const char *path, const PlanOptions *po, const Candi
  * Every combination of: F among the divisors of W whose
  * sharding groups keep to whole nodes or whole groups of nodes (F divides
  * G, or G divides F); -wrap among the divisors of n_layer up to 8; the
- * three prefetch modes; RAF and NRAF; the micro-batch B among the divisors
+ * three prefetch modes; RAF and NRAF; activation recomputation off and
+ * on; the micro-batch B among the divisors
  * of the sequences per rank per step (-batch_size x -grad_accum as given),
  * with K = that / B.  -limit_all_gathers is not searched: while prefetch
  * runs one unit ahead it changes neither memory nor time ([Note: prefetch
@@ -888,9 +890,10 @@ static int Tune(FsdpOpts db, const PlanOptions *po0)
       if (nl % wrap) continue;
       for (int pf = 0; !err && pf < FSDP_NPREFETCH; pf++)
         for (int raf = 1; !err && raf >= 0; raf--)
+          for (int rc = 0; !err && rc <= 1; rc++)
           for (int B = 1; !err && B <= per_rank; B++) {
             if (per_rank % B) continue;
-            Candidate x = {F, wrap, pf, raf, B, per_rank / B, {0}};
+            Candidate x = {F, wrap, pf, raf, rc, B, per_rank / B, {0}};
             err = SetCandidate(db, &x);
             if (!err) err = PlanOnce(db, 0, prof, &x.o);
             if (err) break;
@@ -915,11 +918,12 @@ static int Tune(FsdpOpts db, const PlanOptions *po0)
                          "-tune: none of %d configurations fits the memory limit of %.0f bytes "
                          "(%.3f GiB) per rank; the smallest needs %llu bytes (%.3f GiB: "
                          "-sharding_factor %d -wrap %d -prefetch %s -reshard_after_forward %d "
-                         "-batch_size %d -grad_accum %d)",
+                         "-recompute %d -batch_size %d -grad_accum %d)",
                          tried, limit, limit / 1073741824.0,
                          (unsigned long long)smallest.o.mem_total,
                          smallest.o.mem_total / 1073741824.0, smallest.F, smallest.wrap,
-                         FsdpPrefetchNames[smallest.prefetch], smallest.raf, smallest.B, smallest.K);
+                         FsdpPrefetchNames[smallest.prefetch], smallest.raf, smallest.rc, smallest.B,
+                         smallest.K);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   if (!err) {
@@ -930,11 +934,11 @@ static int Tune(FsdpOpts db, const PlanOptions *po0)
              "profile %s (%s); %d configurations, %zu fit %.3f GiB per rank\n",
              po.t.model_name, po.W, po.N, po.G, per_rank, po.profile, prof->source, tried, n,
              limit / 1073741824.0);
-      printf("%4s %5s %4s %-8s %4s %4s %4s %12s %12s %14s %10s\n", "rank", "F", "wrap", "prefetch",
-             "RAF", "B", "K", "step ms", "exposed ms", "tokens/s", "GiB/rank");
+      printf("%4s %5s %4s %-8s %4s %4s %4s %4s %12s %12s %14s %10s\n", "rank", "F", "wrap",
+             "prefetch", "RAF", "rc", "B", "K", "step ms", "exposed ms", "tokens/s", "GiB/rank");
       for (int i = 0; i < top; i++)
-        printf("%4d %5d %4d %-8s %4d %4d %4d %12.4g %12.4g %14.6g %10.3f\n", i + 1, c[i].F,
-               c[i].wrap, FsdpPrefetchNames[c[i].prefetch], c[i].raf, c[i].B, c[i].K,
+        printf("%4d %5d %4d %-8s %4d %4d %4d %4d %12.4g %12.4g %14.6g %10.3f\n", i + 1, c[i].F,
+               c[i].wrap, FsdpPrefetchNames[c[i].prefetch], c[i].raf, c[i].rc, c[i].B, c[i].K,
                1e3 * c[i].o.step_s, 1e3 * c[i].o.exposed_s, c[i].o.tokens_per_s,
                c[i].o.mem_total / 1073741824.0);
       if (po.tune_options_out[0]) {

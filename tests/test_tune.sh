@@ -10,7 +10,9 @@
 #     sharding groups inside a node (F <= 8); with ample memory and a fast
 #     network, no candidate listed is slower than one that was not (the
 #     first row is the maximum of a full listing);
-#  3. a memory limit nothing fits is a usage error naming the smallest
+#  3. a memory limit just under the smallest configuration without
+#     activation recomputation leaves only candidates with it;
+#  4. a memory limit nothing fits is a usage error naming the smallest
 #     memory any configuration needs, which is that configuration's
 #     planned total; -tune without -profile is a usage error.
 #   usage: test_tune.sh MPIEXEC "PREFLAGS" BINDIR
@@ -36,7 +38,7 @@ common="-world_size 16 -ranks_per_node 8 -device cuda -model gpt2 -param_dtype b
 
 # ---- 1. the listing and the winner -------------------------------------------
 # shellcheck disable=SC2086
-if ! timeout 120 "$BIN/fsdp-plan" $common -profile "$tmp/fast.h5" -tune -tune_top 1000 \
+if ! timeout 120 "$BIN/fsdp-plan" $common -profile "$tmp/fast.h5" -tune -tune_top 5000 \
      -tune_options_out "$tmp/win.opts" >"$tmp/tune.out" 2>&1; then
   fail "fsdp-plan -tune failed:"; tail -n 5 "$tmp/tune.out" | sed 's/^/    /'
 else
@@ -48,9 +50,9 @@ import json, sys
 rows = []
 for line in open(sys.argv[1]):
     f = line.split()
-    if len(f) == 11 and f[0].isdigit():
-        rows.append(dict(F=int(f[1]), wrap=int(f[2]), prefetch=f[3], raf=int(f[4]), B=int(f[5]), K=int(f[6]),
-                         step=float(f[7]), exposed=float(f[8]), tps=float(f[9]), gib=float(f[10])))
+    if len(f) == 12 and f[0].isdigit():
+        rows.append(dict(F=int(f[1]), wrap=int(f[2]), prefetch=f[3], raf=int(f[4]), rc=int(f[5]), B=int(f[6]),
+                         K=int(f[7]), step=float(f[8]), exposed=float(f[9]), tps=float(f[10]), gib=float(f[11])))
 head = [l for l in open(sys.argv[1]) if l.startswith("fsdp-plan -tune:")][0]
 limit = float(head.split(" fit ")[1].split()[0])
 bad = []
@@ -61,8 +63,9 @@ if any(r["B"] * r["K"] != 8 for r in rows): bad.append("B x K is not the 8 seque
 if {r["F"] for r in rows} - {1, 2, 4, 8, 16}: bad.append("an F that splits a node unevenly")
 w = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])
 top = rows[0]
-got = (w["sharding_factor"], w["wrap"], w["prefetch"], w["reshard_after_forward"], w["batch_size"], w["grad_accum"])
-if got != (top["F"], top["wrap"], top["prefetch"], top["raf"], top["B"], top["K"]):
+got = (w["sharding_factor"], w["wrap"], w["prefetch"], w["reshard_after_forward"], int(w["recompute"]),
+       w["batch_size"], w["grad_accum"])
+if got != (top["F"], top["wrap"], top["prefetch"], top["raf"], top["rc"], top["B"], top["K"]):
     bad.append("the options file gives %r, the listing's first row %r" % (got, top))
 p = w["predicted"]
 def close(a, b, rel=2e-4): return abs(a - b) <= rel * abs(b)
@@ -81,16 +84,35 @@ PY
     fail "fsdp-train -options_file (the tuner's file) failed:"; tail -n 5 "$tmp/train.out" | sed 's/^/    /'; }
 fi
 
-# ---- 2. a slow network keeps the groups inside a node ----------------------------
+# ---- 2. recomputation where memory needs it --------------------------------------
+# a limit just under the smallest configuration without recomputation: every
+# candidate left recomputes
+limit=$(python3 - "$tmp/tune.out" <<'PY'
+import sys
+rows = [l.split() for l in open(sys.argv[1]) if len(l.split()) == 12 and l.split()[0].isdigit()]
+print(int(min(float(r[11]) for r in rows if r[5] == "0") * 2**30 * 0.999))
+PY
+)
+# shellcheck disable=SC2086
+if "$BIN/fsdp-plan" $common -profile "$tmp/fast.h5" -tune -tune_top 1000 -memory_limit "$limit" \
+     >"$tmp/rc.out" 2>&1; then
+  n0=$(awk 'NF == 12 && $1 ~ /^[0-9]+$/ && $6 == "0"' "$tmp/rc.out" | wc -l)
+  n1=$(awk 'NF == 12 && $1 ~ /^[0-9]+$/ && $6 == "1"' "$tmp/rc.out" | wc -l)
+  [ "$n0" -eq 0 ] && [ "$n1" -gt 0 ] || fail "memory limit $limit: $n0 candidates without and $n1 with recomputation listed"
+else
+  fail "fsdp-plan -tune -memory_limit $limit failed"; tail -n 3 "$tmp/rc.out"
+fi
+
+# ---- 3. a slow network keeps the groups inside a node ----------------------------
 # shellcheck disable=SC2086
 if "$BIN/fsdp-plan" $common -profile "$tmp/slow.h5" -tune -tune_top 1 >"$tmp/slow.out" 2>&1; then
-  F=$(awk '$1 == "1" && NF == 11 {print $2}' "$tmp/slow.out")
+  F=$(awk '$1 == "1" && NF == 12 {print $2}' "$tmp/slow.out")
   [ -n "$F" ] && [ "$F" -le 8 ] || { fail "slow network: the winner has F '$F', expected <= 8"; cat "$tmp/slow.out"; }
 else
   fail "fsdp-plan -tune (slow network) failed"; tail -n 3 "$tmp/slow.out"
 fi
 
-# ---- 3. bad input -------------------------------------------------------------------
+# ---- 4. bad input -------------------------------------------------------------------
 # shellcheck disable=SC2086
 "$BIN/fsdp-plan" $common -profile "$tmp/fast.h5" -tune -memory_limit 1000 >"$tmp/bad.out" 2>"$tmp/bad.err"
 st=$?
@@ -114,4 +136,4 @@ if [ $fails -ne 0 ]; then
   echo "test_tune: $fails failure(s)"
   exit 1
 fi
-echo "test_tune: listing, winner, slow network and 2 bad inputs checked"
+echo "test_tune: listing, winner, recomputation under a memory limit, slow network and 2 bad inputs checked"

@@ -179,6 +179,7 @@ static int path(void)
   return g_path;
 }
 
+#ifdef HAVE_ONEDNN
 /* A oneDNN failure (memory, an unsupported shape) is not an error the
  * kernel can return: say so once and convert from then on. */
 static void onednn_failed(void)
@@ -193,6 +194,7 @@ static void bias_rows(float *out, const float *bias, int N, int OC)
   #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
 }
+#endif
 
 void matmul_forward_bf16_cpu(float *out, const float *inp, const float *weight,
                              const float *bias, int N, int C, int OC)
