@@ -76,7 +76,9 @@ pmix_root=/usr/lib/$ma/pmix2
 
 drop_deps='^(libucp|libuct|libucs|libucm|libfabric|libibverbs|librdmacm|libefa|libpsm[a-z0-9_]*|libinfinipath|liboshmem)\.'
 glibc_libs='^(ld-linux[-a-z0-9_]*|libc|libm|libmvec|libpthread|libdl|librt|libresolv|libutil|libanl|libBrokenLocale|libthread_db|libc_malloc_debug|libnss_[a-z0-9_]+|libmemusage|libpcprofile|libSegFault)\.so'
-gpu_libs='^lib(cuda|cudart|nccl|nvidia-[a-z0-9_-]+|nvrtc[a-z0-9_.-]*|nvJitLink|nvToolsExt|cublas|cublasLt|cufft|cufftw|curand|cusolver|cusolverMg|cusparse|cudnn[a-z0-9_]*|cupti|nvml|OpenCL)\.so'
+# (libOpenCL is carried: it is the vendor-neutral ICD loader Debian's oneDNN
+# links, not a driver; the ICDs it finds stay the target's)
+gpu_libs='^lib(cuda|cudart|nccl|nvidia-[a-z0-9_-]+|nvrtc[a-z0-9_.-]*|nvJitLink|nvToolsExt|cublas|cublasLt|cufft|cufftw|curand|cusolver|cusolverMg|cusparse|cudnn[a-z0-9_]*|cupti|nvml)\.so'
 gpu_dirs='^(/usr/local/cuda|/opt/nvidia|/usr/lib/[^/]+/nvidia)'
 gcc_libs='^(libgcc_s|libstdc\+\+)\.so'
 
