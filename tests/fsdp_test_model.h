@@ -17,11 +17,12 @@ typedef struct {
   GptModel model;
 } TestGpt;
 
-/* Collective on comm.  F: sharding factor (0 = size of comm). */
-static inline void test_gpt_create(MPI_Comm comm, const GptConfig *cfg, int B, int T, int F,
-                                   int raf, TestGpt *g)
+/* Collective on comm.  The FSDP runtime of the tests, for any model's
+ * table: sharding factor F (0 = size of comm), RAF or NRAF, limiter 2, no
+ * prefetch, fp32, no accumulation; set up. */
+static inline void test_runtime_create(MPI_Comm comm, const FsdpModelTable *t, int F, int raf,
+                                       FsdpTopo *topo, FsdpColl *coll, FsdpRuntime *rt)
 {
-  memset(g, 0, sizeof *g);
   FsdpTopoOptions to = {0};
   to.sharding_factor = F;
   FsdpRuntimeOptions ro = {0};
@@ -31,12 +32,20 @@ static inline void test_gpt_create(MPI_Comm comm, const GptConfig *cfg, int B, i
   ro.param_dtype = ro.reduce_dtype = FSDP_DTYPE_FP32;
   ro.grad_accum = 1;
   ro.accum_comm = 1;
-  TCALL(FsdpTopoCreate(comm, &to, &g->topo));
-  TCALL(FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &g->coll));
+  TCALL(FsdpTopoCreate(comm, &to, topo));
+  TCALL(FsdpCollCreate(FSDP_COLL_BACKEND_MPI, coll));
+  TCALL(FsdpRuntimeCreate(*topo, *coll, &ro, rt));
+  TCALL(FsdpRuntimeAddModel(*rt, t));
+  TCALL(FsdpRuntimeSetUp(*rt));
+}
+
+/* Collective on comm.  F: sharding factor (0 = size of comm). */
+static inline void test_gpt_create(MPI_Comm comm, const GptConfig *cfg, int B, int T, int F,
+                                   int raf, TestGpt *g)
+{
+  memset(g, 0, sizeof *g);
   TCALL(GptModelCreate(cfg, 1, B, T, FsdpKernelsCpu(), 1234, &g->model));
-  TCALL(FsdpRuntimeCreate(g->topo, g->coll, &ro, &g->rt));
-  TCALL(FsdpRuntimeAddModel(g->rt, GptModelTable(g->model)));
-  TCALL(FsdpRuntimeSetUp(g->rt));
+  test_runtime_create(comm, GptModelTable(g->model), F, raf, &g->topo, &g->coll, &g->rt);
   TCALL(GptModelSetUp(g->model));
 }
 

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "libfsdp.h"
+#include "fsdp_test_model.h"
 #include "testutil.h"
 
 typedef struct {
@@ -91,22 +92,9 @@ typedef struct {
 static void RigCreate(const Golden *g, int F, int raf, Rig *r)
 {
   memset(r, 0, sizeof *r);
-  FsdpTopoOptions to = {0};
-  to.sharding_factor = F;
-  FsdpRuntimeOptions ro = {0};
-  ro.reshard_after_forward = raf;
-  ro.limit_all_gathers = 2;
-  ro.prefetch = FSDP_PREFETCH_NONE;
-  ro.param_dtype = ro.reduce_dtype = FSDP_DTYPE_FP32;
-  ro.grad_accum = 1;
-  ro.accum_comm = 1;
-  TCALL(FsdpTopoCreate(MPI_COMM_WORLD, &to, &r->topo));
-  TCALL(FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &r->coll));
   TCALL(FsdpModelCreate(&g->desc, 1, g->B, g->T, FsdpKernelsCpu(), 1234, &r->model));
-  TCALL(FsdpRuntimeCreate(r->topo, r->coll, &ro, &r->rt));
   const FsdpModelTable *t = FsdpModelGetTable(r->model);
-  TCALL(FsdpRuntimeAddModel(r->rt, t));
-  TCALL(FsdpRuntimeSetUp(r->rt));
+  test_runtime_create(MPI_COMM_WORLD, t, F, raf, &r->topo, &r->coll, &r->rt);
   TCALL(FsdpModelSetUp(r->model));
   FsdpOptimOptions oo = {0};
   oo.lr = oo.lr_min = g->lr;
