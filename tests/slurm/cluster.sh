@@ -248,3 +248,21 @@ slurm_stop() {
   fi
   SLURM_TEST_DIR=""
 }
+
+# slurm_test_begin FSDP_TRAIN: the start every Slurm test shares: the private
+# cluster up (exit 77 where it cannot be), $t its folder, the fail/ok
+# counters, FSDP_TRAIN the per-node wrapper of FSDP_TRAIN with the
+# environment the job scripts need.  The caller cds into "$t/jobs".
+slurm_test_begin() {
+  slurm_require || exit 77
+  slurm_start || exit 77
+  slurm_mpi_launchers
+  t=$SLURM_TEST_DIR
+  fails=0
+  checks=0
+  fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+  ok() { echo "ok: $*"; }
+  FSDP_TRAIN=$(slurm_train_wrapper "$1")
+  export FSDP_TRAIN OMPI_MCA_mpi_yield_when_idle=1 OMP_NUM_THREADS=1
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+}

@@ -22,23 +22,13 @@ here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../.." && pwd)
 # shellcheck source=cluster.sh
 . "$here/cluster.sh"
-slurm_require || exit 77
-slurm_start || exit 77
-slurm_mpi_launchers
-t=$SLURM_TEST_DIR
-fails=0
-checks=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-ok() { echo "ok: $*"; }
+slurm_test_begin "$train"
 
 for f in "$src"/jobscripts/*.sbatch; do  # the GPU scripts cannot run here: syntax at least
   checks=$((checks + 1))
   if bash -n "$f" 2>"$t/syntax.err"; then ok "bash -n $(basename "$f")"; else fail "$(basename "$f"): $(cat "$t/syntax.err")"; fi
 done
 
-FSDP_TRAIN=$(slurm_train_wrapper "$train")
-export FSDP_TRAIN OMPI_MCA_mpi_yield_when_idle=1 OMP_NUM_THREADS=1
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 cd "$t/jobs" || exit 1
 printf -- '-model tiny\n-steps 4\n-log_every 1\n-seed 7\n' > tiny.opts
 mkdir sweep

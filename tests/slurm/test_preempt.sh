@@ -38,18 +38,7 @@ if ! OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "$train" -help 2>
 fi
 # shellcheck source=cluster.sh
 . "$here/cluster.sh"
-slurm_require || exit 77
-slurm_start || exit 77
-slurm_mpi_launchers
-t=$SLURM_TEST_DIR
-fails=0
-checks=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-ok() { echo "ok: $*"; }
-
-FSDP_TRAIN=$(slurm_train_wrapper "$train")
-export FSDP_TRAIN OMPI_MCA_mpi_yield_when_idle=1 OMP_NUM_THREADS=1
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+slurm_test_begin "$train"
 cd "$t/jobs" || exit 1
 opts() { # opts STEPS: the options file both starts and the reference read
   printf -- '-model tiny\n-batch_size 2\n-lr 1e-3\n-lr_min 1e-3\n-warmup 2\n-seed 5\n-log_every 1\n-steps %d\n' \
