@@ -75,6 +75,9 @@ struct GptModel_ {
   float *losses;                    /* (B,T) */
   float *losses_host;               /* (B,T) host copy for the mean */
   double loss;
+  /* [Note: fused classifier] (kernels.h): 1 when the last HeadForward ran
+   * k->crossentropy_fused, so logits holds d(loss)/d(logits) */
+  int head_fused;
   /* backward scratch (shared by all blocks) */
   float *dres;     /* (B,T,C) gradient flowing down the residual stream */
   float *dln;      /* (B,T,C) */
@@ -494,6 +497,10 @@ int GptModelLogits(GptModel m, int b, int t, float *out)
     FSDP_ERROR(FSDP_ERR_STATE, "GptModelLogits: position (%d, %d) outside the batch (%d, %d)", b, t,
                m->B, m->T);
   size_t V = (size_t)m->cfg.vocab_size;
+  if (m->head_fused)
+    FSDP_ERROR(FSDP_ERR_STATE, "GptModelLogits: the fused classifier wrote the logits' gradient "
+                               "over them; give the model a kernel table without "
+                               "crossentropy_fused to read logits (fsdp-sample does)");
   /* the head's logits stay in the buffer after the loss (crossentropy
    * writes probs, not logits) */
   FSDP_CALL(m->k->copy_to_host(out, m->logits + ((size_t)b * m->T + t) * V, V * sizeof(float)));
@@ -541,7 +548,16 @@ static int HeadForward(void *model, int stage, const FsdpUnitTensors *t)
   k->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, LayerInput(m, m->cfg.n_layer),
                        t->param[ROOT_LNFW], t->param[ROOT_LNFB], BT, C);
   k->matmul_forward(m->logits, m->lnf, t->param[ROOT_WTE], NULL, BT, C, V);
-  k->crossentropy_forward(m->losses, m->probs, m->logits, m->targets, BT, V);
+  /* [Note: fused classifier]: the loss and, over the logits, their
+   * gradient in one pass (the loss scale is set before the forward); the
+   * head's backward then starts from them.  Without it, probs now and the
+   * softmax backward later.  The logits buffer is unpadded (Vp = V): the
+   * head's matmul goes through the table, which has no row stride. */
+  m->head_fused = k->crossentropy_fused != NULL;
+  if (m->head_fused)
+    k->crossentropy_fused(m->losses, m->logits, m->targets, m->loss_scale / (float)BT, BT, V, V);
+  else
+    k->crossentropy_forward(m->losses, m->probs, m->logits, m->targets, BT, V);
   FSDP_CALL(k->copy_to_host(m->losses_host, m->losses, (size_t)BT * sizeof(float)));
   double sum = 0.0;
   for (int i = 0; i < BT; i++) sum += m->losses_host[i];
@@ -555,12 +571,16 @@ static int HeadBackward(void *model, int stage, const FsdpUnitTensors *t)
   GptModel m = (GptModel)model;
   int BT = m->B * m->T, C = m->cfg.n_embd, V = m->cfg.vocab_size;
   const FsdpKernelOps *k = m->k;
-  FSDP_CALL(k->zero(m->dlogits, (size_t)BT * (size_t)V * sizeof(float)));
   FSDP_CALL(k->zero(m->dln, (size_t)BT * C * sizeof(float)));
   FSDP_CALL(k->zero(m->dres, (size_t)BT * C * sizeof(float)));
-  k->crossentropy_softmax_backward(m->dlogits, m->probs, m->targets, m->loss_scale / (float)BT, BT,
-                                   V);
-  k->matmul_backward(m->dln, t->grad[ROOT_WTE], NULL, m->dlogits, m->lnf, t->param[ROOT_WTE], BT, C,
+  float *dlogits = m->logits; /* [Note: fused classifier]: HeadForward wrote them */
+  if (!m->head_fused) {
+    dlogits = m->dlogits;
+    FSDP_CALL(k->zero(m->dlogits, (size_t)BT * (size_t)V * sizeof(float)));
+    k->crossentropy_softmax_backward(m->dlogits, m->probs, m->targets, m->loss_scale / (float)BT,
+                                     BT, V);
+  }
+  k->matmul_backward(m->dln, t->grad[ROOT_WTE], NULL, dlogits, m->lnf, t->param[ROOT_WTE], BT, C,
                      V);
   k->layernorm_backward(m->dres, t->grad[ROOT_LNFW], t->grad[ROOT_LNFB], m->dln,
                         LayerInput(m, m->cfg.n_layer), t->param[ROOT_LNFW], m->lnf_mean,
