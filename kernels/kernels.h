@@ -190,6 +190,16 @@ typedef struct FsdpKernelOps {
    * zeroed dlogits (up to the order of the sums).  Optional (NULL: none). */
   void (*crossentropy_fused)(float *losses, float *logits, const int *targets,
                              float dloss, int N, int V, int Vp);
+
+  /* [Note: fused residual and LayerNorm] res (N,C) = inp1 + inp2, then
+   * out, mean, rstd = layernorm_forward(res): one pass over the rows
+   * instead of a residual pass and a LayerNorm pass that reads res back
+   * (on a GPU both are bound by memory bandwidth).  res may alias inp1 or
+   * inp2.  Equal to residual_forward then layernorm_forward (the CPU: bit
+   * for bit).  Optional (NULL: the model calls the two). */
+  void (*residual_layernorm_forward)(float *res, float *out, float *mean, float *rstd,
+                                     const float *inp1, const float *inp2,
+                                     const float *weight, const float *bias, int N, int C);
 } FsdpKernelOps;
 
 /* [Note: padded vocabulary] The LM head's row stride: V rounded up to a

@@ -512,6 +512,30 @@ static void test_fused_classifier(int N, int V, int Vp)
   free(z), free(zp), free(loss), free(tg), free(l2), free(dz), free(fz);
 }
 
+/* [Note: fused residual and LayerNorm]: the CUDA kernel (res aliasing
+ * inp1, as the GPT block calls it) against the CPU unfused pair; the
+ * LayerNorm tolerance of test_layernorm, the residual sums exact. */
+static void test_residual_layernorm(int N, int C)
+{
+  CHECK(KG->residual_layernorm_forward != NULL, "the cuda table has residual_layernorm_forward");
+  if (!KG->residual_layernorm_forward) return;
+  size_t n = (size_t)N * C;
+  float *a = frand(n, 2, 4), *b = frand(n, -1, 1), *w = frand(C, -1, 1), *bb = frand(C, -1, 1);
+  float *da = dev_from(a, n * 4), *db = dev_from(b, n * 4), *dw = dev_from(w, C * 4),
+        *dbb = dev_from(bb, C * 4);
+  float *dout_ = dev_zeros(n * 4), *dm = dev_zeros(N * 4), *dr = dev_zeros(N * 4);
+  float *out = xmalloc(n * 4), *m = xmalloc(N * 4), *r = xmalloc(N * 4);
+  KC->residual_forward(a, a, b, n);
+  KC->layernorm_forward(out, m, r, a, w, bb, N, C);
+  KG->residual_layernorm_forward(da, dout_, dm, dr, da, db, dw, dbb, N, C);
+  compare_dev("residual_layernorm res", da, a, n, 0.0, 0.0);
+  compare_dev("residual_layernorm out", dout_, out, n, TOL32);
+  compare_dev("residual_layernorm mean", dm, m, N, TOL32);
+  compare_dev("residual_layernorm rstd", dr, r, N, TOL32);
+  dfree(&da), dfree(&db), dfree(&dw), dfree(&dbb), dfree(&dout_), dfree(&dm), dfree(&dr);
+  free(a), free(b), free(w), free(bb), free(out), free(m), free(r);
+}
+
 static void test_attention(int B, int T, int C, int NH)
 {
   char tag[96];
@@ -926,6 +950,8 @@ int main(int argc, char **argv)
     test_encoder(2, 33, 48, 101);
     test_layernorm(66, 48);
     test_layernorm(7, 130);
+    test_residual_layernorm(66, 48);
+    test_residual_layernorm(1024, 768); /* gpt2 at T=1024 */
     test_matmul(66, 48, 144, 1, 0);
     test_matmul(37, 48, 35, 0, 1);  /* odd shapes, no bias, 4-byte aligned */
     test_matmul(64, 768, 2304, 1, 3);

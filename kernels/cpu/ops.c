@@ -35,6 +35,7 @@ static const FsdpKernelOps cpu_ops = {
   .matmul_forward_bf16 = matmul_forward_bf16_cpu,
   .matmul_backward_bf16 = matmul_backward_bf16_cpu,
   .crossentropy_fused = crossentropy_fused_cpu,
+  .residual_layernorm_forward = residual_layernorm_forward_cpu,
   .attention_forward = attention_forward_cpu,
   .attention_backward = attention_backward_cpu,
   .gelu_forward = gelu_forward_cpu,

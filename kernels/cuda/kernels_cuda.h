@@ -148,6 +148,10 @@ void matmul_backward_bf16_rounding_cuda(float *dinp, float *dweight, float *dbia
 /* [Note: fused classifier] in kernels.h (one block per row). */
 void crossentropy_fused_cuda(float *losses, float *logits, const int *targets, float dloss,
                              int N, int V, int Vp);
+/* [Note: fused residual and LayerNorm] in kernels.h (one warp per row). */
+void residual_layernorm_forward_cuda(float *res, float *out, float *mean, float *rstd,
+                                     const float *inp1, const float *inp2, const float *weight,
+                                     const float *bias, int N, int C);
 /* [Note: GEMM plans per shape] (kernels/gemm_plan.h): cached cuBLASLt
  * plans, lookups that found one, lookups that created one. */
 void FsdpKernelsCudaGemmPlanStats(int *plans, uint64_t *hits, uint64_t *misses);

@@ -129,6 +129,7 @@ static const FsdpKernelOps cuda_ops = {
     matmul_forward_bf16_rounding_cuda, /* [Note: bf16 matmuls] */
     matmul_backward_bf16_rounding_cuda,
     crossentropy_fused_cuda, /* [Note: fused classifier] */
+    residual_layernorm_forward_cuda, /* [Note: fused residual and LayerNorm] */
 };
 
 extern "C" const FsdpKernelOps *FsdpKernelsCuda(void) { return &cuda_ops; }

@@ -71,7 +71,7 @@ struct GptModel_ {
   float *encoded;  /* (B,T,C) */
   BlockActs *acts; /* per layer */
   float *lnf, *lnf_mean, *lnf_rstd; /* (B,T,C) (B,T) (B,T) */
-  float *logits, *probs;            /* (B,T,V) */
+  float *logits, *probs;            /* (B,T,V); probs only without a fused classifier */
   float *losses;                    /* (B,T) */
   float *losses_host;               /* (B,T) host copy for the mean */
   double loss;
@@ -85,7 +85,7 @@ struct GptModel_ {
   float *dqkv;     /* (B,T,3C) */
   float *dpreatt, *datt; /* (B,NH,T,T) */
   float *dfch, *dfch_gelu; /* (B,T,4C) */
-  float *dlogits;  /* (B,T,V) */
+  float *dlogits;  /* (B,T,V), only without a fused classifier */
   /* [Note: GPT recomputation] */
   int recompute;   /* GptModelSetRecompute */
   BlockActs *ws;   /* working set: one unit's blocks, res3 excluded; NULL without */
@@ -391,8 +391,11 @@ uint64_t GptActivationBytes(const GptConfig *c, int wrap, int B, int T, int reco
   uint64_t blocks = L * (BT * C + rest);
   if (recompute) blocks = L * BT * C + (uint64_t)(wrap < c->n_layer ? wrap : c->n_layer) * rest;
   /* shared: encoded lnf dres dln datty (5 BT C) dqkv (3) dfch dfch_gelu
-   * (4 + 4); lnf_mean lnf_rstd losses; logits probs dlogits; dpreatt datt */
-  uint64_t shared = 16 * BT * C + 3 * BT + 3 * BT * V + 2 * att;
+   * (4 + 4); lnf_mean lnf_rstd losses; logits; dpreatt datt.  probs and
+   * dlogits are not needed with the fused classifier, which both back-ends
+   * have ([Note: fused classifier] in kernels.h); a table without it (as
+   * fsdp-sample's) allocates 2 BT V more than this says. */
+  uint64_t shared = 16 * BT * C + 3 * BT + BT * V + 2 * att;
   return 4 * (blocks + shared);
 }
 
@@ -455,7 +458,8 @@ int GptModelSetUp(GptModel m)
   FSDP_CALL(Alloc(m, &m->lnf_mean, BT));
   FSDP_CALL(Alloc(m, &m->lnf_rstd, BT));
   FSDP_CALL(Alloc(m, &m->logits, BT * V));
-  FSDP_CALL(Alloc(m, &m->probs, BT * V));
+  if (!m->k->crossentropy_fused) /* [Note: fused classifier]: else unused */
+    FSDP_CALL(Alloc(m, &m->probs, BT * V));
   FSDP_CALL(Alloc(m, &m->losses, BT));
   FSDP_CALL(Alloc(m, &m->dres, BT * C));
   FSDP_CALL(Alloc(m, &m->dln, BT * C));
@@ -465,7 +469,7 @@ int GptModelSetUp(GptModel m)
   FSDP_CALL(Alloc(m, &m->datt, B * NH * T * T));
   FSDP_CALL(Alloc(m, &m->dfch, BT * 4 * C));
   FSDP_CALL(Alloc(m, &m->dfch_gelu, BT * 4 * C));
-  FSDP_CALL(Alloc(m, &m->dlogits, BT * V));
+  if (!m->k->crossentropy_fused) FSDP_CALL(Alloc(m, &m->dlogits, BT * V));
   FSDP_CALL(m->k->alloc(FSDP_MEM_DATA, BT * sizeof(int), &m->inputs));
   FSDP_CALL(m->k->alloc(FSDP_MEM_DATA, BT * sizeof(int), &m->targets));
   FSDP_CALL(FsdpMalloc(FSDP_MEM_OTHER, BT * sizeof(float), &m->losses_host));
@@ -600,8 +604,14 @@ static void BlockForward(GptModel m, int l, float *const *p)
   k->attention_forward(a->atty, a->preatt, a->att, a->qkv, B, T, C, NH);
   /* attproj goes straight into res2, then x is added: saves a buffer */
   k->matmul_forward(a->res2, a->atty, p[BLK_ATTPROJW], p[BLK_ATTPROJB], BT, C, C);
-  k->residual_forward(a->res2, a->res2, x, nC);
-  k->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p[BLK_LN2W], p[BLK_LN2B], BT, C);
+  if (k->residual_layernorm_forward) { /* [Note: fused residual and LayerNorm] */
+    k->residual_layernorm_forward(a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, x,
+                                  p[BLK_LN2W], p[BLK_LN2B], BT, C);
+  } else {
+    k->residual_forward(a->res2, a->res2, x, nC);
+    k->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p[BLK_LN2W], p[BLK_LN2B], BT,
+                         C);
+  }
   k->matmul_forward(a->fch, a->ln2, p[BLK_FCW], p[BLK_FCB], BT, C, 4 * C);
   k->gelu_forward(a->fch_gelu, a->fch, 4 * nC);
   k->matmul_forward(a->res3, a->fch_gelu, p[BLK_FCPROJW], p[BLK_FCPROJB], BT, 4 * C, C);

@@ -1,4 +1,4 @@
-/* test_gemm_plan.c: the host-side pieces of the GPU head and GEMM path,
+/* test_gpu_host.c: the host-side pieces of the GPU head and GEMM path,
  * on the CPU (the CUDA back-end uses the same code; test_kernels_cuda
  * checks the device side where a GPU is):
  * - [Note: GEMM plans per shape] (kernels/gemm_plan.h): one slot per
@@ -10,7 +10,10 @@
  *   crossentropy_forward + crossentropy_softmax_backward into zeroed
  *   dlogits (losses and gradients within 1e-6 (1 + |ref|): only the order
  *   of vectorized sums may differ), with the padded columns of the input
- *   holding NaN (never read) and written as 0. */
+ *   holding NaN (never read) and written as 0;
+ * - [Note: fused residual and LayerNorm]: the CPU residual_layernorm_forward
+ *   equals residual_forward then layernorm_forward bit for bit, with res
+ *   aliasing inp1 as the GPT block calls it. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -163,6 +166,29 @@ static void test_fused_classifier(int N, int V, int Vp)
   free(z), free(zp), free(probs), free(dz), free(loss), free(lossf), free(tg);
 }
 
+static void test_residual_layernorm(int N, int C)
+{
+  const FsdpKernelOps *k = FsdpKernelsCpu();
+  CHECK(k->residual_layernorm_forward != NULL, "the CPU table has residual_layernorm_forward");
+  if (!k->residual_layernorm_forward) return;
+  size_t n = (size_t)N * C;
+  float *a = malloc(n * 4), *b = malloc(n * 4), *a2 = malloc(n * 4), *w = malloc(C * 4),
+        *bb = malloc(C * 4);
+  float *o1 = malloc(n * 4), *o2 = malloc(n * 4), *m1 = malloc(N * 4), *m2 = malloc(N * 4),
+        *r1 = malloc(N * 4), *r2 = malloc(N * 4);
+  for (size_t i = 0; i < n; i++) a[i] = a2[i] = frand() + 3.0f, b[i] = frand();
+  for (int c = 0; c < C; c++) w[c] = frand(), bb[c] = frand();
+  k->residual_forward(a, a, b, n);
+  k->layernorm_forward(o1, m1, r1, a, w, bb, N, C);
+  k->residual_layernorm_forward(a2, o2, m2, r2, a2, b, w, bb, N, C); /* res aliases inp1 */
+  CHECK(memcmp(a, a2, n * 4) == 0, "fused residual (N=%d C=%d) differs from residual_forward", N,
+        C);
+  CHECK(memcmp(o1, o2, n * 4) == 0, "fused LayerNorm out (N=%d C=%d) differs", N, C);
+  CHECK(memcmp(m1, m2, N * 4) == 0 && memcmp(r1, r2, N * 4) == 0, "fused mean/rstd differ");
+  free(a), free(b), free(a2), free(w), free(bb), free(o1), free(o2), free(m1), free(m2), free(r1),
+      free(r2);
+}
+
 int main(int argc, char **argv)
 {
   TCALL(FsdpInitialize(&argc, &argv));
@@ -171,7 +197,9 @@ int main(int argc, char **argv)
   test_fused_classifier(7, 1001, fsdp_padded_vocab(1001));
   test_fused_classifier(3, 50257, fsdp_padded_vocab(50257));
   test_fused_classifier(5, 64, 64); /* no padding */
-  int status = test_finish("test_gemm_plan");
+  test_residual_layernorm(67, 48);
+  test_residual_layernorm(3, 770);
+  int status = test_finish("test_gpu_host");
   TCALL(FsdpFinalize());
   return status;
 }
