@@ -261,8 +261,9 @@ static int Generate(const SampleOptions *o, Sampler *s)
   FSDP_CALL(FsdpComputeKernels(FsdpDeviceKernels(), o->fsdp.compute_dtype, &s->k_bf16, &k));
   /* sampling reads the logits: no fused classifier, which overwrites them
    * with their gradient ([Note: fused classifier] in kernels.h) */
-  s->k_bf16 = *k;
-  s->k_bf16.crossentropy_fused = NULL;
+  FsdpKernelOps copy = *k; /* k may be &s->k_bf16 already */
+  copy.crossentropy_fused = NULL;
+  s->k_bf16 = copy;
   k = &s->k_bf16;
   int tf32_applied = 0; /* -tf32, as fsdp-train */
   FSDP_CALL(FsdpDeviceSetTF32(o->fsdp.tf32, &tf32_applied));
