@@ -440,9 +440,10 @@ static void test_matmul_bf16_table(int N, int C, int OC, int offset)
 }
 
 /* -tf32 1: fp32 matmuls on TF32 tensor cores.  TF32 keeps 10 mantissa
- * bits of each operand (relative 2^-11 each), so a product is within
- * 2^-10 relative and a K-term sum within 2^-10 sum|terms| plus fp32's own
- * rounding; exact fp32 (TF32 off) is what test_matmul checks. */
+ * bits of each operand (relative 2^-11 each if rounded, 2^-10 if the
+ * hardware truncates), so a product is within 2^-9 relative and a K-term
+ * sum within 2^-9 sum|terms| plus fp32's own rounding; allowed: 2^-8
+ * sum|terms|.  Exact fp32 (TF32 off) is what test_matmul checks. */
 static void test_matmul_tf32(int N, int C, int OC)
 {
   size_t ni = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
@@ -458,7 +459,7 @@ static void test_matmul_tf32(int N, int C, int OC)
   FsdpKernelsCudaSetTF32(0);
   TCALL(FsdpKernelsCudaSynchronize());
   compare_dev_scaled("matmul_forward TF32", dout_, ref, aref, no, 1e-5,
-                     ldexp(1.0, -10) + 2.0 * sqrt((double)C) * ldexp(1.0, -24));
+                     ldexp(1.0, -8) + 2.0 * sqrt((double)C) * ldexp(1.0, -24));
   dfree(&dx), dfree(&dw), dfree(&db), dfree(&dout_);
   free(x), free(w), free(b), free(ref), free(aref), free(ax), free(aw), free(ab);
 }
