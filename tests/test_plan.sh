@@ -219,9 +219,10 @@ done
 
 # [Note: bf16 compute]: -param_dtype bf16 means bf16 compute on the CPU
 # (precision.compute_dtype bf16, a bf16 GEMM named), -compute_dtype fp32
-# keeps fp32 sgemm, and -device cuda keeps fp32 (no CUDA bf16 matmul yet)
+# keeps fp32 sgemm, and -device cuda computes in bf16 too (cuBLASLt, bf16
+# operands rounded from fp32, fp32 accumulation)
 for c in "bf16:-param_dtype bf16" "fp32:-param_dtype bf16 -compute_dtype fp32" \
-         "fp32:-param_dtype bf16 -device cuda"; do
+         "bf16:-param_dtype bf16 -device cuda"; do
   checks=$((checks + 1))
   want=${c%%:*}
   # shellcheck disable=SC2086
@@ -234,7 +235,9 @@ g = p.get("gemm", {})
 ok = p.get("compute_dtype") == want and g.get("library") and g.get("kernel")
 if ok and want == "fp32" and "cuda" not in opts:
     ok = g["library"] == "OpenBLAS" and g["kernel"].endswith(" sgemm")
-if ok and want == "bf16":
+if ok and want == "bf16" and "cuda" in opts:
+    ok = g["library"] == "cuBLASLt" and "bf16 operands" in g["kernel"]
+elif ok and want == "bf16":
     ok = g["library"].startswith("oneDNN") or "bf16-rounded" in g["kernel"]
 print("%s: fsdp-plan %s: compute_dtype %s, gemm %s / %s" % ("ok" if ok else "FAIL", opts,
       p.get("compute_dtype"), g.get("library"), g.get("kernel")))
