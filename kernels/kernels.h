@@ -37,6 +37,10 @@ extern "C" {
 
 #include "base/mem.h"
 
+/* Which attention kernels a model calls (-attention; [Note: flash
+ * attention] in kernels/cpu/attention.c).  Flash is 0, the default. */
+typedef enum { FSDP_ATTENTION_FLASH, FSDP_ATTENTION_NAIVE, FSDP_NATTENTION } FsdpAttention;
+
 typedef struct FsdpKernelOps {
   const char *name; /* "cpu", "cuda" */
 
@@ -175,6 +179,20 @@ typedef struct FsdpKernelOps {
   void (*matmul_backward_bf16)(float *dinp, float *dweight, float *dbias,
                                const float *dout, const float *inp,
                                const float *weight, int N, int C, int OC);
+  /* The same attention without a T x T matrix ([Note: flash attention],
+   * kernels/cpu/attention.c): forward writes out (B,T,C) and keeps only
+   * lse (B,NH,T), the log of each row's softmax denominator (scores
+   * scaled, max included).  Backward recomputes the probabilities from
+   * qkv, lse and the forward's out; dqkv accumulates; scratch (B,NH,T) is
+   * overwritten.  Results equal attention_forward/backward's up to fp32
+   * summation order.  After the bf16 entries: a positional initializer
+   * (kernels/cuda/ops.cu) lists them last. */
+  void (*flash_attention_forward)(float *out, float *lse, const float *qkv,
+                                  int B, int T, int C, int NH);
+  void (*flash_attention_backward)(float *dqkv, float *scratch,
+                                   const float *dout, const float *qkv,
+                                   const float *out, const float *lse, int B,
+                                   int T, int C, int NH);
 } FsdpKernelOps;
 
 /* The CPU back-end (kernels/cpu).  OpenMP threads every kernel, sgemm

@@ -46,7 +46,8 @@ static void run(const char *opts, int recompute, RunResult *r)
   int B = 0, T = 0;
   TCALL(GptModelBatch(m, &B, &T));
   int wrap = strstr(opts, "-wrap 2") ? 2 : 1;
-  r->planned = GptActivationBytes(GptModelConfig(m), wrap, B, T, recompute);
+  FsdpAttention attn = strstr(opts, "-attention naive") ? FSDP_ATTENTION_NAIVE : FSDP_ATTENTION_FLASH;
+  r->planned = GptActivationBytes(GptModelConfig(m), wrap, B, T, recompute, attn);
   for (int s = 0; s < STEPS; s++) {
     TCALL(FsdpTrainerStep(tr, &r->loss[s]));
     r->norm[s] = FsdpTrainerLastGradNorm(tr);
@@ -84,6 +85,7 @@ static void test_identical(void)
       {"wrap 2 over 3 blocks", "-wrap 2"},
       {"grad_accum 2, reduce once", "-grad_accum 2 -accum_comm 0"},
       {"bf16 params, prefetch both", "-param_dtype bf16 -prefetch both -limit_all_gathers 0"},
+      {"naive attention", "-attention naive"},
   };
   for (size_t k = 0; k < sizeof cfgs / sizeof cfgs[0]; k++) {
     if (!cfgs[k][1]) continue;
@@ -136,10 +138,23 @@ static void test_identical(void)
 /* The plan's arithmetic on one hand-worked case: tiny (L 2, C 32, NH 4,
  * V 64), B 2, T 16, wrap 1: BT = 32, att = 2*4*16*16 = 2048; a block's
  * res3 is BT C = 1024 floats and the rest 15 BT C + 4 BT + 2 att = 19584;
- * shared 16 BT C + 3 BT + 3 BT V + 2 att = 26720. */
+ * shared 16 BT C + 3 BT + 3 BT V + 2 att = 26720 (-attention naive).
+ * Flash keeps lse = B NH T = 128 floats instead of the two att: rest
+ * 15616, shared 22752. */
 static void test_plan_numbers(void)
 {
   GptConfig c = {2, 32, 4, 64, 16};
+  uint64_t flash = 4 * (2 * (1024 + 15616) + 22752ull);
+  uint64_t flash_rec = 4 * (2 * 1024 + 1 * 15616 + 22752ull);
+  CHECK(GptActivationBytes(&c, 1, 2, 16, 0, FSDP_ATTENTION_FLASH) == flash,
+        "tiny flash attention: %llu, expected %llu",
+        (unsigned long long)GptActivationBytes(&c, 1, 2, 16, 0, FSDP_ATTENTION_FLASH),
+        (unsigned long long)flash);
+  CHECK(GptActivationBytes(&c, 1, 2, 16, 1, FSDP_ATTENTION_FLASH) == flash_rec,
+        "tiny flash attention with recomputation: %llu, expected %llu",
+        (unsigned long long)GptActivationBytes(&c, 1, 2, 16, 1, FSDP_ATTENTION_FLASH),
+        (unsigned long long)flash_rec);
+#define GptActivationBytes(c, w, B, T, r) GptActivationBytes(c, w, B, T, r, FSDP_ATTENTION_NAIVE)
   uint64_t full = 4 * (2 * (1024 + 19584) + 26720ull);
   uint64_t rec = 4 * (2 * 1024 + 1 * 19584 + 26720ull);
   CHECK(GptActivationBytes(&c, 1, 2, 16, 0) == full, "tiny without recomputation: %llu, expected %llu",
@@ -150,6 +165,7 @@ static void test_plan_numbers(void)
   uint64_t rec2 = 4 * (2 * 1024 + 2 * 19584 + 26720ull);
   CHECK(GptActivationBytes(&c, 2, 2, 16, 1) == rec2, "tiny wrap 2 with recomputation: %llu, expected %llu",
         (unsigned long long)GptActivationBytes(&c, 2, 2, 16, 1), (unsigned long long)rec2);
+#undef GptActivationBytes
 }
 
 /* A model set up for recomputation whose runtime does not recompute: the

@@ -111,6 +111,8 @@ static const FsdpKernelOps cuda_ops = {
     copy_cuda,
     NULL, /* matmul_forward_bf16: none yet ([Note: bf16 matmuls]) */
     NULL, /* matmul_backward_bf16 */
+    flash_attention_forward_cuda,
+    flash_attention_backward_cuda,
 };
 
 extern "C" const FsdpKernelOps *FsdpKernelsCuda(void) { return &cuda_ops; }
