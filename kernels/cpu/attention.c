@@ -167,7 +167,7 @@ void attention_backward_cpu(float *dqkv, float *dpreatt, float *datt,
  * The products are single-threaded sgemm calls as above; the tiles are
  * wide enough (FLASH_BC) for BLAS speed. */
 #define FLASH_BR 64  /* query rows per tile */
-#define FLASH_BC 128 /* key columns per tile */
+#define FLASH_BC 256 /* key columns per tile */
 
 /* One key tile [k0, k0 + n) for query rows [t0, t0 + rows): s holds the
  * scaled scores (row stride FLASH_BC); turn it into P of the online
