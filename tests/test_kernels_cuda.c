@@ -665,6 +665,12 @@ static void test_error_path(void)
         "bad shape: code %d, message '%s'", err, FsdpErrorLastMessage());
   err = FsdpKernelsCudaCheck();
   CHECK(err == FSDP_SUCCESS, "the error is cleared once raised (got %d)", err);
+  /* flash attention's shared-memory tiles hold at most FA_MAX_HS (128)
+   * channels a head: hs 256 is refused, not run out of bounds */
+  flash_attention_forward_cuda(NULL, NULL, NULL, 1, 4, 1024, 4);
+  err = FsdpKernelsCudaCheck();
+  CHECK(err == FSDP_ERR_INTERNAL && strstr(FsdpErrorLastMessage(), "FA_MAX_HS"),
+        "flash attention at hs 256: code %d, message '%s'", err, FsdpErrorLastMessage());
 }
 
 static void *bound_device_of_new_thread(void *arg)

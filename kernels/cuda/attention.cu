@@ -437,6 +437,7 @@ static void flash_forward_launch(Tin *out, float *lse, const Tin *qkv, int B, in
 {
   CUDA_LAUNCHER_BEGIN();
   CUDA_KASSERT(B >= 0 && T > 0 && NH > 0 && C % NH == 0 && C / NH <= FA_MAX_HS);
+  CUDA_KASSERT(B <= 65535 && NH <= 65535); /* grid z and y */
   if (B == 0) return;
   const int hs = C / NH;
   const size_t smem = fa_smem_forward(hs) * sizeof(float);
@@ -453,6 +454,7 @@ static void flash_backward_launch(float *dqkv, float *scratch, const Tin *dout, 
 {
   CUDA_LAUNCHER_BEGIN();
   CUDA_KASSERT(B >= 0 && T > 0 && NH > 0 && C % NH == 0 && C / NH <= FA_MAX_HS);
+  CUDA_KASSERT(B <= 65535 && NH <= 65535); /* grid z and y */
   if (B == 0) return;
   const int hs = C / NH;
   const float scale = 1.0f / sqrtf((float)hs);
