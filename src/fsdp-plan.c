@@ -544,7 +544,12 @@ static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutco
    * function (with recomputation: [Note: GPT recomputation] in gpt.c) */
   mem.activations = FsdpModelDescActivationBytes(&po.t.model, po.t.wrap, po.t.batch_size,
                                                 (int)FsdpModelDescInt(&po.t.model, "seq_len"),
-                                                fo->recompute);
+                                                fo->recompute, fo->attention);
+  /* what -attention naive would keep ([Note: flash attention]): the
+   * reduction flash buys, reported beside the plan */
+  uint64_t act_naive = FsdpModelDescActivationBytes(
+      &po.t.model, po.t.wrap, po.t.batch_size, (int)FsdpModelDescInt(&po.t.model, "seq_len"),
+      fo->recompute, FSDP_ATTENTION_NAIVE);
   if (fo->compute_dtype == FSDP_DTYPE_BF16) {
     char lib[64], kernel[160];
     int two_bytes = po.t.device_cuda; /* CUDA: bf16 scratch always */
@@ -622,7 +627,8 @@ static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutco
                                  * recomputed: the memory-bound passes' bytes */
                                 FsdpModelDescActivationBytes(
                                     &po.t.model, po.t.wrap, po.t.batch_size,
-                                    (int)FsdpModelDescInt(&po.t.model, "seq_len"), 0),
+                                    (int)FsdpModelDescInt(&po.t.model, "seq_len"), 0,
+                                    fo->attention),
                                 mem.param_shard / 4, mem.gather_slots,
                                 mem.grad_slots, po.schedule, &pp);
     t_intra = t_inter = 0;
@@ -675,6 +681,7 @@ static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutco
     FsdpJsonInt(j, "gather_slots", mem.gather_slots);
     FsdpJsonInt(j, "grad_slots", mem.grad_slots);
     FsdpJsonUint(j, "bf16_matmul_scratch_bytes", mem.bf16_scratch);
+    FsdpJsonUint(j, "naive_attention_activation_bytes", act_naive);
     FsdpJsonUint(j, "total_bytes", mem_total);
     FsdpJsonEndObject(j);
     FsdpCommCounters per_step;
@@ -770,11 +777,12 @@ static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutco
     const double MiB = 1048576.0;
     printf("memory per rank (MiB): param shards %.2f (+ %s copies %.2f) | grad shards %.2f | "
            "optimizer %.2f | gather ring %.2f (%d slots + root) | fp32 compute buffers %.2f | "
-           "grad buffers %.2f | activations %.2f%s | total %.2f\n",
+           "grad buffers %.2f | activations %.2f%s (%s attention; naive %.2f) | total %.2f\n",
            mem.param_shard / MiB, FsdpDtypeNames[po.param_dt], mem.low_shard / MiB,
            mem.grad_shard / MiB, mem.optim_state / MiB, mem.gather_buffer / MiB,
            mem.gather_slots, mem.compute_buffer / MiB, mem.grad_buffer / MiB,
-           mem.activations / MiB, fo->recompute ? " (recomputed)" : "", mem_total / MiB);
+           mem.activations / MiB, fo->recompute ? " (recomputed)" : "",
+           FsdpAttentionNames[fo->attention], act_naive / MiB, mem_total / MiB);
     printf("%-15s %8s %16s %16s %16s\n", "per step", "calls", "bytes", "intra-node", "inter-node");
     for (int k = 0; k < FSDP_COLL_NKINDS; k++)
       printf("%-15s %8llu %16llu %16llu %16llu\n", FsdpCollKindNames[k],

@@ -203,6 +203,7 @@ typedef struct {
   const FsdpKernelOps *k;
   float *a, *b, *c, *d, *e; /* scratch, each max_elems */
   size_t max_elems;
+  FsdpAttention attention; /* -attention: the kernels the run would use */
 } Scratch;
 
 /* Median seconds of reps calls of fn(ctx) on every rank at once (a
@@ -239,6 +240,11 @@ static void AttentionFwdBwd(const Scratch *s, const int64_t *sh)
   size_t att = (size_t)B * NH * T * T;
   float *qkv = s->a, *out = s->b, *preatt = s->c, *attn = s->c + att;
   float *dqkv = s->d, *dpre = s->e, *datt = s->e + att;
+  if (s->attention == FSDP_ATTENTION_FLASH) { /* lse in c, the row sums in e */
+    s->k->flash_attention_forward(out, preatt, qkv, B, T, C, NH);
+    s->k->flash_attention_backward(dqkv, dpre, out, qkv, out, preatt, B, T, C, NH);
+    return;
+  }
   s->k->attention_forward(out, preatt, attn, qkv, B, T, C, NH);
   s->k->attention_backward(dqkv, dpre, datt, out, qkv, attn, B, T, C, NH);
 }
@@ -312,7 +318,7 @@ static int ProbeCompute(const ProbeOptions *po, FsdpProfile *p)
   size_t att = (size_t)(2 * B * NH * T * T), qkv = (size_t)(3 * B * T * C);
   if (att > need) need = att;
   if (qkv > need) need = qkv;
-  Scratch s = {FsdpKernelsCpu(), NULL, NULL, NULL, NULL, NULL, need};
+  Scratch s = {FsdpKernelsCpu(), NULL, NULL, NULL, NULL, NULL, need, po->t.fsdp.attention};
   float **bufs[5] = {&s.a, &s.b, &s.c, &s.d, &s.e};
   int err = FSDP_SUCCESS;
   for (int i = 0; i < 5 && !err; i++) err = FsdpMalloc(FSDP_MEM_OTHER, need * sizeof(float), bufs[i]);
