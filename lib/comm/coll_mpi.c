@@ -270,11 +270,11 @@ static int MpiReduceScatter(void *state, const FsdpGroup *g, void *send, void *r
 }
 
 /* [Note: all-reduce blocks] All-reduces keep the blocking MPI_Allreduce
- * whatever FSDP_COMM_WAIT says.  Open MPI's MPI_Iallreduce sums an
- * in-place buffer at W < 4 as a binomial reduce and broadcast (every rank
- * adds the whole buffer, which crosses twice) where MPI_Allreduce splits it
- * into a reduce-scatter and an all-gather; and splitting it ourselves into
- * MPI_Ireduce_scatter_block + MPI_Iallgather chunks measured slower too
+ * whatever FSDP_COMM_WAIT says.  Open MPI 4.1's MPI_Iallreduce (libnbc,
+ * whose default for an in-place sum on few ranks is, as we read its
+ * selection, a binomial reduce and broadcast rather than the blocking
+ * call's reduce-scatter + all-gather) measured slower, and splitting it
+ * ourselves into MPI_Ireduce_scatter_block + MPI_Iallgather chunks too
  * (F = 1 at W = 2, where every gradient is all-reduced: 1320 and 1365 ms a
  * step against 1205 ms blocking, bench/README.md "Communication threads"). */
 static int MpiAllReduce(void *state, const FsdpGroup *g, void *buf, size_t count,
