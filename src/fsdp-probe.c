@@ -625,6 +625,7 @@ static int Run(int argc, char **argv)
     return FSDP_SUCCESS;
   }
   if (!err) err = FsdpOptsCheckUnknown(db);
+  if (!err) FsdpWarnThreadAffinity("fsdp-probe"); /* base/init.c */
   if (!err) err = CheckProbeOptions(&po);
   if (!err) err = CheckOutputPath(po.out);
   FsdpProfile *p = calloc(1, sizeof *p);
