@@ -13,6 +13,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 
 out, paths = sys.argv[1], sys.argv[2:]
 rows = []
@@ -41,6 +42,11 @@ ax.fill_between(xs, [x * 0.8 for x in xs], [x * 1.2 for x in xs], color="grey", 
                 label="within 20%")
 ax.set_xscale("log")
 ax.set_yscale("log")
+fmt = matplotlib.ticker.FuncFormatter(lambda v, _: "%g" % v)
+for axis in (ax.xaxis, ax.yaxis):
+    axis.set_major_formatter(fmt)
+    axis.set_minor_formatter(fmt)
+    axis.set_tick_params(which="minor", labelsize=6)
 ax.set_xlim(lo, hi)
 ax.set_ylim(lo, hi)
 ax.set_xlabel("measured step time, ms (median)")
