@@ -71,7 +71,7 @@ shared = {"": ["world_size", "sharding_factor", "replica_size", "ranks_per_node"
           "memory": [k[7:] for k in keys if k.startswith("memory.")],
           "comm_per_step": [k[14:] for k in keys if k.startswith("comm_per_step.")],
           "comm_time_per_step": ["max_gathers_in_flight"],
-          "precision": ["param_dtype", "reduce_dtype", "compute_dtype", "gemm"]}
+          "precision": ["param_dtype", "reduce_dtype", "compute_dtype", "tf32", "gemm"]}
 for part, want in shared.items():
     a, b = (get(d, part) if part else d for d in (t, p))
     both = set(a or {}) & set(b or {})
@@ -85,7 +85,7 @@ for part in ("model", "units"):
         bad.append(("key sets of %s" % part, ka[:1], kb[:1]))
 config = ["model", "batch_size", "wrap", "reshard_after_forward", "limit_all_gathers", "grad_accum",
           "accum_comm", "prefetch", "recompute", "precision.param_dtype", "precision.reduce_dtype",
-          "precision.compute_dtype", "precision.gemm", "units"]
+          "precision.compute_dtype", "precision.tf32", "precision.gemm", "units"]
 bad += [(k, get(t, k), get(p, k)) for k in config if get(t, k) != get(p, k)]
 if bad:
     print("FAIL: %s: fsdp-plan differs from fsdp-train's measured counters:" % name)
