@@ -169,9 +169,9 @@ secs = float(sys.argv[3]) - float(sys.argv[2])
 n = p["model"]["param_count"]
 shard = p["memory"]["param_shard_bytes"]
 padded = sum(u["padded_numel"] for u in p["units"])
-# 10 s: a guard against a plan that touches every element (minutes), not a
+# 60 s: a guard against a plan that touches every element (minutes), not a
 # timing target (0.5-1.2 s here, depending on the load of a shared machine)
-ok = secs < 10.0 and len(p["units"]) == 97 and shard * 512 == 4 * padded and 0 <= padded - n < 97 * 512 * 32
+ok = secs < 60.0 and len(p["units"]) == 97 and shard * 512 == 4 * padded and 0 <= padded - n < 97 * 512 * 32
 ok = ok and p["comm_per_step"]["inter_node_bytes"] > 0 and p["nodes"] == 64
 print("%s: gpt-175b on 512 ranks planned in %.2f s: %d params, %d units, %.2f GiB of shards per rank, "
       "%.1f GB inter-node per step" % ("ok" if ok else "FAIL", secs, n, len(p["units"]),
@@ -203,8 +203,8 @@ shard = p["memory"]["param_shard_bytes"]
 root = [u for u in p["units"] if u["name"] == "root"][0]
 C, V = p["model"]["n_embd"], p["model"]["vocab_size"]
 tied = p["model"]["tie_embeddings"]
-# 10 s: a guard against touching every element, not a timing target
-ok = secs < 10.0 and n == count and len(p["units"]) == nunits and shard * F == 4 * padded
+# 60 s (loaded CI machines): a guard against touching every element, not a timing target
+ok = secs < 60.0 and n == count and len(p["units"]) == nunits and shard * F == 4 * padded
 ok = ok and root["numel"] == (1 if tied else 2) * V * C + C and p["sharding_factor"] == F
 ok = ok and p["model"]["family"] == "llama" and p["units"][1]["name"] == "model.layers.0"
 print("%s: %s on 64 ranks, F %d, planned in %.2f s: %d params, %d units, %.2f GiB of shards per rank"
