@@ -93,6 +93,7 @@ help=$("$BIN/fsdp-train" -help 2>&1)
 dflt() { printf '%s\n' "$help" | grep -A1 -- "^ *-$1 " | grep -o '(default [^)]*)' | head -n1 | sed 's/(default //; s/)//'; }
 def_prefetch=$(dflt prefetch)
 def_limit=$(dflt limit_all_gathers)
+def_tail=$(dflt optim_overlap)   # empty where the runtime has no gradient tail option
 # the machine, the BLAS core, the commit: every section names them
 commit=$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)
 dirty=$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null | grep -c . || true)
@@ -107,7 +108,7 @@ json.dump({"part": "$PART", "commit": "$commit", "parents": $parents, "dirty_fil
            "avx512": $(grep -qw avx512f /proc/cpuinfo && echo True || echo False), "cores": $(grep -c ^processor /proc/cpuinfo),
            "openblas_coretype": "${OPENBLAS_CORETYPE:-}", "openblas_core": "$blas",
            "load_start": "$(cut -d' ' -f1-3 /proc/loadavg)", "nice": $(nice),
-           "default_prefetch": "$def_prefetch", "default_limit": "$def_limit",
+           "default_prefetch": "$def_prefetch", "default_limit": "$def_limit", "default_optim_overlap": "$def_tail",
            "model": "$MODEL", "steps": $STEPS}, open(sys.argv[1], "w"))
 PY
 

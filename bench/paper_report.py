@@ -63,7 +63,9 @@ def trace_stats(path, steps):
     out["exposed"] = out["gather"] + out["grad_buffer"] + out["gradients"] + out["other_wait"]
     opt_end = {}
     for e in ev:
-        if e["pid"] == 0 and e.get("cat") == "optimizer":
+        # the optimizer's end: its step-end span, or the last per-unit update
+        # of the gradient tail (-optim_overlap), whichever ends later
+        if e["pid"] == 0 and e.get("cat") in ("optimizer", "optim_tail"):
             s = e["args"]["step"]
             opt_end[s] = max(opt_end.get(s, -1e300), e["ts"] + e["dur"])
     if 0 in opt_end and steps - 1 in opt_end:
@@ -379,7 +381,9 @@ if pf:
     md.append("### Prefetch and the rate limiter: exposed communication and gather memory (F = 4, 1 Gbit/s, batch 8)")
     md.append("")
     md.append(machine(meta) + f" Runtime defaults at this commit: `-prefetch {meta['default_prefetch']}`, "
-              f"`-limit_all_gathers {meta['default_limit']}`.")
+              f"`-limit_all_gathers {meta['default_limit']}`"
+              + (f", `-optim_overlap {meta['default_optim_overlap']}`" if meta.get("default_optim_overlap") else "")
+              + ".")
     md.append("")
     rows = []
     order = (("none", "none", 2), ("backward", "backward", 2), ("bothL1", "both", 1), ("both", "both", 2),
