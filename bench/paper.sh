@@ -97,13 +97,18 @@ def_tail=$(dflt optim_overlap)   # empty where the runtime has no gradient tail 
 # the machine, the BLAS core, the commit: every section names them
 commit=$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)
 dirty=$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null | grep -c . || true)
-# a merge measured in a throwaway clone names what it merged
-parents=$(for c in $(git -C "$root" log -1 --format=%P 2>/dev/null); do git -C "$root" log -1 --format='%h %s' "$c"; done |
-          "$PYTHON" -c 'import json, sys; print(json.dumps(sys.stdin.read().splitlines()))')
+# a tree measured with other branches merged in (a throwaway clone) names
+# each merge on its first-parent line since main and the tip it brought in
+mains=$(git -C "$root" for-each-ref --format='%(refname)' refs/heads/main refs/remotes/origin/main 2>/dev/null)
+# shellcheck disable=SC2086  # mains: zero or more refs
+merged=$(for m in $(git -C "$root" log --first-parent --merges -n 8 --format=%H HEAD --not $mains 2>/dev/null); do
+           git -C "$root" log -1 --format='%s' "$m" | tr -d '\n'
+           git -C "$root" log -1 --format=': %h %s' "$m^2"
+         done | "$PYTHON" -c 'import json, sys; print(json.dumps(sys.stdin.read().splitlines()))')
 blas=$(OPENBLAS_VERBOSE=2 "$BIN/fsdp-train" -help 2>&1 | grep -m1 '^Core:' | sed 's/^Core: *//')
 "$PYTHON" - "$dir/meta.json" <<PY
 import json, sys
-json.dump({"part": "$PART", "commit": "$commit", "parents": $parents, "dirty_files": int("${dirty:-0}"),
+json.dump({"part": "$PART", "commit": "$commit", "merged": $merged, "dirty_files": int("${dirty:-0}"),
            "date": "$(date -u '+%Y-%m-%d %H:%M UTC')", "cpu": "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')",
            "avx512": $(grep -qw avx512f /proc/cpuinfo && echo True || echo False), "cores": $(grep -c ^processor /proc/cpuinfo),
            "openblas_coretype": "${OPENBLAS_CORETYPE:-}", "openblas_core": "$blas",

@@ -248,10 +248,10 @@ md.append("bench/paper.sh report      # figures into bench/paper/, this section 
           "(Debian: python3-matplotlib)")
 md.append("```")
 md.append("")
-commits = {m["commit"]: m.get("parents", []) for m in metas}
-for c, ps in sorted(commits.items()):
-    md.append(f"Commit measured: `{c}`" + (" (a merge of " + "; ".join(f"`{p}`" for p in ps) + ")" if len(ps) > 1 else "")
-              + ".")
+commits = {m["commit"]: m.get("merged", []) for m in metas}
+for c, ms in sorted(commits.items()):
+    md.append(f"Commit measured: `{c}`" + (" = this branch with merged in: " + "; ".join(f"`{x}`" for x in ms)
+                                         if ms else "") + ".")
     md.append("")
 if missing:
     md.append("Parts not measured in this report: " + ", ".join(missing) + ".")
