@@ -20,7 +20,7 @@
 #             prefetch mode with L = 1 and 3, and the communication-alone run
 #   node      one node: memory per rank at W = 1, 2, 4, 8 with F = W
 #
-# Environment: REPS (3; overlap16: REPS16, 2), STEPS (4), OUT, FIGDIR
+# Environment: REPS (3; overlap16: REPS16, 3), STEPS (4), OUT, FIGDIR
 # (bench/paper), README (bench/README.md), PYTHON (a python3 with
 # matplotlib: /usr/bin/python3 from Debian's python3-matplotlib).
 # Prerequisites: as tests/cluster (root, iproute2, OpenMPI) and, for the
@@ -46,7 +46,7 @@ root=$(cd "$here/.." && pwd)
 PART=${1:-}
 BIN=${2:-$root/build/src}
 REPS=${REPS:-3}
-REPS16=${REPS16:-2}
+REPS16=${REPS16:-3}
 STEPS=${STEPS:-4}
 OUT=${OUT:-$root/bench/out/paper}
 FIGDIR=${FIGDIR:-$here/paper}

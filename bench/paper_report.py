@@ -304,8 +304,8 @@ if l1 and l10:
     fig, ax = plt.subplots(1, 2, figsize=(8, 3.1))
     Fs = [4, 2, 1]
     for rate, st in (("1 Gbit/s", "o-"), ("10 Gbit/s", "s--")):
-        ax[0].plot(Fs, [thr[(rate, F)] for F in Fs], st, label=rate)
-    ax[0].set_xticks(Fs, ["4 full", "2 hybrid", "1 repl."])
+        ax[0].plot(range(3), [thr[(rate, F)] for F in Fs], st, label=rate)
+    ax[0].set_xticks(range(3), ["4 full", "2 hybrid", "1 repl."])
     ax[0].set_xlabel("sharding factor F (W = 4)")
     ax[0].set_ylabel("tokens/s, 4 ranks")
     ax[0].set_ylim(bottom=0)
