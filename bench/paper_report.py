@@ -8,6 +8,7 @@ markers PAPER_BEGIN and PAPER_END (appended at the end the first time).
 Parts not measured are left out and named."""
 import json
 import os
+import re
 import statistics
 import sys
 
@@ -248,10 +249,21 @@ md.append("bench/paper.sh report      # figures into bench/paper/, this section 
           "(Debian: python3-matplotlib)")
 md.append("```")
 md.append("")
+def merged_tip(x):
+    """'Merge ... origin/NAME ...: HASH subject' -> 'NAME HASH (subject...)'."""
+    m = re.match(r"^(.*): ([0-9a-f]{7,}) (.*)$", x)
+    if not m:
+        return x
+    head, h, subj = m.groups()
+    name = re.search(r"origin/([\w.-]+)", head) or re.search(r"branch '([\w.-]+)", head)
+    return f"{name.group(1) if name else head} `{h}` ({subj[:60]}{'...' if len(subj) > 60 else ''})"
+
+
 commits = {m["commit"]: m.get("merged", []) for m in metas}
 for c, ms in sorted(commits.items()):
-    md.append(f"Commit measured: `{c}`" + (" = this branch with merged in: " + "; ".join(f"`{x}`" for x in ms)
-                                         if ms else "") + ".")
+    md.append(f"Commit measured: `{c[:12]}`" + (", this branch with these branches merged in (a throwaway merge, not on "
+                                              "any branch): " + "; ".join(merged_tip(x) for x in reversed(ms))
+                                              if ms else "") + ".")
     md.append("")
 if missing:
     md.append("Parts not measured in this report: " + ", ".join(missing) + ".")
