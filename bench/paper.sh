@@ -18,6 +18,8 @@
 #   link10    10 Gbit/s, batch 8: F = 4 / 2 / 1
 #   overlap16 1 Gbit/s, batch 16: none / backward / both (L = 2), the default
 #             prefetch mode with L = 1 and 3, and the communication-alone run
+#   overlap24 the same at batch 24 without the L runs (where compute alone is
+#             1.5x communication alone on the 2-core machine)
 #   node      one node: memory per rank at W = 1, 2, 4, 8 with F = W
 #
 # Environment: REPS (3; overlap16: REPS16, 3), STEPS (4), OUT, FIGDIR
@@ -55,10 +57,10 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 # GPT-2's shape at half width and depth as overlap.sh and hybrid_traffic.sh
 # (13.8 M parameters, 7 units: root + 6 blocks); the batch comes per part
 MODEL=${MODEL:--model custom -n_layer 6 -n_embd 384 -n_head 6 -vocab_size 8192 -seq_len 128}
-usage() { echo "usage: bench/paper.sh link1|prefetch|link10|overlap16|node|all|report [BINDIR]"; exit 2; }
+usage() { echo "usage: bench/paper.sh link1|prefetch|link10|overlap16|overlap24|node|all|report [BINDIR]"; exit 2; }
 
 case "$PART" in
-  link1|prefetch|link10|overlap16|node|all|report) ;;
+  link1|prefetch|link10|overlap16|overlap24|node|all|report) ;;
   *) usage ;;
 esac
 if [ "$PART" != report ]; then
@@ -66,7 +68,7 @@ if [ "$PART" != report ]; then
   [ "$STEPS" -ge 2 ] 2>/dev/null || { echo "paper: STEPS must be at least 2"; exit 2; }
 fi
 if [ "$PART" = all ]; then
-  for p in node link10 link1 prefetch overlap16; do "$0" "$p" "$BIN" || exit 1; done
+  for p in node link10 link1 prefetch overlap16 overlap24; do "$0" "$p" "$BIN" || exit 1; done
   exec "$0" report
 fi
 
@@ -141,6 +143,7 @@ rate=1gbit
 [ "$PART" = link10 ] && rate=10gbit
 batch=8
 [ "$PART" = overlap16 ] && { batch=16; REPS=$REPS16; }
+[ "$PART" = overlap24 ] && { batch=24; REPS=$REPS16; }
 nc_up 2 "$rate" || exit 1
 trap 'nc_down' EXIT
 export -f nc_run nc_mpirun
@@ -170,6 +173,9 @@ case "$PART" in
     conf=([none]="-prefetch none" [backward]="" [both]="-prefetch both"
           [L1]="-prefetch $def_prefetch -limit_all_gathers 1" [L3]="-prefetch $def_prefetch -limit_all_gathers 3"
           [comm]="$comm_alone") ;;
+  overlap24)
+    names=(none backward both comm)
+    conf=([none]="-prefetch none" [backward]="" [both]="-prefetch both" [comm]="$comm_alone") ;;
 esac
 printf '%s\n' "${names[@]}" > "$dir/names"
 for n in "${names[@]}"; do printf '%s\t%s\n' "$n" "${conf[$n]}"; done > "$dir/configs"

@@ -212,7 +212,7 @@ def shape_lines(checks):
     return all(ok for ok, _ in checks)
 
 
-parts = {p: load_part(p) for p in ("link1", "link10", "prefetch", "overlap16", "node")}
+parts = {p: load_part(p) for p in ("link1", "link10", "prefetch", "overlap16", "overlap24", "node")}
 missing = [p for p, v in parts.items() if v is None]
 metas = [v[0] for v in parts.values() if v]
 
@@ -243,7 +243,7 @@ md.append("Commands (root; each part under 10 minutes here; the measuring runs t
           "priority while other work ran at nice 10 beside them):")
 md.append("")
 md.append("```sh")
-for p in ("node", "link10", "link1", "prefetch", "overlap16"):
+for p in ("node", "link10", "link1", "prefetch", "overlap16", "overlap24"):
     md.append(f"flock /work/notes/bench.lock nice -n -15 bench/paper.sh {p} build/src")
 md.append("bench/paper.sh report      # figures into bench/paper/, this section into bench/README.md "
           "(Debian: python3-matplotlib)")
@@ -561,11 +561,11 @@ if l1:
     savefig(fig, "dtype.png")
 
 # ---- 6. issue 12's overlap targets ----------------------------------------------
-o16 = parts["overlap16"]
-if pf or o16:
+o16, o24 = parts["overlap16"], parts["overlap24"]
+if pf or o16 or o24:
     md.append("### Overlap targets (issue 12): exposed communication against what can be hidden (F = 4, 1 Gbit/s)")
     md.append("")
-    for part in (pf, o16):
+    for part in (pf, o16, o24):
         if part:
             md.append(f"Batch {part[0]['batch']}: " + machine(part[0]))
             md.append("")
@@ -575,7 +575,7 @@ if pf or o16:
               "run's; floor = max(0, comm - compute). exposed includes every wait, the gradient tail too.")
     md.append("")
     rows, fig_rows, verdicts = [], [], []
-    for part in (pf, o16):
+    for part in (pf, o16, o24):
         if not part:
             continue
         meta, runs = part
