@@ -244,7 +244,11 @@ md.append("Commands (root; each part under 10 minutes here; the measuring runs t
 md.append("")
 md.append("```sh")
 for p in ("node", "link10", "link1", "prefetch", "overlap16", "overlap24"):
-    md.append(f"flock /work/notes/bench.lock nice -n -15 bench/paper.sh {p} build/src")
+    reps = ""
+    if parts[p] and p != "node":
+        n = min(len(v) for v in parts[p][1].values())
+        reps = "" if n == 3 else (f"REPS16={n} " if p.startswith("overlap") else f"REPS={n} ")
+    md.append(f"flock /work/notes/bench.lock nice -n -15 {'env ' + reps if reps else ''}bench/paper.sh {p} build/src")
 md.append("bench/paper.sh report      # figures into bench/paper/, this section into bench/README.md "
           "(Debian: python3-matplotlib)")
 md.append("```")
