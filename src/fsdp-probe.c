@@ -451,6 +451,8 @@ static int ProbeStagesAt(const ProbeOptions *po, int B, double *fwd, double *bwd
   int64_t V = FsdpModelDescInt(desc, "vocab_size");
   for (int i = 0; !err && i < 2 * B * T; i++)
     tokens[i] = (int)(((uint64_t)i * 2654435761u) % (uint64_t)V);
+  /* [Note: flash attention] the stages are timed with the kernels the run uses */
+  if (!err) err = FsdpModelSetAttention(m, po->t.fsdp.attention);
   if (!err) err = FsdpModelSetUp(m);
   if (!err) err = FsdpModelSetBatch(m, tokens, tokens + B * T);
   if (!err) FsdpModelSetLossScale(m, 1.0f);
@@ -500,7 +502,7 @@ static int ProbeStages(const ProbeOptions *po, FsdpProfile *p)
   const FsdpModelDesc *desc = &po->t.model;
   int B = po->t.batch_size, T = (int)FsdpModelDescInt(desc, "seq_len");
   double need = 8.0 * (double)FsdpModelDescParamCount(desc) +
-                (double)FsdpModelDescActivationBytes(desc, 1, B, T, 0);
+                (double)FsdpModelDescActivationBytes(desc, 1, B, T, 0, po->t.fsdp.attention);
   int skip = need > 0.5 * (double)p->mem_available;
   FSDP_CALL_MPI(MPI_Allreduce(MPI_IN_PLACE, &skip, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
   p->nstages = p->nstage_batches = 0;
