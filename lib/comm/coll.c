@@ -2,7 +2,7 @@
  * what every back-end shares -- argument checks, counting at issue, the
  * async variants, scalar reductions, the scale rule -- and the dispatch to
  * the back-end's file ([Note: collective backends] in coll_backend.h):
- * coll_mpi.c, coll_nccl.c.
+ * coll_mpi.c, coll_staged.c, coll_nccl.c.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -133,6 +133,7 @@ static const CollBackendOps *CollOpsOf(FsdpCollBackend backend)
   switch (backend) {
   case FSDP_COLL_BACKEND_MPI: return FsdpCollMpiOps();
   case FSDP_COLL_BACKEND_NCCL: return FsdpCollNcclOps();
+  case FSDP_COLL_BACKEND_MPI_STAGED: return FsdpCollStagedOps();
   }
   return NULL;
 }
@@ -141,7 +142,8 @@ int FsdpCollCreate(FsdpCollBackend backend, FsdpColl *out)
 {
   if (!out) FSDP_ERROR(FSDP_ERR_INTERNAL, "FsdpCollCreate: NULL output handle");
   *out = NULL;
-  if (backend != FSDP_COLL_BACKEND_MPI && backend != FSDP_COLL_BACKEND_NCCL)
+  if (backend != FSDP_COLL_BACKEND_MPI && backend != FSDP_COLL_BACKEND_NCCL &&
+      backend != FSDP_COLL_BACKEND_MPI_STAGED)
     FSDP_ERROR(FSDP_ERR_INTERNAL, "unknown collective backend %d", (int)backend);
   const CollBackendOps *ops = CollOpsOf(backend);
   if (!ops) /* only NCCL can be left out of a build */

@@ -40,6 +40,13 @@ int FsdpDeviceKindAvailable(FsdpDeviceKind kind) { return BackendOf(kind) != NUL
 
 int FsdpDeviceSetUp(FsdpDeviceKind kind, FsdpTopo topo)
 {
+  return FsdpDeviceSetUpShared(kind, topo, 0, NULL);
+}
+
+int FsdpDeviceSetUpShared(FsdpDeviceKind kind, FsdpTopo topo, int allow_share, int *shared)
+{
+  int shared_ = 0;
+  if (shared) *shared = 0;
   if ((int)kind < 0 || kind > FSDP_DEVICE_CUDA)
     FSDP_ERROR(FSDP_ERR_INTERNAL, "FsdpDeviceSetUp: unknown device kind %d", (int)kind);
   const FsdpDeviceBackend *b = BackendOf(kind);
@@ -49,7 +56,8 @@ int FsdpDeviceSetUp(FsdpDeviceKind kind, FsdpTopo topo)
                "option -device %s: this build has no %s back-end (configure --with-%s); use "
                "-device cpu",
                kKindNames[kind].option, kKindNames[kind].name, kKindNames[kind].option);
-  FSDP_CALL(b->set_up(topo));
+  FSDP_CALL(b->set_up(topo, allow_share, &shared_));
+  if (shared) *shared = shared_;
   g_kind = kind;
   g_backend = b;
   return FSDP_SUCCESS;
@@ -100,6 +108,13 @@ int FsdpDeviceCopyFromHost(void *dst, const void *src, size_t bytes)
   if (!bytes) return FSDP_SUCCESS;
   return Current()->copy(dst, src, bytes);
 }
+
+int FsdpDeviceHostAlloc(size_t bytes, void *ptr)
+{
+  return Current()->host_alloc(bytes, ptr);
+}
+
+int FsdpDeviceHostFree(void *ptr) { return Current()->host_free(ptr); }
 
 int FsdpDeviceCastFromFloat(FsdpDtype to, const float *src, void *dst, size_t n)
 {
