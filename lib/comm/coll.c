@@ -17,6 +17,7 @@
 #include "base/error.h"
 #include "comm/coll_backend.h"
 #include "comm/flight.h"
+#include "device/device_backend.h"
 
 const char *const FsdpCollKindNames[FSDP_COLL_NKINDS] = {"all-gather", "reduce-scatter",
                                                          "all-reduce"};
@@ -147,9 +148,8 @@ int FsdpCollCreate(FsdpCollBackend backend, FsdpColl *out)
     FSDP_ERROR(FSDP_ERR_INTERNAL, "unknown collective backend %d", (int)backend);
   const CollBackendOps *ops = CollOpsOf(backend);
   if (!ops) /* only NCCL can be left out of a build */
-    FSDP_ERROR(FSDP_ERR_USAGE, "the NCCL collective backend needs fsdp built with CUDA "
-                               "(configure --with-cuda); this build has no CUDA support: "
-                               "use -device cpu (MPI collectives)");
+    FSDP_ERROR(FSDP_ERR_USAGE, "the NCCL collective backend: %s: use -device cpu (MPI "
+                               "collectives)", FsdpDeviceCudaMissing());
   FsdpColl c = calloc(1, sizeof *c);
   FSDP_CHECK_ALLOC(c, sizeof *c);
   c->ops = ops;

@@ -18,7 +18,6 @@ static char g_probe_msg[256];
 
 const char *FsdpCudaProbeMessage(void) { return g_probe_msg; }
 
-int FsdpCudaBuilt(void) { return 1; }
 
 /* ---- detection and selection --------------------------------------------- */
 

@@ -36,7 +36,12 @@ static const FsdpDeviceBackend *Current(void)
   return g_backend ? g_backend : FsdpDeviceCpuBackend();
 }
 
-int FsdpDeviceKindAvailable(FsdpDeviceKind kind) { return BackendOf(kind) != NULL; }
+/* CUDA: whether the build has it, without loading the module (a -device
+ * cpu run never loads a CUDA library: [Note: the CUDA module]). */
+int FsdpDeviceKindAvailable(FsdpDeviceKind kind)
+{
+  return kind == FSDP_DEVICE_CUDA ? FsdpDeviceCudaBuilt() : BackendOf(kind) != NULL;
+}
 
 int FsdpDeviceSetUp(FsdpDeviceKind kind, FsdpTopo topo)
 {
@@ -52,10 +57,8 @@ int FsdpDeviceSetUpShared(FsdpDeviceKind kind, FsdpTopo topo, int allow_share, i
   const FsdpDeviceBackend *b = BackendOf(kind);
   /* Every rank asks for the same kind, so every rank raises this. */
   if (!b)
-    FSDP_ERROR(FSDP_ERR_USAGE,
-               "option -device %s: this build has no %s back-end (configure --with-%s); use "
-               "-device cpu",
-               kKindNames[kind].option, kKindNames[kind].name, kKindNames[kind].option);
+    FSDP_ERROR(FSDP_ERR_USAGE, "option -device %s: %s; use -device cpu", kKindNames[kind].option,
+               FsdpDeviceCudaMissing());
   FSDP_CALL(b->set_up(topo, allow_share, &shared_));
   if (shared) *shared = shared_;
   g_kind = kind;

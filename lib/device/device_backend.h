@@ -45,7 +45,14 @@ typedef struct {
 } FsdpDeviceBackend;
 
 const FsdpDeviceBackend *FsdpDeviceCpuBackend(void);  /* device_cpu.c */
-/* device_cuda.c; NULL from cuda_none.c in a build without CUDA. */
+/* The CUDA back-end: loaded from libfsdp-cuda.so on first use in a CUDA
+ * build (cuda_module.c, [Note: the CUDA module] in cuda_module.h), NULL
+ * when that fails or in a build without CUDA (cuda_none.c). */
 const FsdpDeviceBackend *FsdpDeviceCudaBackend(void);
+/* 1 in a CUDA build, without loading anything. */
+int FsdpDeviceCudaBuilt(void);
+/* Why FsdpDeviceCudaBackend() is NULL ("" when it is not): no CUDA in
+ * this build, or the module's path and dlerror(). */
+const char *FsdpDeviceCudaMissing(void);
 
 #endif

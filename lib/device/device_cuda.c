@@ -105,4 +105,6 @@ static const FsdpDeviceBackend kCudaBackend = {
     .mem_stats = CudaMemStats,
 };
 
-const FsdpDeviceBackend *FsdpDeviceCudaBackend(void) { return &kCudaBackend; }
+/* the module's table (cuda_module_entry.c: [Note: the CUDA module]) */
+const FsdpDeviceBackend *FsdpCudaDeviceBackend(void);
+const FsdpDeviceBackend *FsdpCudaDeviceBackend(void) { return &kCudaBackend; }
