@@ -25,6 +25,7 @@ struct FsdpTrainer_ {
   FsdpTopo topo;
   FsdpColl coll;
   const char *coll_name; /* the summary's device_coll: nccl, mpi, mpi-staged */
+  uint64_t allocs_step1; /* device allocations up to the end of the first step */
   FsdpRuntime rt;
   FsdpModel model;
   FsdpModelDesc desc; /* what checkpoints and the run file record and compare */
@@ -377,6 +378,10 @@ int FsdpTrainerStep(FsdpTrainer tr, double *loss)
   tr->losses[tr->step] = l;
   tr->step_ms[tr->step] = (t1 - t0) * 1e3;
   tr->step++;
+  if (tr->step == tr->first_step + 1) { /* device allocations of the set-up and step 1 */
+    FsdpDeviceMemStats ds;
+    if (FsdpDeviceGetMemStats(&ds)) tr->allocs_step1 = ds.num_allocs;
+  }
   if (loss) *loss = l;
   if (!isfinite(l))
     FSDP_ERROR(FSDP_ERR_USAGE, "loss became %f at step %lld: lower -lr or check the data", l,
@@ -686,6 +691,9 @@ int FsdpTrainerSummary(FsdpTrainer tr, FILE *out)
     FsdpJsonUint(j, "num_allocs", cs.num_allocs);
     FsdpJsonUint(j, "alloc_retries", cs.alloc_retries);
     FsdpJsonUint(j, "alloc_failures", cs.alloc_failures);
+    /* [Note: device memory planned once]: 0 when nothing is allocated in
+     * the steady state (the GPU kit checks it) */
+    FsdpJsonUint(j, "allocs_after_step1", cs.num_allocs - tr->allocs_step1);
     FsdpJsonEndObject(j);
   }
   char dev[256];
