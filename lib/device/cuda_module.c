@@ -1,7 +1,8 @@
 /* cuda_module.c: libfsdp's side of [Note: the CUDA module] (cuda_module.h)
  * in a CUDA build: finds and loads libfsdp-cuda.so on first use and
- * forwards the CUDA back-end's entry points to it.  A build without CUDA
- * links cuda_none.c in its place. */
+ * forwards the CUDA back-end's entry points to it (the NCCL collectives':
+ * comm/coll_nccl_module.c).  A build without CUDA links cuda_none.c in its
+ * place. */
 #define _GNU_SOURCE 1 /* dladdr, Dl_info (glibc) */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -15,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/coll_backend.h"
 #include "device/cuda_util.h"
 
 #define CUDA_MODULE_FILE "libfsdp-cuda.so"
@@ -98,12 +98,6 @@ const FsdpDeviceBackend *FsdpDeviceCudaBackend(void)
 {
   const FsdpCudaModule *m = FsdpCudaModuleLoad();
   return m ? m->device : NULL;
-}
-
-const CollBackendOps *FsdpCollNcclOps(void)
-{
-  const FsdpCudaModule *m = FsdpCudaModuleLoad();
-  return m ? (const CollBackendOps *)m->nccl : NULL;
 }
 
 int FsdpCudaBuilt(void) { return 1; }

@@ -33,7 +33,7 @@ typedef struct {
   const char *(*probe_message)(void);
 } FsdpCudaModule;
 
-/* In the module (cuda_module_entry.c). */
+/* In the module (comm/cuda_module_entry.c). */
 const FsdpCudaModule *FsdpCudaModuleEntry(void);
 
 /* In libfsdp (cuda_module.c with CUDA, cuda_none.c without): the loaded

@@ -1,5 +1,6 @@
 /* cuda_module_entry.c: what libfsdp-cuda.so hands libfsdp ([Note: the CUDA
- * module] in cuda_module.h). */
+ * module] in device/cuda_module.h): its device back-end and its NCCL
+ * collectives (in the comm layer, which may see both). */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
