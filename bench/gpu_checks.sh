@@ -5,8 +5,9 @@
 #   - each rank's CUDA context is on its own GPU only (stream threads bind
 #     the rank's device: no context on GPU 0 from the others);
 #   - emulated nodes (-ranks_per_node 1) on one machine pick distinct GPUs
-#     from the real node; with too few GPUs: a usage error, never NCCL's
-#     "Duplicate GPU" or a hang;
+#     from the real node; with too few GPUs and -device_coll nccl: a usage
+#     error, never NCCL's "Duplicate GPU" or a hang; with the default
+#     (auto) the ranks share the GPU through MPI staging;
 #   - one visible GPU per rank (per-rank CUDA_VISIBLE_DEVICES) works;
 #   - no NCCL communicator is created after setup (no "created inside a
 #     collective" line; NCCL's "Init COMPLETE" lines all before step 1);
@@ -61,8 +62,9 @@ else
   fi
 fi
 
-# 2. emulated nodes: -ranks_per_node 1 with 2 ranks on one machine
-mpi -n 2 "$B/bin/fsdp-train" -device cuda -ranks_per_node 1 $tiny >"$res/emul.out" 2>"$res/emul.err"
+# 2. emulated nodes: -ranks_per_node 1 with 2 ranks on one machine (with
+# one GPU: -device_coll nccl is refused, the default shares it over MPI)
+mpi -n 2 "$B/bin/fsdp-train" -device cuda -device_coll nccl -ranks_per_node 1 $tiny >"$res/emul.out" 2>"$res/emul.err"
 rc=$?
 if [ "$ngpu" -ge 2 ]; then
   [ $rc -eq 0 ] && ok "emulated nodes: 2 ranks, -ranks_per_node 1: trained" ||
@@ -72,6 +74,13 @@ else
     ok "emulated nodes on 1 GPU: usage error $(grep -m1 -o '2 ranks on node.*GPUs' "$res/emul.err")"
   else
     fail "emulated nodes on 1 GPU: exit $rc, expected 2 with '2 ranks on node ... only 1 distinct GPUs': $(tail -2 "$res/emul.err")"
+  fi
+  mpi -n 2 "$B/bin/fsdp-train" -device cuda -ranks_per_node 1 $tiny >"$res/emul_shared.out" 2>"$res/emul_shared.err"
+  rc=$?
+  if [ $rc -eq 0 ] && grep -q '"device_coll": "mpi-staged"' "$res/emul_shared.out"; then
+    ok "emulated nodes on 1 GPU, -device_coll auto: the ranks share it over MPI staging"
+  else
+    fail "emulated nodes on 1 GPU, -device_coll auto: exit $rc: $(tail -2 "$res/emul_shared.err")"
   fi
 fi
 

@@ -90,9 +90,16 @@ else
     fi
 fi
 
+# a CUDA build's bundle carries its CUDA back-end next to libfsdp
+if [ -f "$builddir/lib/.libs/libfsdp-cuda.so" ]; then
+    [ -f "$b/lib/libfsdp-cuda.so" ] && echo "ok: the CUDA back-end lib/libfsdp-cuda.so is carried" ||
+        fail "CUDA build: the bundle has no lib/libfsdp-cuda.so"
+fi
+
 # env.sh and CUDA libraries the loader cannot find (a CUDA build moved to
 # a machine whose NCCL is elsewhere: a pip wheel, another CUDA_HOME): a
-# stand-in libfsdp that needs a missing libnccl* gets CUDA_HOME/lib64
+# stand-in CUDA back-end (lib/libfsdp-cuda.so, [Note: the CUDA module])
+# that needs a missing libnccl* gets CUDA_HOME/lib64
 # appended to LD_LIBRARY_PATH; the real bundle (nothing missing) does not.
 if command -v cc >/dev/null; then
     fb=$tmp/fakebundle
@@ -101,7 +108,7 @@ if command -v cc >/dev/null; then
     echo 'int fsdp_fake(void) { return 0; }' >"$tmp/fake.c"
     cc -shared -fPIC -o "$tmp/fakenccl/libnccl_fsdptest.so.2" -Wl,-soname,libnccl_fsdptest.so.2 "$tmp/fake.c" &&
         cp "$tmp/fakenccl/libnccl_fsdptest.so.2" "$tmp/fakecuda/lib64/libnccl.so.2" &&
-        cc -shared -fPIC -o "$fb/lib/libfsdp.so.0" "$tmp/fake.c" -L"$tmp/fakenccl" \
+        cc -shared -fPIC -o "$fb/lib/libfsdp-cuda.so" "$tmp/fake.c" -L"$tmp/fakenccl" \
             -Wl,--no-as-needed -l:libnccl_fsdptest.so.2 &&
         rm -rf "$tmp/fakenccl"
     ld=$(env -i PATH=/usr/bin:/bin CUDA_HOME="$tmp/fakecuda" bash -c \

@@ -698,6 +698,15 @@ int main(int argc, char **argv)
   run_chunked(&world);
   run_wait_modes(&world);
 
+  /* [Note: MPI staging of device buffers] (coll_staged.c): with the CPU
+   * device the staged back-end copies through the device interface into
+   * host staging buffers (one pair per issuing thread: the async checks
+   * run two stream threads) and must give every value plain MPI gives. */
+  TCALL(FsdpCollCreate(FSDP_COLL_BACKEND_MPI_STAGED, &c));
+  for (int F = 1; F <= g_wsize; F++)
+    if (g_wsize % F == 0) run_factor(c, F, &world);
+  TCALL(FsdpCollDestroy(&c));
+
   int status = test_finish("test_coll");
   TCALL(FsdpFinalize());
   return status;

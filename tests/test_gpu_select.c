@@ -152,6 +152,30 @@ static void test_select(int W, int me)
           "%d ranks over %d GPUs: code %d pick %d message '%s'", W, W - 1, err, pick, msg);
   }
 
+  /* [Note: ranks sharing a GPU]: with sharing allowed, W ranks over one
+   * GPU all take it and every rank learns that some share; with W GPUs
+   * nobody shares; with no GPU it is still the usage error */
+  int shared = -1;
+  make_list(&mine, 1, &all[7]);
+  err = FsdpGpuSelectShared(MPI_COMM_WORLD, &mine, "", 1, &pick, NULL, NULL, &shared);
+  CHECK(err == FSDP_SUCCESS && pick == 0 && shared == (W > 1),
+        "%d ranks sharing one GPU: code %d pick %d shared %d", W, err, pick, shared);
+  make_list(&mine, W, all);
+  err = FsdpGpuSelectShared(MPI_COMM_WORLD, &mine, "", 1, &pick, NULL, NULL, &shared);
+  CHECK(err == FSDP_SUCCESS && pick == me && shared == 0,
+        "sharing allowed, %d GPUs for %d ranks: code %d pick %d shared %d", W, W, err, pick,
+        shared);
+  if (W >= 2) { /* 2 GPUs: ranks spread over both, rank r on GPU r mod 2 */
+    make_list(&mine, 2, all);
+    err = FsdpGpuSelectShared(MPI_COMM_WORLD, &mine, "", 1, &pick, NULL, NULL, &shared);
+    CHECK(err == FSDP_SUCCESS && pick == me % 2 && shared == (W > 2),
+          "%d ranks over 2 GPUs: code %d pick %d shared %d", W, err, pick, shared);
+  }
+  make_list(&mine, 0, all);
+  err = FsdpGpuSelectShared(MPI_COMM_WORLD, &mine, "", 1, &pick, NULL, NULL, &shared);
+  CHECK(err == FSDP_ERR_USAGE && pick == -1, "sharing allowed, no GPU: code %d pick %d", err,
+        pick);
+
   /* the next call still works (nobody left in a collective) */
   make_list(&mine, W, all);
   err = FsdpGpuSelect(MPI_COMM_WORLD, &mine, "", &pick, NULL, NULL);

@@ -93,6 +93,9 @@ for p in "$bindir"/fsdp-*; do  # fsdp-train, fsdp-plan, fsdp-ckpt, fsdp-report, 
     [[ -f $p ]] && install -m 755 "$p" "$out/bin/"
 done
 cp -P "$libdir"/libfsdp.so* "$out/lib/"
+# a CUDA build's back-end, loaded by libfsdp from its own folder on
+# -device cuda only ([Note: the CUDA module] in lib/device/cuda_module.h)
+if [[ -f $libdir/libfsdp-cuda.so ]]; then install -m 755 "$libdir/libfsdp-cuda.so" "$out/lib/"; fi
 
 # ---- the MPI launcher and its daemons ------------------------------------------
 for t in orterun orted ompi_info; do
@@ -218,14 +221,15 @@ case ":${PATH:-}:" in *":$FSDP_BUNDLE/bin:"*) ;; *) PATH=$FSDP_BUNDLE/bin${PATH:
 case ":${LD_LIBRARY_PATH:-}:" in *":$FSDP_BUNDLE/lib:"*) ;;
     *) LD_LIBRARY_PATH=$FSDP_BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} ;; esac
 export PATH LD_LIBRARY_PATH
-# A CUDA build's libfsdp needs cudart, cuBLAS and NCCL, which the bundle
-# does not carry (the target's own match its driver) and finds through an
-# rpath to the build machine's CUDA.  Where the loader finds them neither
-# so nor on LD_LIBRARY_PATH, look where they usually are: $CUDA_HOME/lib64,
-# /usr/local/cuda/lib64, the NVIDIA pip wheels of the python3 on PATH
-# (site-packages/nvidia/*/lib: PyTorch's NCCL and cuBLAS); appended, so the
-# target's own settings win.
-_fsdp_lib=$(find "$FSDP_BUNDLE/lib" -maxdepth 1 -name 'libfsdp.so*' 2>/dev/null | head -n 1)
+# A CUDA build's back-end, lib/libfsdp-cuda.so (loaded on -device cuda
+# only: -device cpu needs no CUDA library), needs cudart, cuBLAS and NCCL,
+# which the bundle does not carry (the target's own match its driver) and
+# finds through an rpath to the build machine's CUDA.  Where the loader
+# finds them neither so nor on LD_LIBRARY_PATH, look where they usually
+# are: $CUDA_HOME/lib64, /usr/local/cuda/lib64, the NVIDIA pip wheels of
+# the python3 on PATH (site-packages/nvidia/*/lib: PyTorch's NCCL and
+# cuBLAS); appended, so the target's own settings win.
+_fsdp_lib=$(find "$FSDP_BUNDLE/lib" -maxdepth 1 -name 'libfsdp-cuda.so' 2>/dev/null | head -n 1)
 if [ -n "$_fsdp_lib" ] && ldd "$_fsdp_lib" 2>/dev/null | grep -Eq '(cudart|cublas|nccl)[^ ]* => not found'; then
     for _fsdp_d in ${CUDA_HOME:+"$CUDA_HOME/lib64"} /usr/local/cuda/lib64 \
         $(python3 -c 'import glob, os, site
@@ -289,7 +293,11 @@ glibc_need=$({ find "$out/bin" "$out/lib" -type f -exec objdump -p {} + 2>/dev/n
     echo "built $(date -u +%Y-%m-%dT%H:%MZ) on $(. /etc/os-release && echo "$PRETTY_NAME") $(uname -m)"
     echo "programs: $(find "$out/bin" -mindepth 1 -printf '%f\n' | sort | tr '\n' ' ')"
     echo "needs on the target: Linux $(uname -m), glibc >= ${glibc_need#GLIBC_}, libgcc_s, libstdc++"
-    echo "  and, for -device cuda: the NVIDIA driver, CUDA runtime, cuBLAS and NCCL"
+    if [[ -f $out/lib/libfsdp-cuda.so ]]; then
+        echo "  and, for -device cuda (lib/libfsdp-cuda.so): the NVIDIA driver, CUDA runtime, cuBLAS and NCCL >= 2.11"
+    else
+        echo "  (no CUDA back-end: a CPU-only build)"
+    fi
     echo "OpenMPI components left out (fabric/OpenSHMEM): ${dropped[*]:-none}"
     if [[ -f $out/.stubs ]]; then
         echo "HDF5 read-only S3 driver left out (stubbed):"; cat "$out/.stubs"; rm -f "$out/.stubs"

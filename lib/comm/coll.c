@@ -2,7 +2,7 @@
  * what every back-end shares -- argument checks, counting at issue, the
  * async variants, scalar reductions, the scale rule -- and the dispatch to
  * the back-end's file ([Note: collective backends] in coll_backend.h):
- * coll_mpi.c, coll_nccl.c.
+ * coll_mpi.c, coll_staged.c, coll_nccl.c.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -17,6 +17,7 @@
 #include "base/error.h"
 #include "comm/coll_backend.h"
 #include "comm/flight.h"
+#include "device/device_backend.h"
 
 const char *const FsdpCollKindNames[FSDP_COLL_NKINDS] = {"all-gather", "reduce-scatter",
                                                          "all-reduce"};
@@ -133,6 +134,7 @@ static const CollBackendOps *CollOpsOf(FsdpCollBackend backend)
   switch (backend) {
   case FSDP_COLL_BACKEND_MPI: return FsdpCollMpiOps();
   case FSDP_COLL_BACKEND_NCCL: return FsdpCollNcclOps();
+  case FSDP_COLL_BACKEND_MPI_STAGED: return FsdpCollStagedOps();
   }
   return NULL;
 }
@@ -141,13 +143,13 @@ int FsdpCollCreate(FsdpCollBackend backend, FsdpColl *out)
 {
   if (!out) FSDP_ERROR(FSDP_ERR_INTERNAL, "FsdpCollCreate: NULL output handle");
   *out = NULL;
-  if (backend != FSDP_COLL_BACKEND_MPI && backend != FSDP_COLL_BACKEND_NCCL)
+  if (backend != FSDP_COLL_BACKEND_MPI && backend != FSDP_COLL_BACKEND_NCCL &&
+      backend != FSDP_COLL_BACKEND_MPI_STAGED)
     FSDP_ERROR(FSDP_ERR_INTERNAL, "unknown collective backend %d", (int)backend);
   const CollBackendOps *ops = CollOpsOf(backend);
   if (!ops) /* only NCCL can be left out of a build */
-    FSDP_ERROR(FSDP_ERR_USAGE, "the NCCL collective backend needs fsdp built with CUDA "
-                               "(configure --with-cuda); this build has no CUDA support: "
-                               "use -device cpu (MPI collectives)");
+    FSDP_ERROR(FSDP_ERR_USAGE, "the NCCL collective backend: %s: use -device cpu (MPI "
+                               "collectives)", FsdpDeviceCudaMissing());
   FsdpColl c = calloc(1, sizeof *c);
   FSDP_CHECK_ALLOC(c, sizeof *c);
   c->ops = ops;

@@ -70,7 +70,14 @@ typedef enum {
 
 extern const char *const FsdpCollKindNames[FSDP_COLL_NKINDS];
 
-typedef enum { FSDP_COLL_BACKEND_MPI, FSDP_COLL_BACKEND_NCCL } FsdpCollBackend;
+/* MPI_STAGED: MPI on device buffers through host staging buffers, for
+ * ranks that share a GPU ([Note: MPI staging of device buffers] in
+ * coll_staged.c); with -device cpu the same path over memcpy. */
+typedef enum {
+  FSDP_COLL_BACKEND_MPI,
+  FSDP_COLL_BACKEND_NCCL,
+  FSDP_COLL_BACKEND_MPI_STAGED
+} FsdpCollBackend;
 
 typedef struct {
   uint64_t calls[FSDP_COLL_NKINDS];

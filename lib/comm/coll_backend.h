@@ -54,6 +54,8 @@ typedef struct {
 } CollBackendOps;
 
 const CollBackendOps *FsdpCollMpiOps(void);  /* coll_mpi.c */
+/* coll_staged.c: MPI on device buffers through host staging buffers */
+const CollBackendOps *FsdpCollStagedOps(void);
 /* coll_nccl.c; NULL from coll_nccl_none.c in a build without CUDA. */
 const CollBackendOps *FsdpCollNcclOps(void);
 

@@ -591,4 +591,6 @@ static const CollBackendOps coll_ops_nccl = {
     .nccl_comm_destroy = NcclCommDestroy,
 };
 
-const CollBackendOps *FsdpCollNcclOps(void) { return &coll_ops_nccl; }
+/* the module's table (cuda_module_entry.c: [Note: the CUDA module]) */
+const CollBackendOps *FsdpCudaNcclOps(void);
+const CollBackendOps *FsdpCudaNcclOps(void) { return &coll_ops_nccl; }

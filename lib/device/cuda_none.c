@@ -8,11 +8,15 @@
 #endif
 
 #include "device/cuda_util.h"
-#include "device/device_backend.h"
+#include "device/cuda_module.h"
 
 static const char kNoCuda[] = "this build has no CUDA back-end (configure --with-cuda)";
 
 const FsdpDeviceBackend *FsdpDeviceCudaBackend(void) { return NULL; }
+int FsdpDeviceCudaBuilt(void) { return 0; }
+const char *FsdpDeviceCudaMissing(void) { return kNoCuda; }
+const FsdpCudaModule *FsdpCudaModuleLoad(void) { return NULL; }
+const char *FsdpCudaModuleError(void) { return kNoCuda; }
 
 int FsdpCudaBuilt(void) { return 0; }
 

@@ -18,7 +18,6 @@ static char g_probe_msg[256];
 
 const char *FsdpCudaProbeMessage(void) { return g_probe_msg; }
 
-int FsdpCudaBuilt(void) { return 1; }
 
 /* ---- detection and selection --------------------------------------------- */
 
@@ -63,7 +62,13 @@ static _Thread_local int tl_bound = -1;
 
 int FsdpCudaSelectDevice(MPI_Comm comm, int *device)
 {
+  return FsdpCudaSelectDeviceShared(comm, 0, device, NULL);
+}
+
+int FsdpCudaSelectDeviceShared(MPI_Comm comm, int allow_share, int *device, int *shared)
+{
   if (device) *device = -1;
+  if (shared) *shared = 0;
   /* [Note: one GPU per rank] (gpu_select.h): list what this rank sees,
    * by UUID, and let the real node agree on who takes which. */
   FsdpGpuList mine;
@@ -91,7 +96,8 @@ int FsdpCudaSelectDevice(MPI_Comm comm, int *device)
     cuda_index[mine.n++] = d;
   }
   int pick = -1, node_rank = 0, node_size = 1;
-  FSDP_CALL(FsdpGpuSelect(comm, &mine, why, &pick, &node_rank, &node_size));
+  FSDP_CALL(FsdpGpuSelectShared(comm, &mine, why, allow_share, &pick, &node_rank, &node_size,
+                                shared));
   /* A device that is there but cannot be made current (exclusive mode,
    * in use, broken) fails on its rank; the others learn it here instead of
    * hanging in the next collective. */

@@ -54,6 +54,9 @@ const char *FsdpCudaProbeMessage(void);
  * only 2 distinct GPUs visible to them: ...".  *device (may be NULL) gets
  * the CUDA device index. */
 int FsdpCudaSelectDevice(MPI_Comm comm, int *device);
+/* The same; with allow_share, ranks without a GPU of their own share one
+ * (FsdpGpuSelectShared) and *shared (may be NULL) says whether any does. */
+int FsdpCudaSelectDeviceShared(MPI_Comm comm, int allow_share, int *device, int *shared);
 /* The device FsdpCudaSelectDevice chose (-1 before). */
 int FsdpCudaCurrentDevice(void);
 /* Makes the chosen device current on the calling thread (once per thread;

@@ -36,20 +36,31 @@ static const FsdpDeviceBackend *Current(void)
   return g_backend ? g_backend : FsdpDeviceCpuBackend();
 }
 
-int FsdpDeviceKindAvailable(FsdpDeviceKind kind) { return BackendOf(kind) != NULL; }
+/* CUDA: whether the build has it, without loading the module (a -device
+ * cpu run never loads a CUDA library: [Note: the CUDA module]). */
+int FsdpDeviceKindAvailable(FsdpDeviceKind kind)
+{
+  return kind == FSDP_DEVICE_CUDA ? FsdpDeviceCudaBuilt() : BackendOf(kind) != NULL;
+}
 
 int FsdpDeviceSetUp(FsdpDeviceKind kind, FsdpTopo topo)
 {
+  return FsdpDeviceSetUpShared(kind, topo, 0, NULL);
+}
+
+int FsdpDeviceSetUpShared(FsdpDeviceKind kind, FsdpTopo topo, int allow_share, int *shared)
+{
+  int shared_ = 0;
+  if (shared) *shared = 0;
   if ((int)kind < 0 || kind > FSDP_DEVICE_CUDA)
     FSDP_ERROR(FSDP_ERR_INTERNAL, "FsdpDeviceSetUp: unknown device kind %d", (int)kind);
   const FsdpDeviceBackend *b = BackendOf(kind);
   /* Every rank asks for the same kind, so every rank raises this. */
   if (!b)
-    FSDP_ERROR(FSDP_ERR_USAGE,
-               "option -device %s: this build has no %s back-end (configure --with-%s); use "
-               "-device cpu",
-               kKindNames[kind].option, kKindNames[kind].name, kKindNames[kind].option);
-  FSDP_CALL(b->set_up(topo));
+    FSDP_ERROR(FSDP_ERR_USAGE, "option -device %s: %s; use -device cpu", kKindNames[kind].option,
+               FsdpDeviceCudaMissing());
+  FSDP_CALL(b->set_up(topo, allow_share, &shared_));
+  if (shared) *shared = shared_;
   g_kind = kind;
   g_backend = b;
   return FSDP_SUCCESS;
@@ -100,6 +111,13 @@ int FsdpDeviceCopyFromHost(void *dst, const void *src, size_t bytes)
   if (!bytes) return FSDP_SUCCESS;
   return Current()->copy(dst, src, bytes);
 }
+
+int FsdpDeviceHostAlloc(size_t bytes, void *ptr)
+{
+  return Current()->host_alloc(bytes, ptr);
+}
+
+int FsdpDeviceHostFree(void *ptr) { return Current()->host_free(ptr); }
 
 int FsdpDeviceCastFromFloat(FsdpDtype to, const float *src, void *dst, size_t n)
 {

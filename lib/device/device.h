@@ -49,6 +49,11 @@ int FsdpDeviceKindAvailable(FsdpDeviceKind kind);
  * rank when a node has more ranks than GPUs, or no GPU, or the build has no
  * CUDA), creates the compute stream and initializes the kernels. */
 int FsdpDeviceSetUp(FsdpDeviceKind kind, FsdpTopo topo);
+/* The same; with allow_share, CUDA ranks of a node with fewer GPUs than
+ * ranks share them instead of the usage error, and *shared (may be NULL)
+ * is 1 on every rank when any rank shares (its collectives cannot be NCCL:
+ * -device_coll).  CPU: *shared = 0. */
+int FsdpDeviceSetUpShared(FsdpDeviceKind kind, FsdpTopo topo, int allow_share, int *shared);
 /* Not collective.  Releases what SetUp made; safe without SetUp. */
 int FsdpDeviceFinalize(void);
 
@@ -86,6 +91,10 @@ int FsdpDeviceFree(void *ptr);
 int FsdpDeviceZero(void *p, size_t bytes);
 int FsdpDeviceCopyToHost(void *host_dst, const void *dev_src, size_t bytes); /* waits */
 int FsdpDeviceCopyFromHost(void *dev_dst, const void *host_src, size_t bytes);
+/* Host memory for staging device buffers (CUDA: pinned, the fastest to
+ * copy; CPU: FsdpMalloc), tagged other; free takes &ptr, accepts NULL. */
+int FsdpDeviceHostAlloc(size_t bytes, void *ptr);
+int FsdpDeviceHostFree(void *ptr);
 int FsdpDeviceCastFromFloat(FsdpDtype to, const float *src, void *dst, size_t n);
 int FsdpDeviceCastToFloat(FsdpDtype from, const void *src, float *dst, size_t n);
 /* dst (fp32) += scale * src (dtype dt). */

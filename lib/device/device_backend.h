@@ -15,8 +15,10 @@
 #include "device/device.h"
 
 typedef struct {
-  /* Collective on the topology's world; makes the device current. */
-  int (*set_up)(FsdpTopo topo);
+  /* Collective on the topology's world; makes the device current.
+   * allow_share: ranks may share a GPU; *shared = 1 on every rank when
+   * some do (FsdpDeviceSetUpShared). */
+  int (*set_up)(FsdpTopo topo, int allow_share, int *shared);
   int (*finalize)(void); /* releases what set_up made */
   const FsdpKernelOps *(*kernels)(void);
   void *(*compute_stream)(void);
@@ -27,6 +29,10 @@ typedef struct {
   /* Either direction (unified addressing); the host side is usable on
    * return.  bytes > 0. */
   int (*copy)(void *dst, const void *src, size_t bytes);
+  /* Host memory the device copies fastest (CUDA: pinned), for staging
+   * buffers; free takes &ptr and accepts NULL. */
+  int (*host_alloc)(size_t bytes, void *ptr);
+  int (*host_free)(void *ptr);
   int (*cast_from_float)(FsdpDtype to, const float *src, void *dst, size_t n);
   int (*cast_to_float)(FsdpDtype from, const void *src, float *dst, size_t n);
   int (*add_scaled)(float *dst, const void *src, FsdpDtype dt, float scale, size_t n);
@@ -45,7 +51,14 @@ typedef struct {
 } FsdpDeviceBackend;
 
 const FsdpDeviceBackend *FsdpDeviceCpuBackend(void);  /* device_cpu.c */
-/* device_cuda.c; NULL from cuda_none.c in a build without CUDA. */
+/* The CUDA back-end: loaded from libfsdp-cuda.so on first use in a CUDA
+ * build (cuda_module.c, [Note: the CUDA module] in cuda_module.h), NULL
+ * when that fails or in a build without CUDA (cuda_none.c). */
 const FsdpDeviceBackend *FsdpDeviceCudaBackend(void);
+/* 1 in a CUDA build, without loading anything. */
+int FsdpDeviceCudaBuilt(void);
+/* Why FsdpDeviceCudaBackend() is NULL ("" when it is not): no CUDA in
+ * this build, or the module's path and dlerror(). */
+const char *FsdpDeviceCudaMissing(void);
 
 #endif

@@ -11,11 +11,14 @@
 #include "base/error.h"
 #include "device/device_backend.h"
 
-static int CpuSetUp(FsdpTopo topo)
+static int CpuSetUp(FsdpTopo topo, int allow_share, int *shared)
 {
-  (void)topo;
+  (void)topo, (void)allow_share;
+  *shared = 0;
   return FSDP_SUCCESS;
 }
+
+static int CpuHostAlloc(size_t bytes, void *ptr) { return FsdpMalloc(FSDP_MEM_OTHER, bytes, ptr); }
 
 static int CpuFinalize(void) { return FSDP_SUCCESS; }
 static void *CpuComputeStream(void) { return NULL; }
@@ -111,6 +114,8 @@ static const FsdpDeviceBackend kCpuBackend = {
     .free = FsdpFree,
     .zero = CpuZero,
     .copy = CpuCopy,
+    .host_alloc = CpuHostAlloc,
+    .host_free = FsdpFree,
     .cast_from_float = CpuCastFromFloat,
     .cast_to_float = CpuCastToFloat,
     .add_scaled = CpuAddScaled,

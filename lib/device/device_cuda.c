@@ -15,10 +15,10 @@ static void *g_stream = NULL; /* compute stream (cudaStream_t) */
 static int *g_flag = NULL;    /* device int of the overflow check, allocated once */
 static double *g_sums = NULL; /* FSDP_DEVICE_READBACK_MAX device doubles, allocated once */
 
-static int CudaSetUp(FsdpTopo topo)
+static int CudaSetUp(FsdpTopo topo, int allow_share, int *shared)
 {
   /* the real node, not topo's (possibly emulated) one: gpu_select.h */
-  FSDP_CALL(FsdpCudaSelectDevice(FsdpTopoWorld(topo)->comm, &g_gpu));
+  FSDP_CALL(FsdpCudaSelectDeviceShared(FsdpTopoWorld(topo)->comm, allow_share, &g_gpu, shared));
   FSDP_CALL(FsdpCudaStreamCreate(0, &g_stream));
   FSDP_CALL(FsdpKernelsCudaInit(g_gpu, g_stream));
   /* the kernel table's buffers (what a model allocates) are accounted here */
@@ -55,9 +55,12 @@ static int CudaSetTF32(int on)
 
 static int CudaZero(void *p, size_t bytes) { return FsdpCudaMemsetAsync(p, 0, bytes, g_stream); }
 
-/* Waiting for the stream makes the host side usable (or reusable) on return. */
+/* Waiting for the stream makes the host side usable (or reusable) on return.
+ * Any thread may copy (the MPI staging of coll_staged.c runs on the stream
+ * threads): it is bound to this rank's GPU first. */
 static int CudaCopy(void *dst, const void *src, size_t bytes)
 {
+  FSDP_CALL(FsdpCudaBindThread());
   FSDP_CALL(FsdpCudaMemcpyAsync(dst, src, bytes, g_stream));
   return FsdpCudaStreamSynchronize(g_stream);
 }
@@ -124,6 +127,8 @@ static const FsdpDeviceBackend kCudaBackend = {
     .free = FsdpCudaFree,
     .zero = CudaZero,
     .copy = CudaCopy,
+    .host_alloc = FsdpCudaMallocHost,
+    .host_free = FsdpCudaFreeHost,
     .cast_from_float = CudaCastFromFloat,
     .cast_to_float = CudaCastToFloat,
     .add_scaled = CudaAddScaled,
@@ -136,4 +141,6 @@ static const FsdpDeviceBackend kCudaBackend = {
     .any_nonfinite_many = CudaAnyNonFiniteMany,
 };
 
-const FsdpDeviceBackend *FsdpDeviceCudaBackend(void) { return &kCudaBackend; }
+/* the module's table (cuda_module_entry.c: [Note: the CUDA module]) */
+const FsdpDeviceBackend *FsdpCudaDeviceBackend(void);
+const FsdpDeviceBackend *FsdpCudaDeviceBackend(void) { return &kCudaBackend; }

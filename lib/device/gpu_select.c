@@ -90,7 +90,35 @@ typedef struct {
 int FsdpGpuSelect(MPI_Comm world, const FsdpGpuList *mine, const char *probe, int *pick,
                   int *node_rank, int *node_size)
 {
+  return FsdpGpuSelectShared(world, mine, probe, 0, pick, node_rank, node_size, NULL);
+}
+
+/* [Note: ranks sharing a GPU] Ranks the matching left without a device of
+ * their own take, when sharing is allowed, the device at position
+ * (node rank mod n) of their own list: with one GPU and 4 ranks, all four
+ * use it; with 2 GPUs and 4 ranks, two each.  NCCL cannot run on such ranks
+ * (it refuses two ranks on one device), so the caller moves device buffers
+ * over MPI instead (coll_staged.c). */
+static int ShareLeftOver(int nranks, const FsdpGpuList *lists, int *picks)
+{
+  int unplaced = 0;
+  for (int r = 0; r < nranks; r++) {
+    if (picks[r] >= 0) continue;
+    int n = Visible(&lists[r]);
+    if (n > 0)
+      picks[r] = r % n;
+    else
+      unplaced++;
+  }
+  return unplaced;
+}
+
+int FsdpGpuSelectShared(MPI_Comm world, const FsdpGpuList *mine, const char *probe,
+                        int allow_share, int *pick, int *node_rank, int *node_size, int *shared)
+{
   *pick = -1;
+  if (shared) *shared = 0;
+  int shared_here = 0;
   int wrank = 0;
   FSDP_CALL_MPI(MPI_Comm_rank(world, &wrank));
   MPI_Comm node = MPI_COMM_NULL;
@@ -122,6 +150,10 @@ int FsdpGpuSelect(MPI_Comm world, const FsdpGpuList *mine, const char *probe, in
     err = MPI_Allgather(mine, (int)sizeof *mine, MPI_BYTE, all, (int)sizeof *all, MPI_BYTE, node);
   if (err == MPI_SUCCESS && !rep.too_many) {
     rep.unplaced = FsdpGpuAssign(ns, all, picks, &rep.ndistinct);
+    if (rep.unplaced && allow_share) {
+      shared_here = 1;
+      rep.unplaced = ShareLeftOver(ns, all, picks);
+    }
     *pick = picks[nr];
     rep.first_unplaced = -1;
     for (int r = 0; r < ns && rep.unplaced; r++)
@@ -138,7 +170,14 @@ int FsdpGpuSelect(MPI_Comm world, const FsdpGpuList *mine, const char *probe, in
   int bad = rep.too_many || rep.unplaced > 0;
   int first = bad ? wrank : 0x7fffffff, first_all = 0;
   FSDP_CALL_MPI(MPI_Allreduce(&first, &first_all, 1, MPI_INT, MPI_MIN, world));
-  if (first_all == 0x7fffffff) return FSDP_SUCCESS;
+  if (first_all == 0x7fffffff) {
+    /* every rank learns whether any node shares: the collective back-end
+     * must be the same on all of them */
+    int any_shared = 0;
+    FSDP_CALL_MPI(MPI_Allreduce(&shared_here, &any_shared, 1, MPI_INT, MPI_MAX, world));
+    if (shared) *shared = any_shared;
+    return FSDP_SUCCESS;
+  }
   if (wrank == first_all) {
     int len = 0;
     if (MPI_Get_processor_name(rep.host, &len) != MPI_SUCCESS) snprintf(rep.host, sizeof rep.host, "?");

@@ -15,7 +15,8 @@
  * each rank gets one it sees, preferring for rank i its i-th free device,
  * so 8 ranks seeing 8 GPUs get 0..7 and a rank that sees exactly one GPU
  * gets that one.  Two ranks on a node never share a device (NCCL refuses
- * "Duplicate GPU"); when no such matching exists every rank of the job
+ * "Duplicate GPU") unless the caller allows it (FsdpGpuSelectShared, for
+ * collectives over MPI: -device_coll); when no such matching exists every rank of the job
  * returns the same FSDP_ERR_USAGE naming the node, its ranks and the
  * distinct devices they see. */
 #ifndef FSDP_GPU_SELECT_H
@@ -51,5 +52,11 @@ int FsdpGpuAssign(int nranks, const FsdpGpuList *lists, int *pick, int *ndistinc
  * them: ..."). */
 int FsdpGpuSelect(MPI_Comm world, const FsdpGpuList *mine, const char *probe, int *pick,
                   int *node_rank, int *node_size);
+/* The same; with allow_share, ranks left without a device of their own
+ * share one ([Note: ranks sharing a GPU] in gpu_select.c) instead of the
+ * usage error, and *shared (may be NULL) = 1 on every rank of world when
+ * any node shares.  Only a node with no device at all still fails. */
+int FsdpGpuSelectShared(MPI_Comm world, const FsdpGpuList *mine, const char *probe,
+                        int allow_share, int *pick, int *node_rank, int *node_size, int *shared);
 
 #endif

@@ -2,6 +2,7 @@
 #include "driver/train.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +15,8 @@
 
 static const char *const kSummaryNames[] = {"text", "json", NULL};
 static const char *const kDeviceNames[] = {"cpu", "cuda", NULL};
+static const char *const kDeviceCollNames[] = {"auto", "nccl", "mpi", NULL};
+enum { DEVICE_COLL_AUTO, DEVICE_COLL_NCCL, DEVICE_COLL_MPI };
 
 struct FsdpTrainer_ {
   MPI_Comm comm;
@@ -21,6 +24,8 @@ struct FsdpTrainer_ {
   int rank, W;
   FsdpTopo topo;
   FsdpColl coll;
+  const char *coll_name; /* the summary's device_coll: nccl, mpi, mpi-staged */
+  uint64_t allocs_step1; /* device allocations up to the end of the first step */
   FsdpRuntime rt;
   FsdpModel model;
   FsdpModelDesc desc; /* what checkpoints and the run file record and compare */
@@ -85,6 +90,14 @@ int FsdpTrainOptionsFromDb(FsdpOpts db, FsdpTrainOptions *o)
   FSDP_CALL(FsdpOptsGetEnum(db, g, "device", "compute device: cpu, or cuda (needs a CUDA build)",
                             kDeviceNames, 0, &o->device_cuda));
   FSDP_CALL(FsdpComputeDtypeForDevice(db, o->device_cuda, &o->fsdp));
+  FSDP_CALL(FsdpOptsGetEnum(db, g, "device_coll",
+                            "how collectives move -device cuda buffers: nccl (each rank its own "
+                            "GPU), mpi (MPI through pinned host buffers; ranks may share a GPU), "
+                            "or auto (nccl when every rank has a GPU of its own, else mpi)",
+                            kDeviceCollNames, DEVICE_COLL_AUTO, &o->device_coll));
+  if (!o->device_cuda && o->device_coll == DEVICE_COLL_NCCL)
+    FSDP_ERROR(FSDP_ERR_USAGE, "option -device_coll nccl: NCCL moves GPU buffers and -device is "
+               "cpu; use -device cuda, or -device_coll auto or mpi");
   FSDP_CALL(FsdpOptsGetString(db, g, "trace",
                               "write a timeline (Chrome trace-event JSON, opens in Perfetto) of "
                               "compute and communication per rank to FILE",
@@ -172,20 +185,36 @@ int FsdpTrainerCreate(MPI_Comm comm, const FsdpTrainOptions *o, FsdpTrainer *out
   tr->flight = 1;
   /* the device first: without a usable GPU -device cuda is a usage error
    * on every rank before anything is allocated */
-  FSDP_CALL(FsdpDeviceSetUp(o->device_cuda ? FSDP_DEVICE_CUDA : FSDP_DEVICE_CPU, tr->topo));
+  int gpu_shared = 0;
+  FSDP_CALL(FsdpDeviceSetUpShared(o->device_cuda ? FSDP_DEVICE_CUDA : FSDP_DEVICE_CPU, tr->topo,
+                                  o->device_coll != DEVICE_COLL_NCCL, &gpu_shared));
   tr->device_set = 1;
   tr->k = FsdpDeviceKernels();
   FSDP_CALL(FsdpComputeKernels(tr->k, o->fsdp.compute_dtype, &tr->k_bf16, &tr->k));
   int tf32_applied = 0; /* [Note: bf16 compute]: -tf32 on the CUDA back-end */
   FSDP_CALL(FsdpDeviceSetTF32(o->fsdp.tf32, &tf32_applied));
-  if (o->device_cuda) {
+  /* [Note: device collectives] NCCL needs a GPU per rank; ranks that share
+   * one (W=2 or 4 on a one-GPU machine: the GPU kit) move device buffers
+   * over MPI through host staging buffers ([Note: MPI staging of device
+   * buffers] in coll_staged.c).  auto picks NCCL unless some rank shares,
+   * and says so.  FSDP_COLL_STAGED=1 (tests only) runs the staging with
+   * -device cpu, where it must match plain MPI bit for bit. */
+  int use_nccl = o->device_cuda && !gpu_shared && o->device_coll != DEVICE_COLL_MPI;
+  int staged = o->device_cuda ? !use_nccl : getenv("FSDP_COLL_STAGED") != NULL &&
+                                              strcmp(getenv("FSDP_COLL_STAGED"), "1") == 0;
+  if (o->device_cuda && gpu_shared && o->device_coll == DEVICE_COLL_AUTO && tr->rank == 0)
+    printf("-device cuda: ranks share a GPU (%d ranks), so collectives go over MPI through "
+           "pinned host buffers (-device_coll mpi); NCCL needs one GPU per rank\n", tr->W);
+  tr->coll_name = use_nccl ? "nccl" : staged ? "mpi-staged" : "mpi";
+  if (use_nccl) {
     /* [Note: CUDA streams in the runtime] (device.h) */
     FSDP_CALL(FsdpCollCreate(FSDP_COLL_BACKEND_NCCL, &tr->coll));
     FSDP_CALL(FsdpCollSetCudaStreams(tr->coll, NULL, FsdpDeviceComputeStream()));
     FSDP_CALL(FsdpCollAttach(tr->coll, FsdpTopoShard(tr->topo)));
     FSDP_CALL(FsdpCollAttach(tr->coll, FsdpTopoReplica(tr->topo)));
   } else {
-    FSDP_CALL(FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &tr->coll));
+    FSDP_CALL(FsdpCollCreate(staged ? FSDP_COLL_BACKEND_MPI_STAGED : FSDP_COLL_BACKEND_MPI,
+                             &tr->coll));
   }
   FSDP_CALL(FsdpModelCreate(&o->model, o->wrap, tr->B, tr->T, tr->k, (uint64_t)o->seed, &tr->model));
   /* before the table is registered: it gives the block stages their
@@ -351,6 +380,10 @@ int FsdpTrainerStep(FsdpTrainer tr, double *loss)
   tr->losses[tr->step] = l;
   tr->step_ms[tr->step] = (t1 - t0) * 1e3;
   tr->step++;
+  if (tr->step == tr->first_step + 1) { /* device allocations of the set-up and step 1 */
+    FsdpDeviceMemStats ds;
+    if (FsdpDeviceGetMemStats(&ds)) tr->allocs_step1 = ds.num_allocs;
+  }
   if (loss) *loss = l;
   if (!isfinite(l))
     FSDP_ERROR(FSDP_ERR_USAGE, "loss became %f at step %lld: lower -lr or check the data", l,
@@ -660,11 +693,15 @@ int FsdpTrainerSummary(FsdpTrainer tr, FILE *out)
     FsdpJsonUint(j, "num_allocs", cs.num_allocs);
     FsdpJsonUint(j, "alloc_retries", cs.alloc_retries);
     FsdpJsonUint(j, "alloc_failures", cs.alloc_failures);
+    /* [Note: device memory planned once]: 0 when nothing is allocated in
+     * the steady state (the GPU kit checks it) */
+    FsdpJsonUint(j, "allocs_after_step1", cs.num_allocs - tr->allocs_step1);
     FsdpJsonEndObject(j);
   }
   char dev[256];
   FsdpDeviceDescribe(dev, sizeof dev);
   FsdpJsonString(j, "device", dev);
+  FsdpJsonString(j, "device_coll", tr->coll_name);
   FsdpJsonString(j, "blas_core", FsdpKernelsCpuBlasCore());
   FsdpJsonEndObject(j);
   FSDP_CALL(FsdpSummaryPrint(&j, out));

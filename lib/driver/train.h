@@ -32,6 +32,7 @@ typedef struct {
   const char *data; /* NULL: built-in task */
   FsdpSummaryFormat summary;
   int device_cuda;
+  int device_coll;            /* -device_coll: 0 auto, 1 nccl, 2 mpi ([Note: device collectives]) */
   const char *trace;          /* -trace FILE: Chrome trace-event timeline */
   double coll_timeout;        /* -coll_timeout S: hang watchdog (0 = off; comm/flight.h) */
   double loss_scale;          /* -loss_scale: initial fp16 loss scale */
