@@ -14,7 +14,8 @@
 #     without, in the summary and in fsdp-plan, and the ring holds 1 + L
 #     blocks (every block for L = 0) besides the root, its peak use equal
 #     to it: L = 1, 2, 3 give 1, 2, 3 in flight and 2, 3, 4 slots;
-#   - the losses are bit-identical across every mode and L.
+#   - the losses are bit-identical across every mode and L, also with NRAF,
+#     hybrid sharding, bf16, accumulation and recomputation together.
 #   usage: test_trace.sh MPIEXEC "PREFLAGS" FSDP_TRAIN
 set -u
 MPIEXEC=$1
@@ -125,6 +126,37 @@ print(f"-prefetch {pf} -limit_all_gathers {L}: {len(comm)} collectives checked, 
 sys.exit(1 if errors else 0)
 PY
 done
+# the same with everything else that meets the schedule: NRAF (forward
+# prefetch only; every block kept), hybrid F = 2, bf16 parameters (cast
+# tasks on the gather stream), accumulation, recomputation
+knobs="-reshard_after_forward 0 -sharding_factor 2 -param_dtype bf16 -grad_accum 2 -recompute 1 -batch_size 2"
+for mode in none:1 both:3; do
+  pf=${mode%:*} L=${mode#*:}
+  # shellcheck disable=SC2086
+  if ! timeout 120 "$MPIEXEC" $PREFLAGS -n 4 "$TRAIN" $common $knobs -prefetch "$pf" -limit_all_gathers "$L" \
+      >"$tmp/out" 2>&1; then
+    echo "FAIL: fsdp-train $knobs -prefetch $pf -limit_all_gathers $L failed"; tail -5 "$tmp/out"
+    fails=$((fails + 1)); continue
+  fi
+  grep . "$tmp/out" | tail -n 1 >"$tmp/knobs.$pf.$L"
+done
+python3 - "$tmp/knobs.none.1" "$tmp/knobs.both.3" <<'PY' || fails=$((fails + 1))
+import json, sys
+a, b = (json.loads(open(p).read()) for p in sys.argv[1:])
+errors = []
+if a["losses"] != b["losses"]:
+    errors.append(f"losses differ: none {a['losses']} vs both, L=3 {b['losses']}")
+for s, want in ((a, 1), (b, 3)):  # NRAF: forward gathers 3 blocks ahead of the root, backward none
+    if s["comm_time_per_step"]["max_gathers_in_flight"] != want:
+        errors.append(f"-prefetch {s['prefetch']}: {s['comm_time_per_step']['max_gathers_in_flight']} in flight, expected {want}")
+    m = s["memory"]
+    if m["peak_unsharded_param_bytes"] != m["gather_buffer_bytes"]:
+        errors.append(f"-prefetch {s['prefetch']}: peak {m['peak_unsharded_param_bytes']} != ring {m['gather_buffer_bytes']}")
+for e in errors:
+    print("FAIL: NRAF, hybrid, bf16, accumulation, recompute:", e)
+print(f"NRAF, hybrid, bf16, accumulation, recompute: {len(errors)} problems")
+sys.exit(1 if errors else 0)
+PY
 # the schedule changes when gathers are issued, never what is computed
 python3 - "$tmp"/summary.* <<'PY' || fails=$((fails + 1))
 import json, sys
