@@ -16,6 +16,11 @@ struct FsdpOptim_ {
   FsdpDecayRule rule;
   int nunits;
   float **m, **v;
+  /* [Note: one readback per step]: every unit's gradient shard and its
+   * length, filled per call (the shards do not move, but this stays
+   * correct if they did) */
+  const float **gshard;
+  size_t *gnumel;
   int64_t t; /* AdamW steps taken (bias correction) */
   double grad_scale; /* gradients in the shards are this times the true ones */
   uint64_t state_bytes;
@@ -59,6 +64,10 @@ int FsdpOptimCreate(FsdpRuntime rt, const FsdpKernelOps *k, const FsdpOptimOptio
   opt->v = calloc((size_t)opt->nunits, sizeof(float *));
   FSDP_CHECK_ALLOC(opt->m, sizeof(float *));
   FSDP_CHECK_ALLOC(opt->v, sizeof(float *));
+  opt->gshard = calloc((size_t)opt->nunits + 1, sizeof(float *));
+  opt->gnumel = calloc((size_t)opt->nunits + 1, sizeof(size_t));
+  FSDP_CHECK_ALLOC(opt->gshard, sizeof(float *));
+  FSDP_CHECK_ALLOC(opt->gnumel, sizeof(size_t));
   for (int u = 0; u < opt->nunits; u++) {
     size_t bytes = (size_t)FlatParamShardNumel(FsdpRuntimeUnitFlatParam(rt, u)) * sizeof(float);
     FSDP_CALL(FsdpDeviceAlloc(FSDP_MEM_OPTIM, bytes, &opt->m[u]));
@@ -79,6 +88,8 @@ int FsdpOptimDestroy(FsdpOptim *popt)
   }
   free(opt->m);
   free(opt->v);
+  free(opt->gshard);
+  free(opt->gnumel);
   free(opt);
   *popt = NULL;
   return FSDP_SUCCESS;
@@ -109,18 +120,25 @@ static int OptimDeviceCheck(const char *where)
   return FSDP_SUCCESS;
 }
 
+/* Every unit's gradient shard and length, for the batched readbacks. */
+static const float *const *GradShards(FsdpOptim opt)
+{
+  for (int u = 0; u < opt->nunits; u++) {
+    opt->gshard[u] = FsdpRuntimeUnitGradShard(opt->rt, u);
+    opt->gnumel[u] = (size_t)FlatParamShardNumel(FsdpRuntimeUnitFlatParam(opt->rt, u));
+  }
+  return opt->gshard;
+}
+
 int FsdpOptimGradNorm(FsdpOptim opt, double *norm)
 {
   /* reductions still in flight write the shards and use the sharding comm */
   FSDP_CALL(FsdpRuntimeDrainStreams(opt->rt));
   /* [Note: device errors before the norm] */
   FSDP_CALL(OptimDeviceCheck("the gradient phase (casts, landing reduced gradients)"));
+  /* [Note: one readback per step] (device.h): all units, one wait */
   double sq = 0.0;
-  for (int u = 0; u < opt->nunits; u++) {
-    FlatParam fp = FsdpRuntimeUnitFlatParam(opt->rt, u);
-    sq += opt->k->sum_squares(FsdpRuntimeUnitGradShard(opt->rt, u),
-                              (size_t)FlatParamShardNumel(fp));
-  }
+  FSDP_CALL(FsdpDeviceSumSquaresMany(GradShards(opt), opt->gnumel, opt->nunits, &sq));
   FSDP_CALL(OptimDeviceCheck("the gradient norm (sum of squares)"));
   /* [Note: gradient norm over the sharding group] */
   FSDP_CALL(FsdpCollScalarSum(FsdpRuntimeColl(opt->rt), FsdpTopoShard(FsdpRuntimeTopo(opt->rt)),
@@ -136,14 +154,9 @@ int FsdpOptimCheckOverflow(FsdpOptim opt, int *overflow)
   FSDP_CALL(FsdpRuntimeDrainStreams(opt->rt)); /* the shards must be final */
   /* a failed launch is an error, not an overflow to skip the step for */
   FSDP_CALL(OptimDeviceCheck("the gradient phase (casts, landing reduced gradients)"));
-  double bad = 0.0;
-  for (int u = 0; u < opt->nunits && bad == 0.0; u++) {
-    int b = 0;
-    FSDP_CALL(FsdpDeviceAnyNonFinite(FsdpRuntimeUnitGradShard(opt->rt, u),
-                                     (size_t)FlatParamShardNumel(FsdpRuntimeUnitFlatParam(opt->rt, u)),
-                                     &b));
-    bad = b;
-  }
+  int b = 0; /* [Note: one readback per step] (device.h): all units, one wait */
+  FSDP_CALL(FsdpDeviceAnyNonFiniteMany(GradShards(opt), opt->gnumel, opt->nunits, &b));
+  double bad = b;
   FSDP_CALL(OptimDeviceCheck("the overflow check"));
   FSDP_CALL(FsdpCollScalarMax(FsdpRuntimeColl(opt->rt), FsdpTopoWorld(FsdpRuntimeTopo(opt->rt)),
                               &bad, 1));
