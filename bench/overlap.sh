@@ -19,8 +19,8 @@
 # Every configuration runs REPS times, the repetitions interleaved (all
 # configurations once, then again) so that other load on the machine falls
 # on all of them alike.  Per run, per-step figures are means over the 4
-# ranks and over steps 1..STEPS-1 (step 0 warms up; -prefetch both has no
-# previous order before step 1), all from the run's trace: step time is
+# ranks and over steps 1..STEPS-1 (step 0 warms up), all from the run's
+# trace: step time is
 # rank 0's, between the ends of its optimizer steps; compute: forward and
 # backward spans; comm busy: the communication stream's tasks; exposed: the
 # compute track's waits.  A table cell is the median over the REPS runs,
@@ -30,8 +30,8 @@
 # TRACES=DIR keeps every trace for Perfetto.
 #
 # Overlap can hide at most the compute there is: per unit, backward compute
-# must cover the reduce-scatter of the unit before and the prefetched
-# gather (one FIFO stream).  Compute per unit grows with tokens per rank
+# must cover the reduce-scatter of the unit before, and the gathers
+# prefetched ahead run on their own stream.  Compute per unit grows with tokens per rank
 # (batch_size x seq_len), communication does not; the default batch of 8
 # sequences makes them comparable across the 1 Gbit/s link.  With
 # hybrid_traffic.sh's batch of 1 the link dominates (MODEL=... to try).

@@ -577,7 +577,7 @@ static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutco
     unit_is_root[i] = u[i].is_root;
   }
   FsdpGatherRing ring;
-  FsdpGatherRingPlan(fo, po.F, unitP, unit_is_root, nu, &ring);
+  FsdpGatherRingPlan(fo, po.F, unitP, unit_is_root, nu, stage_unit, nstages, &ring);
   free(unitP);
   free(unit_is_root);
   mem.gather_slots = ring.slots;
@@ -938,9 +938,10 @@ static int WriteOptionsFile(const char *path, const PlanOptions *po, const Candi
  * three prefetch modes; RAF and NRAF; activation recomputation off and
  * on; the micro-batch B among the divisors
  * of the sequences per rank per step (-batch_size x -grad_accum as given),
- * with K = that / B.  -limit_all_gathers is not searched: while prefetch
- * runs one unit ahead it changes neither memory nor time ([Note: prefetch
- * and the limiter] in fsdp.c).  Each is planned exactly as fsdp-plan plans
+ * with K = that / B.  -limit_all_gathers is kept as given, not searched:
+ * it is the user's memory / exposed-time trade-off (1 + L gathered blocks
+ * under RAF, [Note: prefetch and the limiter] in fsdp.c), and searching it
+ * would multiply the candidates.  Each is planned exactly as fsdp-plan plans
  * one run and replayed on the profile; the fastest that fits the memory
  * limit wins, ties going to less memory. */
 static int Tune(FsdpOpts db, const PlanOptions *po0)

@@ -58,21 +58,23 @@ int main(int argc, char **argv)
       for (int s = 0; s < steps; s++)
         CHECK(l[s] == ref[s], "-prefetch %s -limit_all_gathers %d step %d: loss %.9g differs from %.9g",
               pf[p], Ls[k], s + 1, l[s], ref[s]);
-      /* [Note: prefetch and the limiter] a unit's own gather is consumed
-       * before the next one is issued and prefetching runs one unit ahead,
-       * so exactly one gather is ever in flight, whatever L >= 1 allows:
-       * the measured maximum must equal both that and the plan, so that a
-       * change of either (a deeper prefetch, a gather issued before the
-       * previous one is consumed) fails here.  (Exactly, not "<= L": no
-       * schedule here reaches L, so "<= L" held for any limiter.) */
+      /* [Note: prefetch and the limiter] before each unit computes, the
+       * gathers of the next units of its phase are issued until L are ahead
+       * of it, so at a phase's start (the root, unsharded, computes first in
+       * backward, and first in forward once gathered) min(L, 4) blocks are
+       * in flight (L = 0: all 4), 1 without prefetching (the on-demand
+       * gather) or with one rank (F = 1 gathers nothing); measured, planned
+       * and this count must agree exactly, so a deeper or shallower
+       * prefetch, or a limiter that ignores L, fails here. */
+      int want = W == 1 || p == 0 ? 1 : (Ls[k] == 0 || Ls[k] > 4 ? 4 : Ls[k]);
       int inflight = FsdpTraceMaxInFlight(FsdpTrainerTrace(tr));
       uint64_t pp, pg;
       FsdpRuntimeMemory m;
       FsdpRuntimePeakUnsharded(FsdpTrainerRuntime(tr), &pp, &pg);
       FsdpRuntimeGetMemory(FsdpTrainerRuntime(tr), &m);
-      CHECK(inflight == 1 && m.gathers_in_flight == 1,
+      CHECK(inflight == want && m.gathers_in_flight == want,
             "-prefetch %s -limit_all_gathers %d: %d gathers were in flight at most, planned %d, "
-            "expected 1", pf[p], Ls[k], inflight, m.gathers_in_flight);
+            "expected %d", pf[p], Ls[k], inflight, m.gathers_in_flight, want);
       CHECK(W == 1 || pp == m.gather_buffer_bytes,
             "-prefetch %s L %d: peak unsharded %llu != planned gather ring %llu", pf[p], Ls[k],
             (unsigned long long)pp, (unsigned long long)m.gather_buffer_bytes);

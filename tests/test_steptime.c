@@ -82,11 +82,12 @@ int main(int argc, char **argv)
     FsdpStepEventKind k;
     int unit;
     double t;
+  /* L = 0: both blocks ahead of the root at each phase's start */
   } want[] = {{FSDP_STEP_EV_GATHER, 0, 0.0},    {FSDP_STEP_EV_GATHER, 1, 0.5},
-              {FSDP_STEP_EV_FORWARD, 0, 0.5},   {FSDP_STEP_EV_GATHER, 2, 1.5},
+              {FSDP_STEP_EV_GATHER, 2, 0.5},    {FSDP_STEP_EV_FORWARD, 0, 0.5},
               {FSDP_STEP_EV_FORWARD, 1, 1.5},   {FSDP_STEP_EV_FORWARD, 2, 2.5},
               {FSDP_STEP_EV_FORWARD, 0, 3.5},   {FSDP_STEP_EV_GATHER, 2, 4.5},
-              {FSDP_STEP_EV_BACKWARD, 0, 4.5},  {FSDP_STEP_EV_GATHER, 1, 6.5},
+              {FSDP_STEP_EV_GATHER, 1, 4.5},    {FSDP_STEP_EV_BACKWARD, 0, 4.5},
               {FSDP_STEP_EV_BACKWARD, 2, 6.5},  {FSDP_STEP_EV_REDUCE, 2, 8.5},
               {FSDP_STEP_EV_BACKWARD, 1, 8.5},  {FSDP_STEP_EV_REDUCE, 1, 10.5},
               {FSDP_STEP_EV_BACKWARD, 0, 10.5}, {FSDP_STEP_EV_REDUCE, 0, 12.5}};
@@ -97,9 +98,51 @@ int main(int argc, char **argv)
           "event %d: %s unit %d at %g, expected %s unit %d at %g", i, FsdpStepEventNames[ev[i].kind],
           ev[i].unit, ev[i].t, FsdpStepEventNames[want[i].k], want[i].unit, want[i].t);
 
+  CHECK(r.max_in_flight == 2, "prefetch both, L 0: %d in flight", r.max_in_flight);
+
   Run(FSDP_PREFETCH_BOTH, 1, 1, 1, 1, 2, &r, NULL, 0, &n);
   CHECK(Near(r.step_s, 12.85) && r.max_in_flight == 1, "both, L 1: step %g, %d in flight",
         r.step_s, r.max_in_flight);
+
+  /* [Note: prefetch and the limiter]: root + 4 blocks, the first block's
+   * compute long and the others' short, gathers 1 each; the ring 1 + L.
+   * At each phase's start L gathers go ahead: L = 1, 2, 3 give 1, 2, 3 in
+   * flight; before block 1's forward the blocks 1..L+1 are gathered (the
+   * top-up at block 1 precedes its compute); the deeper the prefetch, the
+   * more of the short blocks' gathers hide under the long block. */
+  {
+    static const int is_root[5] = {1, 0, 0, 0, 0}, stage_unit[6] = {0, 1, 2, 3, 4, 0};
+    static const double fwd[6] = {1, 6, 0.25, 0.25, 0.25, 1}, bwd[6] = {2, 2, 2, 2, 2, 2};
+    static const double gather[5] = {1, 1, 1, 1, 1}, reduce[5] = {0, 0, 0, 0, 0};
+    double exposed[4] = {0};
+    for (int L = 1; L <= 3; L++) {
+      FsdpRuntimeOptions o;
+      memset(&o, 0, sizeof o);
+      o.prefetch = FSDP_PREFETCH_BOTH;
+      o.reshard_after_forward = 1;
+      o.limit_all_gathers = L;
+      o.grad_accum = 1;
+      o.accum_comm = 1;
+      o.param_dtype = o.reduce_dtype = FSDP_DTYPE_FP32;
+      FsdpStepTimeInput in = {&o,  2,      1,      5,   6, is_root, stage_unit, fwd,
+                              bwd, gather, reduce, 0.0, 1 + L, 2};
+      TCALL(FsdpStepTimeSimulate(&in, &r, ev, 64, &n));
+      exposed[L] = r.exposed_s;
+      CHECK(r.max_in_flight == L, "L %d: %d gathers in flight", L, r.max_in_flight);
+      /* forward: the gathers of blocks 1..L precede block 1's forward */
+      int gathers_before = 0;
+      for (int i = 0; i < n && !(ev[i].kind == FSDP_STEP_EV_FORWARD && ev[i].unit == 1); i++)
+        gathers_before += ev[i].kind == FSDP_STEP_EV_GATHER && ev[i].unit > 0;
+      CHECK(gathers_before == L + 1, "L %d: %d block gathers before block 1's forward", L,
+            gathers_before);
+    }
+    /* the root's on-demand gather (1) in every case; L = 1: blocks 3 and 4
+     * each wait 0.75 behind a 0.25 compute; L = 2: block 4 waits 0.5;
+     * L = 3: all three short blocks' gathers ran under block 1 */
+    CHECK(Near(exposed[1], 2.5) && Near(exposed[2], 1.5) && Near(exposed[3], 1.0),
+          "deeper prefetch exposes less: L 1, 2, 3 expose %g %g %g, expected 2.5 1.5 1", exposed[1],
+          exposed[2], exposed[3]);
+  }
 
   Run(FSDP_PREFETCH_NONE, 0, 0, 1, 1, 2, &r, NULL, 0, &n);
   CHECK(Near(r.exposed_s, 1.75) && Near(r.step_s, 13.85), "NRAF, none: step %g exposed %g",

@@ -1,6 +1,21 @@
 #!/bin/sh
 # test_trace.sh: the -trace timeline of a 4-rank run shows the schedule the
-# prefetch options promise, and the gathers in flight are the planned ones.
+# prefetch options promise ([Note: prefetch and the limiter] in
+# lib/runtime/fsdp.c), the gathers in flight and the gather ring are the
+# planned ones, and the losses do not depend on the schedule.  GPT tiny
+# with 4 blocks (units: root 0, blocks 1..4), W = F = 4, RAF.  For each
+# -prefetch / -limit_all_gathers L:
+#   - while a unit computes, the gathers of the next L units of its phase
+#     (backward: from the head, blocks 4..1; forward with -prefetch both,
+#     from the first step on: blocks 1..4 after the embedding) were issued
+#     before its compute ended, and the one after them only once it ended
+#     (the limiter: no more than L ahead);
+#   - max_gathers_in_flight is min(L, 4) with prefetching (L = 0: 4), 1
+#     without, in the summary and in fsdp-plan, and the ring holds 1 + L
+#     blocks (every block for L = 0) besides the root, its peak use equal
+#     to it: L = 1, 2, 3 give 1, 2, 3 in flight and 2, 3, 4 slots;
+#   - the losses are bit-identical across every mode and L, also with NRAF,
+#     hybrid sharding, bf16, accumulation and recomputation together.
 #   usage: test_trace.sh MPIEXEC "PREFLAGS" FSDP_TRAIN
 set -u
 MPIEXEC=$1
@@ -12,7 +27,7 @@ trap 'rm -rf "$tmp"' EXIT
 command -v python3 >/dev/null || { echo "python3 missing: cannot read the trace"; exit 77; }
 common="-model tiny -n_layer 4 -steps 3 -log_every 0 -summary json"
 fails=0
-for mode in none:2 backward:2 both:2 backward:1 both:4 both:0; do
+for mode in none:2 backward:1 both:1 both:2 both:3 both:0; do
   pf=${mode%:*} L=${mode#*:}
   # shellcheck disable=SC2086
   if ! timeout 120 "$MPIEXEC" $PREFLAGS -n 4 "$TRAIN" $common -prefetch "$pf" -limit_all_gathers "$L" \
@@ -25,11 +40,11 @@ for mode in none:2 backward:2 both:2 backward:1 both:4 both:0; do
     echo "FAIL: fsdp-plan -prefetch $pf -limit_all_gathers $L failed"; tail -5 "$tmp/plan"
     fails=$((fails + 1)); continue
   fi
+  grep . "$tmp/out" | tail -n 1 >"$tmp/summary.$pf.$L"
   python3 - "$tmp/t.json" "$tmp/out" "$pf" "$L" "$tmp/plan" <<'PY' || fails=$((fails + 1))
 import json, sys
 trace, out, pf, L = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 plan = json.loads([l for l in open(sys.argv[5]) if l.strip()][-1])
-planned = plan["comm_time_per_step"]["max_gathers_in_flight"]
 ev = json.load(open(trace))["traceEvents"]
 summary = json.loads([l for l in open(out) if l.strip()][-1])
 comm = [e for e in ev if e.get("ph") == "X" and e.get("cat") == "comm"]
@@ -39,42 +54,48 @@ for e in comm:
     a = e["args"]
     assert set(a) >= {"step", "unit", "kind", "phase", "bytes", "issue_ts"}, a
     assert a["issue_ts"] <= e["ts"] + 1e-3, "issued before it ran"
-nunits = 5  # root + 4 blocks (forward order index, root = 0)
+nblocks = 4
+depth = 0 if pf == "none" else (L if L > 0 else nblocks)  # gathers ahead
 errors = []
 for pid in range(4):
-    c = [e for e in comm if e["pid"] == pid]
     issue = {}
-    for e in c:
+    for e in comm:
         a = e["args"]
-        issue.setdefault((a["step"], a["kind"], a["phase"], a["unit"]), a["issue_ts"])
+        if e["pid"] == pid and a["kind"] == "all_gather":
+            issue.setdefault((a["step"], a["phase"], a["unit"]), a["issue_ts"])
+    def ends(step, cat):  # compute spans of a phase in program order: (unit, start, end)
+        return sorted((e["ts"], e["ts"] + e["dur"], e["args"]["unit"]) for e in comp
+                      if e["pid"] == pid and e["cat"] == cat and e["args"]["step"] == step)
     for step in range(3):
-        # backward: all-gather of unit i-1 vs reduce-scatter of unit i
-        for i in range(2, nunits):
-            ag = issue.get((step, "all_gather", "backward", i - 1))
-            rs = issue[(step, "reduce_scatter", "backward", i)]
-            before = ag is not None and ag < rs
-            if pf in ("backward", "both") and not before:
-                errors.append(f"rank {pid} step {step}: -prefetch {pf}: gather of unit {i-1} not issued before reduce-scatter of unit {i}")
-            if pf == "none" and before:
-                errors.append(f"rank {pid} step {step}: -prefetch none issued gather of unit {i-1} early")
-        # forward prefetch from the second step: gather of unit i issued
-        # before unit i-1's forward ends
-        if pf == "both" and step >= 1:
-            for i in range(2, nunits):
-                ag = issue[(step, "all_gather", "forward", i)]
-                fwd = [e for e in comp if e["pid"] == pid and e["cat"] == "forward"
-                       and e["args"]["step"] == step and e["args"]["unit"] == i - 1]
-                end = fwd[0]["ts"] + fwd[0]["dur"]
-                if not ag < end:
-                    errors.append(f"rank {pid} step {step}: forward gather of unit {i} after unit {i-1}'s forward ended")
-# limiter: the runtime's own count of gathers issued and not yet consumed
-# equals the planned count exactly -- one: each unit's gather is consumed
-# before the next is issued and prefetching runs one unit ahead (no run
-# here reaches L, so "<= L" would hold for any limiter)
+        phases = [("backward", [0, 4, 3, 2, 1], depth)]  # head, then blocks 4..1
+        # forward prefetch from the static schedule: from the first step on
+        phases.append(("forward", [0, 1, 2, 3, 4], depth if pf == "both" else 0))
+        for phase, order, d in phases:
+            spans = ends(step, phase)
+            first = {}
+            for b, e, u in spans:
+                first.setdefault(u, (b, e))
+            for p, u in enumerate(order):
+                b, e = first[u]
+                later = [v for v in order[p + 1:] if v != 0]
+                for k, v in enumerate(later):
+                    t = issue.get((step, phase, v))
+                    if t is None:
+                        errors.append(f"rank {pid} step {step}: no {phase} gather of unit {v}")
+                        continue
+                    if k < d and not t < e:
+                        errors.append(f"rank {pid} step {step} {phase}: gather of unit {v} ({k + 1} ahead) "
+                                      f"issued after unit {u}'s compute ended (L={L}, -prefetch {pf})")
+                    if k >= d and not t >= b:
+                        errors.append(f"rank {pid} step {step} {phase}: gather of unit {v} ({k + 1} ahead) "
+                                      f"issued before unit {u}'s compute began (L={L}, -prefetch {pf})")
+# the runtime's own count, the plan's and the one written here agree exactly
 mx = summary["comm_time_per_step"]["max_gathers_in_flight"]
-if mx != 1 or planned != 1:
+planned = plan["comm_time_per_step"]["max_gathers_in_flight"]
+want = max(1, depth)
+if mx != want or planned != want:
     errors.append(f"-prefetch {pf} -limit_all_gathers {L}: {mx} gathers in flight at most, "
-                  f"fsdp-plan plans {planned}, expected 1")
+                  f"fsdp-plan plans {planned}, expected {want}")
 if L > 0:
     # and from the timeline: gathers whose [issue, end] overlap never exceed L
     for pid in range(4):
@@ -87,14 +108,65 @@ if L > 0:
             peak = max(peak, cur)
         if peak > L:
             errors.append(f"rank {pid}: {peak} gathers overlap in the timeline with L={L}")
+# the ring: root + (1 + depth) blocks, at most all 4; its peak use equals it
+Pr, Pb = summary["units"][0]["padded_numel"], summary["units"][1]["padded_numel"]
+slots = min(1 + depth, nblocks)
 m = summary["memory"]
+if m["gather_buffer_bytes"] != 4 * (Pr + slots * Pb) or plan["memory"]["gather_buffer_bytes"] != m["gather_buffer_bytes"]:
+    errors.append(f"gather ring {m['gather_buffer_bytes']} bytes (plan {plan['memory']['gather_buffer_bytes']}), "
+                  f"expected root + {slots} blocks = {4 * (Pr + slots * Pb)}")
+if plan["memory"]["gather_slots"] != slots:
+    errors.append(f"fsdp-plan: {plan['memory']['gather_slots']} gather slots, expected {slots}")
 if m["peak_unsharded_param_bytes"] != m["gather_buffer_bytes"]:
     errors.append(f"peak unsharded {m['peak_unsharded_param_bytes']} != planned ring {m['gather_buffer_bytes']}")
 for e in errors[:10]:
     print("FAIL:", e)
-print(f"-prefetch {pf} -limit_all_gathers {L}: {len(comm)} collectives checked, {len(errors)} problems")
+print(f"-prefetch {pf} -limit_all_gathers {L}: {len(comm)} collectives checked, "
+      f"{mx} in flight, {slots} slots, {len(errors)} problems")
 sys.exit(1 if errors else 0)
 PY
 done
+# the same with everything else that meets the schedule: NRAF (forward
+# prefetch only; every block kept), hybrid F = 2, bf16 parameters (cast
+# tasks on the gather stream), accumulation, recomputation
+knobs="-reshard_after_forward 0 -sharding_factor 2 -param_dtype bf16 -grad_accum 2 -recompute 1 -batch_size 2"
+for mode in none:1 both:3; do
+  pf=${mode%:*} L=${mode#*:}
+  # shellcheck disable=SC2086
+  if ! timeout 120 "$MPIEXEC" $PREFLAGS -n 4 "$TRAIN" $common $knobs -prefetch "$pf" -limit_all_gathers "$L" \
+      >"$tmp/out" 2>&1; then
+    echo "FAIL: fsdp-train $knobs -prefetch $pf -limit_all_gathers $L failed"; tail -5 "$tmp/out"
+    fails=$((fails + 1)); continue
+  fi
+  grep . "$tmp/out" | tail -n 1 >"$tmp/knobs.$pf.$L"
+done
+python3 - "$tmp/knobs.none.1" "$tmp/knobs.both.3" <<'PY' || fails=$((fails + 1))
+import json, sys
+a, b = (json.loads(open(p).read()) for p in sys.argv[1:])
+errors = []
+if a["losses"] != b["losses"]:
+    errors.append(f"losses differ: none {a['losses']} vs both, L=3 {b['losses']}")
+for s, want in ((a, 1), (b, 3)):  # NRAF: forward gathers 3 blocks ahead of the root, backward none
+    if s["comm_time_per_step"]["max_gathers_in_flight"] != want:
+        errors.append(f"-prefetch {s['prefetch']}: {s['comm_time_per_step']['max_gathers_in_flight']} in flight, expected {want}")
+    m = s["memory"]
+    if m["peak_unsharded_param_bytes"] != m["gather_buffer_bytes"]:
+        errors.append(f"-prefetch {s['prefetch']}: peak {m['peak_unsharded_param_bytes']} != ring {m['gather_buffer_bytes']}")
+for e in errors:
+    print("FAIL: NRAF, hybrid, bf16, accumulation, recompute:", e)
+print(f"NRAF, hybrid, bf16, accumulation, recompute: {len(errors)} problems")
+sys.exit(1 if errors else 0)
+PY
+# the schedule changes when gathers are issued, never what is computed
+python3 - "$tmp"/summary.* <<'PY' || fails=$((fails + 1))
+import json, sys
+runs = {p.split("summary.", 1)[1]: json.loads(open(p).read())["losses"] for p in sys.argv[1:]}
+ref = runs.get("none.2")
+bad = [k for k, v in runs.items() if v != ref]
+if len(runs) < 6 or ref is None or bad:
+    print(f"FAIL: losses differ between prefetch modes / L ({len(runs)} runs): {bad}, e.g. {runs}")
+    sys.exit(1)
+print(f"losses bit-identical over {len(runs)} prefetch modes and limits: {ref}")
+PY
 echo "test_trace: $fails failed"
 [ "$fails" -eq 0 ]

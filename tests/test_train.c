@@ -108,15 +108,17 @@ static void check_formulas(FsdpTrainer tr, const Config *c, int W, int steps)
 
 /* FsdpGatherRingPlan, the one sizing of the gather ring (runtime and
  * fsdp-plan), against values written by hand from DESIGN §5 and [Note:
- * gather memory]: the root is live throughout; with RAF the unit computing
- * plus the gathers ahead of it are live -- prefetching runs one unit ahead,
- * so min(L, 1) ahead (L = 0: no limit), none without prefetch -- and with
- * NRAF every non-root unit; never more slots than non-root units.  Slots
- * are all the size of the largest non-root unit, since any unit may land
- * in any slot. */
+ * gather memory] / [Note: prefetch and the limiter]: the root is live
+ * throughout; with RAF the unit computing plus the L gathers ahead of it
+ * are live (L = 0: no limit), none ahead without prefetch, and with NRAF
+ * every non-root unit; never more slots than non-root units.  Slots are
+ * all the size of the largest non-root unit, since any unit may land in
+ * any slot.  In flight: at a phase's start, min(L, the units the phase
+ * gathers ahead of its first stage); 1 (the on-demand gather) without
+ * prefetch. */
 static void test_gather_ring(void)
 {
-  enum { N = 6 };
+  enum { N = 7 };
   static const struct {
     const char *what;
     int F, raf, L;
@@ -125,38 +127,54 @@ static void test_gather_ring(void)
     int n;
     int64_t P[N];
     int root[N];
+    int nst;
+    int stage[N + 1];
     int slots;
     int64_t slot_numel, root_numel;
     int in_flight;
     uint64_t bytes;
   } cases[] = {
     {"RAF, backward, L=2", 4, 1, 2, FSDP_PREFETCH_BACKWARD, FSDP_DTYPE_FP32, 5,
-     {100, 40, 40, 40, 40}, {1}, 2, 40, 100, 1, 4 * (100 + 40 + 40)},
+     {100, 40, 40, 40, 40}, {1}, 6, {0, 1, 2, 3, 4, 0}, 3, 40, 100, 2, 4 * (100 + 3 * 40)},
     {"RAF, no prefetch", 4, 1, 2, FSDP_PREFETCH_NONE, FSDP_DTYPE_FP32, 5,
-     {100, 40, 40, 40, 40}, {1}, 1, 40, 100, 1, 4 * (100 + 40)},
-    {"RAF, backward, L=4 (prefetch runs one ahead)", 4, 1, 4, FSDP_PREFETCH_BACKWARD,
-     FSDP_DTYPE_FP32, 5, {100, 40, 40, 40, 40}, {1}, 2, 40, 100, 1, 4 * (100 + 40 + 40)},
+     {100, 40, 40, 40, 40}, {1}, 6, {0, 1, 2, 3, 4, 0}, 1, 40, 100, 1, 4 * (100 + 40)},
+    {"RAF, backward, L=4: every block", 4, 1, 4, FSDP_PREFETCH_BACKWARD, FSDP_DTYPE_FP32, 5,
+     {100, 40, 40, 40, 40}, {1}, 6, {0, 1, 2, 3, 4, 0}, 4, 40, 100, 4, 4 * (100 + 4 * 40)},
+    {"RAF, both, L=1", 4, 1, 1, FSDP_PREFETCH_BOTH, FSDP_DTYPE_FP32, 7,
+     {100, 40, 40, 40, 40, 40, 40}, {1}, 8, {0, 1, 2, 3, 4, 5, 6, 0}, 2, 40, 100, 1,
+     4 * (100 + 2 * 40)},
+    {"RAF, both, L=2", 4, 1, 2, FSDP_PREFETCH_BOTH, FSDP_DTYPE_FP32, 7,
+     {100, 40, 40, 40, 40, 40, 40}, {1}, 8, {0, 1, 2, 3, 4, 5, 6, 0}, 3, 40, 100, 2,
+     4 * (100 + 3 * 40)},
+    {"RAF, both, L=3", 4, 1, 3, FSDP_PREFETCH_BOTH, FSDP_DTYPE_FP32, 7,
+     {100, 40, 40, 40, 40, 40, 40}, {1}, 8, {0, 1, 2, 3, 4, 5, 6, 0}, 4, 40, 100, 3,
+     4 * (100 + 4 * 40)},
+    /* NRAF: backward gathers nothing (every unit kept), forward on demand */
     {"NRAF, backward", 4, 0, 2, FSDP_PREFETCH_BACKWARD, FSDP_DTYPE_FP32, 5,
-     {100, 40, 40, 40, 40}, {1}, 4, 40, 100, 1, 4 * (100 + 4 * 40)},
+     {100, 40, 40, 40, 40}, {1}, 6, {0, 1, 2, 3, 4, 0}, 4, 40, 100, 1, 4 * (100 + 4 * 40)},
+    {"NRAF, both, L=3: forward prefetch only", 4, 0, 3, FSDP_PREFETCH_BOTH, FSDP_DTYPE_FP32, 5,
+     {100, 40, 40, 40, 40}, {1}, 6, {0, 1, 2, 3, 4, 0}, 4, 40, 100, 3, 4 * (100 + 4 * 40)},
     {"NRAF, no prefetch", 2, 0, 1, FSDP_PREFETCH_NONE, FSDP_DTYPE_FP32, 5,
-     {100, 40, 40, 40, 40}, {1}, 4, 40, 100, 1, 4 * (100 + 4 * 40)},
+     {100, 40, 40, 40, 40}, {1}, 6, {0, 1, 2, 3, 4, 0}, 4, 40, 100, 1, 4 * (100 + 4 * 40)},
     {"RAF, both, no limit, bf16", 8, 1, 0, FSDP_PREFETCH_BOTH, FSDP_DTYPE_BF16, 5,
-     {100, 40, 40, 40, 40}, {1}, 2, 40, 100, 1, 2 * (100 + 40 + 40)},
+     {100, 40, 40, 40, 40}, {1}, 6, {0, 1, 2, 3, 4, 0}, 4, 40, 100, 4, 2 * (100 + 4 * 40)},
+    /* the root only last: backward starts with it, all 3 blocks ahead */
     {"RAF, backward, L=1, fp16, root last, a smaller last unit", 2, 1, 1,
-     FSDP_PREFETCH_BACKWARD, FSDP_DTYPE_FP16, 4, {48, 48, 16, 64}, {0, 0, 0, 1}, 2, 48, 64, 1,
-     2 * (64 + 48 + 48)},
+     FSDP_PREFETCH_BACKWARD, FSDP_DTYPE_FP16, 4, {48, 48, 16, 64}, {0, 0, 0, 1}, 4, {0, 1, 2, 3},
+     2, 48, 64, 1, 2 * (64 + 48 + 48)},
     /* two units live of sizes 48 and 16 need 64, but either may land in
      * either slot: the ring holds 2 x 48 */
     {"RAF, backward, units of unequal size", 2, 1, 2, FSDP_PREFETCH_BACKWARD, FSDP_DTYPE_FP32, 3,
-     {64, 48, 16}, {1}, 2, 48, 64, 1, 4 * (64 + 48 + 48)},
+     {64, 48, 16}, {1}, 4, {0, 1, 2, 0}, 2, 48, 64, 2, 4 * (64 + 48 + 48)},
     {"RAF, backward, one non-root unit", 4, 1, 2, FSDP_PREFETCH_BACKWARD, FSDP_DTYPE_FP32, 2,
-     {100, 40}, {1}, 1, 40, 100, 1, 4 * (100 + 40)},
-    {"RAF, backward, no root", 4, 1, 2, FSDP_PREFETCH_BACKWARD, FSDP_DTYPE_FP32, 3,
-     {16, 16, 16}, {0}, 2, 16, 0, 1, 4 * (16 + 16)},
-    {"NRAF, only a root", 4, 0, 2, FSDP_PREFETCH_BACKWARD, FSDP_DTYPE_BF16, 1, {100}, {1}, 0, 0,
-     100, 1, 2 * 100},
-    {"F=1: no ring", 1, 1, 2, FSDP_PREFETCH_BACKWARD, FSDP_DTYPE_FP32, 5, {100, 40, 40, 40, 40},
-     {1}, 0, 40, 100, 1, 0},
+     {100, 40}, {1}, 3, {0, 1, 0}, 1, 40, 100, 1, 4 * (100 + 40)},
+    /* no root: backward's first unit is gathered on demand, 2 remain */
+    {"RAF, backward, no root", 4, 1, 3, FSDP_PREFETCH_BACKWARD, FSDP_DTYPE_FP32, 3,
+     {16, 16, 16}, {0}, 3, {0, 1, 2}, 3, 16, 0, 2, 4 * (3 * 16)},
+    {"NRAF, only a root", 4, 0, 2, FSDP_PREFETCH_BACKWARD, FSDP_DTYPE_BF16, 1, {100}, {1}, 1, {0},
+     0, 0, 100, 1, 2 * 100},
+    {"F=1: no ring, nothing gathered", 1, 1, 2, FSDP_PREFETCH_BOTH, FSDP_DTYPE_FP32, 5,
+     {100, 40, 40, 40, 40}, {1}, 6, {0, 1, 2, 3, 4, 0}, 0, 40, 100, 1, 0},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     FsdpRuntimeOptions o = {0};
@@ -168,7 +186,8 @@ static void test_gather_ring(void)
     o.grad_accum = 1;
     o.accum_comm = 1;
     FsdpGatherRing r;
-    FsdpGatherRingPlan(&o, cases[i].F, cases[i].P, cases[i].root, cases[i].n, &r);
+    FsdpGatherRingPlan(&o, cases[i].F, cases[i].P, cases[i].root, cases[i].n, cases[i].stage,
+                       cases[i].nst, &r);
     CHECK(r.slots == cases[i].slots && r.slot_numel == cases[i].slot_numel &&
               r.root_numel == cases[i].root_numel && r.bytes == cases[i].bytes &&
               r.max_in_flight == cases[i].in_flight,
@@ -288,8 +307,8 @@ static int test_equivalence(void)
   /* more blocks than gather slots: the ring size differs between RAF and NRAF */
   for (int raf = 0; raf <= 1; raf++) {
     /* 5 blocks, prefetch backward, L = 2: NRAF keeps all 5 through forward;
-     * RAF holds the block computing and the one prefetched (2) */
-    Config c = {W, 0, raf, 5, raf ? 2 : 5};
+     * RAF holds the block computing and the two prefetched ahead of it (3) */
+    Config c = {W, 0, raf, 5, raf ? 3 : 5};
     snprintf(opts, sizeof opts, "-model tiny -n_layer 5 -steps 2 -log_every 0 -batch_size 1 -reshard_after_forward %d", raf);
     FsdpTrainer tr = test_make_trainer(MPI_COMM_WORLD, opts, &db);
     for (int s = 0; s < 2; s++) TCALL(FsdpTrainerStep(tr, NULL));

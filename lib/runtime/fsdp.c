@@ -17,11 +17,6 @@ const char *const FsdpPrefetchNames[FSDP_NPREFETCH + 1] = {"none", "backward", "
 
 #define MAX_STAGES 4096
 #define GRAD_SLOTS 2
-/* units gathered ahead of the one computing ([Note: prefetch and the limiter]);
- * at 1 a ring slot's last reader is the last compute launched before the
- * gather into it, the device fence NCCL gathers use (docs/design.md,
- * Overlap): deeper needs a per-slot event */
-#define PREFETCH_DEPTH 1
 
 /* A gradient buffer and what its reduction needs (see reduce path in
  * UnitReduceGrad).  Reused only after `done`, the last collective or task
@@ -48,6 +43,7 @@ typedef struct {
   float *compute;            /* fp32 parameters the stages read */
   float *full_grad;          /* fp32 unsharded gradient the stages write */
   int slot;                  /* gather ring slot, -1 none */
+  int ahead;                 /* gathered for a stage not begun yet: counts against L */
   GradSlot *gslot;           /* gradient slot in use, NULL none */
   FsdpUnitState state;
   FsdpEvent gather_ev;
@@ -95,9 +91,10 @@ struct FsdpRuntime_ {
   int nrslots, next_rslot;
   int64_t slot_numel;       /* largest non-root P */
   FsdpGatherRing ring;      /* as planned by FsdpGatherRingPlan */
-  /* forward order of this step and of the previous one (forward prefetch) */
-  int *order, *prev_order;
-  int norder, have_prev_order;
+  /* units in the order of their first forward stage (static: the table's) */
+  int *order;
+  int norder;
+  int nahead;               /* units with `ahead` set ([Note: prefetch and the limiter]) */
   /* live unsharded bytes and their peaks */
   uint64_t live_params, live_grads, peak_params, peak_grads;
   uint64_t grad_buffer_bytes; /* everything allocated under FSDP_MEM_REDUCE */
@@ -114,14 +111,15 @@ int FsdpRuntimeOptionsFromDb(FsdpOpts db, FsdpRuntimeOptions *o)
                             "them until its backward (0, NRAF)",
                             1, &o->reshard_after_forward));
   FSDP_CALL(FsdpOptsGetInt(db, "FSDP", "limit_all_gathers",
-                           "at most L all-gathers issued but not yet consumed; sizes the gather "
-                           "buffer ring (0 = no limit)",
+                           "prefetch up to L all-gathers ahead of the unit computing (each holds "
+                           "its buffer until its unit is resharded); the gather ring has 1 + L "
+                           "slots under RAF (0 = no limit)",
                            2, 0, 1 << 20, &v));
   o->limit_all_gathers = (int)v;
   FSDP_CALL(FsdpOptsGetEnum(db, "FSDP", "prefetch",
-                            "issue the next unit's all-gather early: none, backward (in backward, "
+                            "issue the next units' all-gathers early: none, backward (in backward, "
                             "before the current unit's reduce-scatter), both (also in forward, "
-                            "from the previous step's order)",
+                            "from the model's static stage order, from the first step)",
                             FsdpPrefetchNames, 1, &idx));
   o->prefetch = (FsdpPrefetch)idx;
   FSDP_CALL(FsdpOptsGetEnum(db, "FSDP", "param_dtype",
@@ -234,7 +232,6 @@ int FsdpRuntimeDestroy(FsdpRuntime *prt)
   free(rt->rslots);
   free(rt->units);
   free(rt->order);
-  free(rt->prev_order);
   free(rt);
   *prt = NULL;
   return err;
@@ -347,10 +344,10 @@ static int AllocGradSlot(FsdpRuntime rt, GradSlot *g, int64_t P)
 }
 
 void FsdpGatherRingPlan(const FsdpRuntimeOptions *o, int F, const int64_t *P, const int *is_root,
-                        int nunits, FsdpGatherRing *ring)
+                        int nunits, const int *stage_unit, int nstages, FsdpGatherRing *ring)
 {
   memset(ring, 0, sizeof *ring);
-  int nonroot = 0;
+  int nonroot = 0, used = 0;
   for (int u = 0; u < nunits; u++) {
     if (is_root[u]) {
       ring->root_numel = P[u];
@@ -359,18 +356,37 @@ void FsdpGatherRingPlan(const FsdpRuntimeOptions *o, int F, const int64_t *P, co
       if (P[u] > ring->slot_numel) ring->slot_numel = P[u];
     }
   }
-  /* [Note: prefetch and the limiter] prefetching gathers at most
-   * PREFETCH_DEPTH units ahead of the one computing, fewer under a limit L
-   * (L = 0: no limit); a unit's own gather is consumed before the next one
-   * is issued, so without prefetching only the on-demand gather is ever in
-   * flight */
-  int L = o->limit_all_gathers, ahead = 0;
-  if (o->prefetch != FSDP_PREFETCH_NONE) ahead = (L == 0 || L > PREFETCH_DEPTH) ? PREFETCH_DEPTH : L;
-  ring->max_in_flight = ahead > 0 ? ahead : 1;
+  for (int s = 0; s < nstages; s++) { /* units the stages use, each once */
+    int seen = 0;
+    for (int t = 0; t < s && !seen; t++) seen = stage_unit[t] == stage_unit[s];
+    used += !seen;
+  }
+  /* [Note: prefetch and the limiter] a phase's first stage tops up to L
+   * gathers ahead of it (L = 0: every unit the phase still gathers), and
+   * fewer remain to gather at every later stage, so the most in flight is
+   * at a phase's start: forward (-prefetch both) gathers every unit the
+   * stages use but the first stage's; backward (prefetching, RAF) gathers
+   * every non-root unit again, the last forward stage's on demand when it
+   * is not the root.  Without prefetching (or with F = 1, where nothing
+   * is gathered) only the on-demand gather is ever in flight: 1. */
+  int L = o->limit_all_gathers > 0 ? o->limit_all_gathers : nunits;
+  int pf = F > 1 && o->prefetch != FSDP_PREFETCH_NONE;
+  ring->max_in_flight = 1;
+  if (pf && o->reshard_after_forward && nstages > 0) {
+    int bwd = nonroot - !is_root[stage_unit[nstages - 1]];
+    if (bwd > L) bwd = L;
+    if (bwd > ring->max_in_flight) ring->max_in_flight = bwd;
+  }
+  if (pf && o->prefetch == FSDP_PREFETCH_BOTH) {
+    int fwd = used - 1 < L ? used - 1 : L;
+    if (fwd > ring->max_in_flight) ring->max_in_flight = fwd;
+  }
   if (F == 1) return; /* [Note: no sharding] */
-  /* RAF: the unit computing plus those in flight ahead of it; NRAF: every
-   * non-root unit keeps its buffer through forward */
-  ring->slots = (!o->reshard_after_forward || 1 + ahead > nonroot) ? nonroot : 1 + ahead;
+  /* RAF: the unit computing plus the L ahead of it; NRAF: every non-root
+   * unit keeps its buffer through forward */
+  int ahead = pf ? L : 0;
+  ring->slots = (!o->reshard_after_forward || ahead >= nonroot) ? nonroot : 1 + ahead;
+  if (ring->slots > nonroot) ring->slots = nonroot;
   ring->bytes = FsdpDtypeSize(o->param_dtype) *
                 ((uint64_t)ring->root_numel + (uint64_t)ring->slots * (uint64_t)ring->slot_numel);
 }
@@ -409,7 +425,10 @@ int FsdpRuntimeSetUp(FsdpRuntime rt)
     unitP[u] = rt->units[u].P;
     unit_is_root[u] = rt->units[u].is_root;
   }
-  FsdpGatherRingPlan(&rt->opt, rt->F, unitP, unit_is_root, rt->nunits, &rt->ring);
+  int stage_unit[MAX_STAGES];
+  for (int s = 0; s < rt->nstages; s++) stage_unit[s] = rt->stages[s].unit;
+  FsdpGatherRingPlan(&rt->opt, rt->F, unitP, unit_is_root, rt->nunits, stage_unit, rt->nstages,
+                     &rt->ring);
   free(unitP);
   free(unit_is_root);
   rt->slot_numel = rt->ring.slot_numel;
@@ -454,10 +473,10 @@ int FsdpRuntimeSetUp(FsdpRuntime rt)
         FSDP_CALL(ReduceAlloc(rt, (size_t)(rootP / rt->F) * rt->kred, &rt->root_rslot.recv));
     }
   }
-  rt->order = calloc((size_t)rt->nunits, sizeof *rt->order);
-  rt->prev_order = calloc((size_t)rt->nunits, sizeof *rt->order);
+  rt->order = calloc((size_t)rt->nunits + 1, sizeof *rt->order);
   FSDP_CHECK_ALLOC(rt->order, sizeof *rt->order);
-  FSDP_CHECK_ALLOC(rt->prev_order, sizeof *rt->order);
+  for (int s = 0; s < rt->nstages; s++) /* the forward order: fixed by the table */
+    if (rt->units[rt->stages[s].unit].first_fwd_stage == s) rt->order[rt->norder++] = rt->stages[s].unit;
   /* [Note: two communication streams] all-gathers run on a stream of their
    * own, over a duplicate of the sharding communicator, so that a prefetched
    * gather never queues behind a reduce-scatter on the other stream (a
@@ -618,13 +637,6 @@ static void TrackLive(uint64_t *live, uint64_t *peak, int64_t delta_bytes)
   if (*live > *peak) *peak = *live;
 }
 
-static int InFlightGathers(FsdpRuntime rt)
-{
-  int n = 0;
-  for (int u = 0; u < rt->nunits; u++) n += rt->units[u].state == FSDP_UNIT_GATHERING;
-  return n;
-}
-
 /* SHARDED -> GATHERING: take a buffer, cast (low precision), all-gather. */
 static int UnitIssueGather(FsdpRuntime rt, int u)
 {
@@ -667,21 +679,23 @@ static int UnitIssueGather(FsdpRuntime rt, int u)
     TrackLive(&rt->live_params, &rt->peak_params, x->P * (int64_t)rt->klow);
   }
   x->state = FSDP_UNIT_GATHERING;
-  if (rt->trace) FsdpTraceNoteInFlight(rt->trace, InFlightGathers(rt));
+  /* [Note: prefetch and the limiter] in flight until its own stage takes it */
+  x->ahead = 1;
+  rt->nahead++;
+  if (rt->trace) FsdpTraceNoteInFlight(rt->trace, rt->nahead);
   return FSDP_SUCCESS;
 }
 
 /* GATHERING -> UNSHARDED: wait for the gather right before compute.  On a
  * GPU the compute stream waits for it on the device and the host goes on
- * launching ([Note: CUDA streams in the runtime], device.h); host: the
- * limiter's wait, which is meant to block the issuing thread. */
-static int UnitWaitGatherOn(FsdpRuntime rt, int u, int host)
+ * launching ([Note: CUDA streams in the runtime], device.h). */
+static int UnitWaitGather(FsdpRuntime rt, int u)
 {
   Unit *x = &rt->units[u];
   if (x->state != FSDP_UNIT_GATHERING)
     FSDP_ERROR(FSDP_ERR_STATE, "unit %d (%s): wait on gather in state %s", u, x->name,
                FsdpUnitStateNames[x->state]);
-  int err = !host && FsdpDeviceGetKind() != FSDP_DEVICE_CPU
+  int err = FsdpDeviceGetKind() != FSDP_DEVICE_CPU
                 ? FsdpCollWaitDevice(rt->coll, x->gather_ev, FsdpDeviceComputeStream())
                 : TimedWait(rt, x->gather_ev, "wait all_gather", x->index);
   if (err)
@@ -691,14 +705,18 @@ static int UnitWaitGatherOn(FsdpRuntime rt, int u, int host)
   return FSDP_SUCCESS;
 }
 
-static int UnitWaitGather(FsdpRuntime rt, int u) { return UnitWaitGatherOn(rt, u, 0); }
-
+/* Make u the unit computing: gather it on demand if nothing prefetched it,
+ * wait for its gather; from here its gather no longer counts as ahead (its
+ * buffer is the ring's "+1" until UnitReshard frees it). */
 static int UnitUnshard(FsdpRuntime rt, int u)
 {
   Unit *x = &rt->units[u];
-  if (x->state == FSDP_UNIT_UNSHARDED) return FSDP_SUCCESS;
   if (x->state == FSDP_UNIT_SHARDED) FSDP_CALL(UnitIssueGather(rt, u));
-  FSDP_CALL(UnitWaitGather(rt, u));
+  if (x->state == FSDP_UNIT_GATHERING) FSDP_CALL(UnitWaitGather(rt, u));
+  if (x->ahead) {
+    x->ahead = 0;
+    rt->nahead--;
+  }
   return FSDP_SUCCESS;
 }
 
@@ -859,33 +877,43 @@ static int UnitReduceGrad(FsdpRuntime rt, int u, int micro, int nmicro)
   return SetViews(x);
 }
 
-/* [Note: prefetch and the limiter] Prefetching issues a unit's all-gather
- * before the unit is needed, so it runs on the stream while the compute
- * thread works on the current unit.  Backward prefetch gathers the unit of
- * the next backward stage before the current unit's backward (and so before
- * its reduce-scatter); forward prefetch gathers the next unit of the
- * previous step's forward order (static graphs), from the second step on.
- * The limiter: with L gathers issued but not yet consumed, the issuing
- * thread first blocks on the oldest one's event.  A prefetch is skipped
- * when the unit is not SHARDED or the next ring slot is still held (by a
- * unit computing: waiting would deadlock); the unit is then gathered on
- * demand. */
-static int UnitPrefetch(FsdpRuntime rt, int u)
+/* [Note: prefetch and the limiter] Prefetching issues the all-gathers of
+ * the units the next stages need while the compute thread works on the
+ * current one, from the static schedule: the stages run forward in table
+ * order, then backward in reverse, the same every step, so forward
+ * prefetch (-prefetch both) works from the first step on.  Before each
+ * stage's compute, once its own unit is unsharded, TopUp walks the phase's
+ * later stages in order and issues the gather of each unit still SHARDED,
+ * until L gathers are ahead of the unit computing (L =
+ * -limit_all_gathers; 0: no limit but the ring) -- in backward before the
+ * current unit's backward and so before its reduce-scatter, the PyTorch
+ * BACKWARD_PRE order.  A gather is ahead from its issue until its own
+ * stage takes it (UnitUnshard); its ring slot stays taken until the unit
+ * is resharded, so with RAF the ring is the unit computing plus L (1 + L
+ * slots, [Note: gather memory]), and a gather can be issued only after the
+ * reshard that freed its slot: no wait ever frees room.  The limiter
+ * therefore never blocks here: what it counts is freed by this same
+ * thread, so at L it holds the rest back and the next stage's TopUp, after
+ * the reshard, issues the next one.  (PyTorch's limiter blocks the CPU on
+ * a CUDA free event because its CPU runs ahead of the GPU; with CUDA here
+ * the host runs ahead too, and each NCCL gather first waits on the device
+ * for all compute launched before it ([Note: NCCL collectives and
+ * streams], coll_nccl.c), which includes the last reader of the slot it
+ * takes, since that unit's reshard preceded the gather's issue: the ring
+ * bounds memory, the fence orders reuse, at any depth.)  TopUp stops at
+ * a full ring, which a correct plan never reaches. */
+static int TopUp(FsdpRuntime rt, int s, int dir)
 {
-  if (u < 0 || rt->F == 1) return FSDP_SUCCESS;
-  Unit *x = &rt->units[u];
-  if (x->state != FSDP_UNIT_SHARDED) return FSDP_SUCCESS;
-  if (!x->is_root && rt->gslots[rt->next_gslot].owner >= 0) return FSDP_SUCCESS;
+  if (rt->F == 1) return FSDP_SUCCESS; /* [Note: no sharding]: nothing to gather */
   int L = rt->opt.limit_all_gathers;
-  while (L > 0 && InFlightGathers(rt) >= L) {
-    int oldest = -1;
-    for (int v = 0; v < rt->nunits; v++)
-      if (rt->units[v].state == FSDP_UNIT_GATHERING &&
-          (oldest < 0 || rt->units[v].gather_ev.seq < rt->units[oldest].gather_ev.seq))
-        oldest = v;
-    FSDP_CALL(UnitWaitGatherOn(rt, oldest, 1));
+  for (int t = s + dir; t >= 0 && t < rt->nstages; t += dir) {
+    Unit *y = &rt->units[rt->stages[t].unit];
+    if (y->state != FSDP_UNIT_SHARDED) continue; /* ahead already, computing, or kept */
+    if (L > 0 && rt->nahead >= L) break;         /* the limiter: L ahead */
+    if (!y->is_root && rt->gslots[rt->next_gslot].owner >= 0) break;
+    FSDP_CALL(UnitIssueGather(rt, y->index));
   }
-  return UnitIssueGather(rt, u);
+  return FSDP_SUCCESS;
 }
 
 /* ---- one step ------------------------------------------------------------- */
@@ -923,25 +951,20 @@ int FsdpRuntimeForwardBackward(FsdpRuntime rt, void *model, int micro, int nmicr
     FSDP_ERROR(FSDP_ERR_STATE, "micro-step %d of %d, but the runtime was set up for -grad_accum %d",
                micro, nmicro, rt->opt.grad_accum);
   int raf = rt->opt.reshard_after_forward;
-  int fwd_prefetch = rt->opt.prefetch == FSDP_PREFETCH_BOTH && rt->have_prev_order;
+  int fwd_prefetch = rt->opt.prefetch == FSDP_PREFETCH_BOTH;
   int bwd_prefetch = rt->opt.prefetch != FSDP_PREFETCH_NONE;
-  int pos = 0; /* position in this step's forward order */
-  /* forward: stages in order; record the order units are first used */
+  /* forward: stages in order */
   rt->phase = FSDP_PHASE_FORWARD;
   FsdpFlightSetPhase(rt->phase);
   for (int s = 0; s < rt->nstages; s++) {
     int u = rt->stages[s].unit;
     Unit *x = &rt->units[u];
-    if (s == x->first_fwd_stage) rt->order[pos++] = u;
     FSDP_CALL(UnitUnshard(rt, u));
-    /* [Note: prefetch and the limiter] forward: the previous step's order */
-    if (fwd_prefetch && pos < rt->norder) FSDP_CALL(UnitPrefetch(rt, rt->prev_order[pos]));
+    /* [Note: prefetch and the limiter] the next units of the table's order */
+    if (fwd_prefetch) FSDP_CALL(TopUp(rt, s, +1));
     FSDP_CALL(RunStage(rt, model, s, 0));
     if (raf && !x->is_root && s == x->last_fwd_stage) FSDP_CALL(UnitReshard(rt, u));
   }
-  rt->norder = pos;
-  memcpy(rt->prev_order, rt->order, (size_t)pos * sizeof *rt->order);
-  rt->have_prev_order = 1;
   /* backward: stages in reverse */
   rt->phase = FSDP_PHASE_BACKWARD;
   FsdpFlightSetPhase(rt->phase);
@@ -949,10 +972,9 @@ int FsdpRuntimeForwardBackward(FsdpRuntime rt, void *model, int micro, int nmicr
     int u = rt->stages[s].unit;
     Unit *x = &rt->units[u];
     FSDP_CALL(UnitUnshard(rt, u));
-    /* backward: the stage before s runs next (reverse forward order); gather
-     * its unit now, before u's backward and reduce-scatter */
-    if (bwd_prefetch && s > 0 && rt->stages[s - 1].unit != u)
-      FSDP_CALL(UnitPrefetch(rt, rt->stages[s - 1].unit));
+    /* backward: the stages before s run next; gather their units now,
+     * before u's backward and reduce-scatter */
+    if (bwd_prefetch) FSDP_CALL(TopUp(rt, s, -1));
     FSDP_CALL(UnitAcquireGrad(rt, u, micro));
     if (rt->opt.recompute && rt->stages[s].recompute) FSDP_CALL(RunStage(rt, model, s, RUN_RECOMPUTE));
     FSDP_CALL(RunStage(rt, model, s, 1));
@@ -966,15 +988,14 @@ int FsdpRuntimeForwardBackward(FsdpRuntime rt, void *model, int micro, int nmicr
 
 /* [Note: forward only] Evaluation (validation loss, sampling) runs the
  * stages forward with the same unit machinery as training -- UnitUnshard
- * (gather, or wait for a prefetched one), forward prefetch from the
- * previous order under -prefetch both, RunStage, UnitReshard -- but no
+ * (gather, or wait for a prefetched one), forward prefetch (TopUp) under
+ * -prefetch both, RunStage, UnitReshard -- but no
  * backward: every unit, the root included, is resharded after its last
  * forward stage whatever -reshard_after_forward says (nothing needs it
  * afterwards), no gradient buffer is taken and nothing is reduced.  So the
- * gather ring planned for training is enough and memory is the same.  The
- * forward order is recorded only when none is yet (a program that only
- * evaluates, e.g. fsdp-sample, then prefetches from its second pass on);
- * the graph is static, so it is the order training records.  All ranks of
+ * gather ring planned for training is enough and memory is the same
+ * (the root is the only unit that stays unsharded across stages, and it has
+ * its own buffer).  All ranks of
  * the sharding group must call it together (its gathers are collective);
  * ranks in different replica groups compute independently. */
 int FsdpRuntimeForward(FsdpRuntime rt, void *model)
@@ -984,27 +1005,15 @@ int FsdpRuntimeForward(FsdpRuntime rt, void *model)
     if (rt->units[u].state != FSDP_UNIT_SHARDED)
       FSDP_ERROR(FSDP_ERR_STATE, "FsdpRuntimeForward: unit %d (%s) is %s, not SHARDED (inside a step?)",
                  u, rt->units[u].name, FsdpUnitStateNames[rt->units[u].state]);
-  int fwd_prefetch = rt->opt.prefetch == FSDP_PREFETCH_BOTH && rt->have_prev_order;
-  int pos = 0, record = !rt->have_prev_order;
+  int fwd_prefetch = rt->opt.prefetch == FSDP_PREFETCH_BOTH;
   rt->phase = FSDP_PHASE_FORWARD;
   for (int s = 0; s < rt->nstages; s++) {
     int u = rt->stages[s].unit;
     Unit *x = &rt->units[u];
-    if (s == x->first_fwd_stage) {
-      if (record) rt->order[pos] = u;
-      pos++;
-    }
     FSDP_CALL(UnitUnshard(rt, u));
-    /* the unit after u in the recorded order (UnitPrefetch ignores -1) */
-    int next = pos < rt->norder ? rt->prev_order[pos] : -1;
-    if (fwd_prefetch) FSDP_CALL(UnitPrefetch(rt, next));
+    if (fwd_prefetch) FSDP_CALL(TopUp(rt, s, +1));
     FSDP_CALL(RunStage(rt, model, s, 0));
     if (s == x->last_fwd_stage) FSDP_CALL(UnitReshard(rt, u));
-  }
-  if (record) {
-    rt->norder = pos;
-    memcpy(rt->prev_order, rt->order, (size_t)pos * sizeof *rt->order);
-    rt->have_prev_order = 1;
   }
   return FSDP_SUCCESS;
 }

@@ -28,13 +28,13 @@
  * [Note: gather memory] Unsharded parameter buffers of non-root units come
  * from a ring of fixed slots allocated at setup, each of the largest
  * non-root P, exactly as many as can be live at once: with RAF, the unit
- * computing plus the gathers allowed in flight ahead of it -- prefetching
- * runs one unit ahead (PREFETCH_DEPTH), capped by -limit_all_gathers L
- * (L = 0: no cap) -- so 1 slot with -prefetch none and min(L, 1) + 1 with
- * prefetching; with NRAF every non-root unit keeps its buffer through
- * forward, so one slot per unit.  The peak of unsharded parameters then
- * equals the planned ring (FsdpGatherRingPlan computes it, for the runtime
- * and for fsdp-plan).  The root has its own
+ * computing plus the L gathers -limit_all_gathers lets run ahead of it
+ * ([Note: prefetch and the limiter] in fsdp.c) -- so 1 slot with -prefetch
+ * none and 1 + L with prefetching (L = 0: no limit, one slot per unit),
+ * never more than the non-root units; with NRAF every non-root unit keeps
+ * its buffer through forward, so one slot per unit.  The peak of unsharded
+ * parameters then equals the planned ring (FsdpGatherRingPlan computes it,
+ * for the runtime and for fsdp-plan).  The root has its own
  * buffer.  Unsharded gradient buffers: one for the root plus a ring of two
  * slots (the unit computing its backward, the unit whose reduce-scatter is
  * in flight).  Nothing is allocated after setup, so memory never grows or
@@ -121,8 +121,9 @@ extern const char *const FsdpAttentionNames[FSDP_NATTENTION + 1];
 
 typedef struct {
   int reshard_after_forward; /* -reshard_after_forward 0/1 (default 1) */
-  int limit_all_gathers;     /* -limit_all_gathers L (default 2; 0 = no limit) */
-  FsdpPrefetch prefetch;     /* -prefetch none/backward/both */
+  int limit_all_gathers;     /* -limit_all_gathers L: gathers prefetched ahead of the unit
+                                computing (default 2; 0 = no limit) */
+  FsdpPrefetch prefetch;     /* -prefetch none/backward/both (from the static stage order) */
   FsdpDtype param_dtype;     /* -param_dtype: gathered parameters and their wire type */
   FsdpDtype reduce_dtype;    /* -reduce_dtype: reduce-scatter / all-reduce type */
   FsdpDtype compute_dtype;   /* -compute_dtype: matmul operands ([Note: bf16 compute]) */
@@ -218,24 +219,27 @@ FsdpTopo FsdpRuntimeTopo(FsdpRuntime rt);
 FsdpColl FsdpRuntimeColl(FsdpRuntime rt);
 FsdpStream FsdpRuntimeStream(FsdpRuntime rt);
 const FsdpRuntimeOptions *FsdpRuntimeGetOptions(FsdpRuntime rt);
-/* Units in the order the last forward first used them (forward order). */
+/* Units in the order of their first forward stage (the table's, static). */
 int FsdpRuntimeForwardOrder(FsdpRuntime rt, const int **order, int *n);
 
-/* [Note: gather memory] as a pure function of the unit sizes and the
- * options: the ring FsdpRuntimeSetUp allocates and fsdp-plan reports are
- * this one computation, so the plan equals the run by construction.
- * F = 1 ([Note: no sharding]) has no ring and no root buffer. */
+/* [Note: gather memory] as a pure function of the unit sizes, the stage
+ * table and the options: the ring FsdpRuntimeSetUp allocates and fsdp-plan
+ * reports are this one computation, so the plan equals the run by
+ * construction.  F = 1 ([Note: no sharding]) has no ring and no root
+ * buffer. */
 typedef struct {
   int slots;           /* ring slots for non-root units (0 when F = 1) */
   int64_t slot_numel;  /* elements per slot: the largest non-root P (also with F = 1) */
   int64_t root_numel;  /* the root unit's P, 0 without a root */
-  int max_in_flight;   /* most gathers issued and not yet consumed at once */
+  int max_in_flight;   /* most gathers issued and not yet taken by their stage at once
+                          ([Note: prefetch and the limiter]): min(L, what a phase gathers) */
   uint64_t bytes;      /* K_low * (root P + slots * slot_numel); 0 when F = 1 */
 } FsdpGatherRing;
 /* Not collective, allocates nothing.  P[u], is_root[u]: padded numel and
- * root flag of each of the nunits units; F the sharding factor. */
+ * root flag of each of the nunits units; stage_unit[s]: the unit of each of
+ * the nstages stages in forward order; F the sharding factor. */
 void FsdpGatherRingPlan(const FsdpRuntimeOptions *o, int F, const int64_t *P, const int *is_root,
-                        int nunits, FsdpGatherRing *ring);
+                        int nunits, const int *stage_unit, int nstages, FsdpGatherRing *ring);
 
 /* Planned memory (bytes), equal to [Note: gather memory]. */
 typedef struct {

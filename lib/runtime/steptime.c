@@ -14,8 +14,8 @@ typedef enum { SHARDED, GATHERING, UNSHARDED } State;
 typedef struct {
   State state;
   double gather_end; /* when its gather finishes */
-  long seq;          /* issue order of its gather (the limiter waits on the oldest) */
   int slot;          /* gather ring slot, -1 none */
+  int ahead;         /* gathered for a stage not begun yet (counts against L) */
   int holds_grad;    /* has an unsharded gradient buffer */
   int grad_slot;     /* gradient ring slot (-2: the root's, -1: none) */
   int first_fwd, last_fwd; /* its first and last forward stage */
@@ -30,8 +30,7 @@ typedef struct {
   int next_gslot, next_rslot;
   double tc, tg, tr;    /* compute thread, gather stream, reduce stream */
   double exposed, compute, gbusy, rbusy;
-  long seq;
-  int in_flight, max_in_flight;
+  int nahead, max_in_flight;
   int record;           /* recording events of the reported step */
   double t0;
   FsdpStepEvent *ev;
@@ -68,7 +67,6 @@ static int IssueGather(Sim *s, int u)
 {
   SimUnit *x = &s->u[u];
   x->state = GATHERING;
-  x->seq = s->seq++;
   if (s->in->F == 1) { /* [Note: no sharding]: nothing moves */
     x->gather_end = s->tc;
   } else {
@@ -86,8 +84,9 @@ static int IssueGather(Sim *s, int u)
     if (s->record) s->gbusy += s->in->gather_s[u];
     Note(s, FSDP_STEP_EV_GATHER, u, s->tc);
   }
-  s->in_flight++;
-  if (s->in_flight > s->max_in_flight) s->max_in_flight = s->in_flight;
+  x->ahead = 1;
+  s->nahead++;
+  if (s->nahead > s->max_in_flight) s->max_in_flight = s->nahead;
   return FSDP_SUCCESS;
 }
 
@@ -96,33 +95,36 @@ static void WaitGather(Sim *s, int u)
 {
   WaitUntil(s, s->u[u].gather_end);
   s->u[u].state = UNSHARDED;
-  s->in_flight--;
 }
 
 /* UnitUnshard */
 static int Unshard(Sim *s, int u)
 {
-  if (s->u[u].state == UNSHARDED) return FSDP_SUCCESS;
-  if (s->u[u].state == SHARDED) FSDP_CALL(IssueGather(s, u));
-  WaitGather(s, u);
+  SimUnit *x = &s->u[u];
+  if (x->state == SHARDED) FSDP_CALL(IssueGather(s, u));
+  if (x->state == GATHERING) WaitGather(s, u);
+  if (x->ahead) {
+    x->ahead = 0;
+    s->nahead--;
+  }
   return FSDP_SUCCESS;
 }
 
-/* UnitPrefetch, with the limiter */
-static int Prefetch(Sim *s, int u)
+/* TopUp: the phase's next units from stage st on, in direction dir, up to
+ * L ahead ([Note: prefetch and the limiter] in fsdp.c) */
+static int TopUp(Sim *s, int st, int dir)
 {
-  if (u < 0 || s->in->F == 1) return FSDP_SUCCESS;
-  SimUnit *x = &s->u[u];
-  if (x->state != SHARDED) return FSDP_SUCCESS;
-  if (!s->in->unit_is_root[u] && s->gslot_owner[s->next_gslot] >= 0) return FSDP_SUCCESS;
-  int L = s->in->opt->limit_all_gathers;
-  while (L > 0 && s->in_flight >= L) {
-    int oldest = -1;
-    for (int v = 0; v < s->in->nunits; v++)
-      if (s->u[v].state == GATHERING && (oldest < 0 || s->u[v].seq < s->u[oldest].seq)) oldest = v;
-    WaitGather(s, oldest);
+  const FsdpStepTimeInput *in = s->in;
+  if (in->F == 1) return FSDP_SUCCESS;
+  int L = in->opt->limit_all_gathers;
+  for (int t = st + dir; t >= 0 && t < in->nstages; t += dir) {
+    int v = in->stage_unit[t];
+    if (s->u[v].state != SHARDED) continue;
+    if (L > 0 && s->nahead >= L) break;
+    if (!in->unit_is_root[v] && s->gslot_owner[s->next_gslot] >= 0) break;
+    FSDP_CALL(IssueGather(s, v));
   }
-  return IssueGather(s, u);
+  return FSDP_SUCCESS;
 }
 
 /* UnitReshard */
@@ -180,28 +182,24 @@ static void RunStage(Sim *s, int st, int backward)
 }
 
 /* FsdpRuntimeForwardBackward */
-static int ForwardBackward(Sim *s, int micro, int fwd_prefetch, int *order, int *prev, int *norder)
+static int ForwardBackward(Sim *s, int micro)
 {
   const FsdpStepTimeInput *in = s->in;
   int raf = in->opt->reshard_after_forward;
+  int fwd_prefetch = in->opt->prefetch == FSDP_PREFETCH_BOTH;
   int bwd_prefetch = in->opt->prefetch != FSDP_PREFETCH_NONE;
-  int pos = 0;
   s->micro = micro;
   for (int st = 0; st < in->nstages; st++) {
     int u = in->stage_unit[st];
-    if (st == s->u[u].first_fwd) order[pos++] = u;
     FSDP_CALL(Unshard(s, u));
-    if (fwd_prefetch && pos < *norder) FSDP_CALL(Prefetch(s, prev[pos]));
+    if (fwd_prefetch) FSDP_CALL(TopUp(s, st, +1));
     RunStage(s, st, 0);
     if (raf && !in->unit_is_root[u] && st == s->u[u].last_fwd) Reshard(s, u);
   }
-  *norder = pos;
-  memcpy(prev, order, (size_t)pos * sizeof *order);
   for (int st = in->nstages - 1; st >= 0; st--) {
     int u = in->stage_unit[st];
     FSDP_CALL(Unshard(s, u));
-    if (bwd_prefetch && st > 0 && in->stage_unit[st - 1] != u)
-      FSDP_CALL(Prefetch(s, in->stage_unit[st - 1]));
+    if (bwd_prefetch) FSDP_CALL(TopUp(s, st, -1));
     AcquireGrad(s, u);
     RunStage(s, st, 1);
     if (st == s->u[u].first_fwd) {
@@ -227,33 +225,27 @@ int FsdpStepTimeSimulate(const FsdpStepTimeInput *in, FsdpStepTimeResult *out,
   s.u = calloc((size_t)in->nunits, sizeof *s.u);
   s.gslot_owner = malloc((size_t)gslots * sizeof *s.gslot_owner);
   s.rslot_done = calloc((size_t)rslots, sizeof *s.rslot_done);
-  int *order = malloc((size_t)(in->nunits + 1) * sizeof *order);
-  int *prev = malloc((size_t)(in->nunits + 1) * sizeof *prev);
   int err = FSDP_SUCCESS;
-  if (!s.u || !s.gslot_owner || !s.rslot_done || !order || !prev) {
+  if (!s.u || !s.gslot_owner || !s.rslot_done) {
     err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_MEM,
                          "out of memory replaying a step of %d units", in->nunits);
     goto done;
   }
   for (int i = 0; i < gslots; i++) s.gslot_owner[i] = -1;
   for (int u = 0; u < in->nunits; u++) {
-    s.u[u] = (SimUnit){SHARDED, 0.0, 0, -1, 0, -1, -1, -1};
+    s.u[u] = (SimUnit){SHARDED, 0.0, -1, 0, 0, -1, -1, -1};
   }
   for (int st = 0; st < in->nstages; st++) {
     SimUnit *x = &s.u[in->stage_unit[st]];
     if (x->first_fwd < 0) x->first_fwd = st;
     x->last_fwd = st;
   }
-  int K = in->opt->grad_accum > 0 ? in->opt->grad_accum : 1, norder = 0, have_prev = 0;
+  int K = in->opt->grad_accum > 0 ? in->opt->grad_accum : 1;
   for (int step = 0; step < 2 && !err; step++) {
     s.record = step == 1;
     s.t0 = s.tc;
     if (s.record) s.max_in_flight = 0;
-    for (int m = 0; m < K && !err; m++) {
-      int fwd_prefetch = in->opt->prefetch == FSDP_PREFETCH_BOTH && have_prev;
-      err = ForwardBackward(&s, m, fwd_prefetch, order, prev, &norder);
-      have_prev = 1;
-    }
+    for (int m = 0; m < K && !err; m++) err = ForwardBackward(&s, m);
     /* FsdpRuntimeFinishGradients, then the optimizer */
     WaitUntil(&s, s.tr);
     s.tc += in->optimizer_s;
@@ -272,7 +264,5 @@ done:
   free(s.u);
   free(s.gslot_owner);
   free(s.rslot_done);
-  free(order);
-  free(prev);
   return err;
 }

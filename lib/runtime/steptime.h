@@ -13,8 +13,8 @@
  * advances by each stage's compute time and, when it waits on a gather or
  * a gradient buffer still in use, to that event's end: those waits are the
  * exposed communication.  Casts and the loss/norm reductions are not
- * modelled.  The second of two simulated steps is reported (the first has
- * no forward prefetch: it has no previous order).
+ * modelled.  The second of two simulated steps is reported (its first
+ * gathers may wait for the streams still busy with the first step's work).
  * The replay is a second reading of fsdp.c's schedule, so it is held to
  * it: the event order it reports (FsdpStepEvent) must equal the order of
  * the same events in a -trace of fsdp-train with the same options
@@ -58,7 +58,7 @@ typedef struct {
   double compute_s;     /* stage compute + optimizer */
   double exposed_s;     /* compute thread waiting on communication */
   double gather_busy_s, reduce_busy_s; /* stream busy time in the step */
-  int max_in_flight;    /* most gathers issued and not consumed at once */
+  int max_in_flight;    /* most gathers issued ahead of the unit computing at once */
 } FsdpStepTimeResult;
 
 /* Not collective, allocates only scratch.  events (may be NULL): the
