@@ -196,6 +196,20 @@ int FsdpRuntimeFinishGradients(FsdpRuntime rt);
  * same stream collectives, so the wait always ends. */
 int FsdpRuntimeDrainStreams(FsdpRuntime rt);
 
+/* [Note: the gradient tail] (fsdp.c, optim.c) A hook called on the
+ * compute thread once per optimizer step for each unit, as soon as the
+ * last micro-step's reduction of its gradient has landed in the gradient
+ * shard (between backward stages, or inside FsdpRuntimeFinishGradients,
+ * which returns after every unit was handed over).  It may read the
+ * unit's gradient shard and write its parameter shard (nothing else uses
+ * them until the next step); it must not communicate.  *updated = 1: it
+ * updated the parameters (the trace names the span "adamw UNIT", else
+ * "grad check UNIT", category optim_tail).  A non-zero return fails the
+ * step. */
+typedef int (*FsdpGradReadyFn)(void *ctx, int unit, int *updated);
+/* Not collective.  Install (fn NULL: remove) the hook; between steps. */
+int FsdpRuntimeSetGradReady(FsdpRuntime rt, FsdpGradReadyFn fn, void *ctx);
+
 /* Zero the gradient shards (start of an optimizer step). */
 int FsdpRuntimeZeroGradShards(FsdpRuntime rt);
 
