@@ -102,12 +102,14 @@ int FsdpTrainOptionsFromDb(FsdpOpts db, FsdpTrainOptions *o)
   FSDP_CALL(FsdpOptsGetInt(db, "FSDP", "scaler_growth_interval",
                            "steps without overflow before the loss scale doubles", 200, 1,
                            INT64_MAX / 4, &o->scaler_growth_interval));
-  FSDP_CALL(FsdpOptsGetBool(db, "Optimizer", "optim_overlap",
+  FSDP_CALL(FsdpOptsGetEnum(db, "Optimizer", "optim_overlap",
                             "per-unit optimizer under the gradient tail: as each unit's gradient "
                             "reduction lands, its sum of squares, overflow check and (with "
                             "-grad_clip 0 and no fp16 scaler) its AdamW run while the other "
-                            "reductions are in flight; results bit-identical to 0 (CPU only)",
-                            1, &o->optim_overlap));
+                            "reductions are in flight, on the compute thread between backward "
+                            "stages (poll) or as a task on the reduce stream (stream); none: all "
+                            "after the last reduction.  Results are bit-identical (CPU only)",
+                            FsdpTailNames, FSDP_TAIL_POLL, &o->optim_overlap));
   FSDP_CALL(FsdpCkptOptionsFromDb(db, &o->ckpt));
   FSDP_CALL(FsdpMetricsOptionsFromDb(db, &o->metrics));
   FSDP_CALL(FsdpPreemptOptionsFromDb(db, &o->preempt));
@@ -221,7 +223,8 @@ int FsdpTrainerCreate(MPI_Comm comm, const FsdpTrainOptions *o, FsdpTrainer *out
   /* [Note: the gradient tail] (runtime/optim.c); on a GPU the hook's
    * kernels would need the reductions' device events: not done there */
   if (o->optim_overlap && FsdpDeviceGetKind() == FSDP_DEVICE_CPU)
-    FSDP_CALL(FsdpRuntimeSetGradReady(tr->rt, FsdpOptimUnitLanded, tr->optim));
+    FSDP_CALL(FsdpRuntimeSetGradReady(tr->rt, FsdpOptimUnitLanded, tr->optim,
+                                      (FsdpTailWhere)o->optim_overlap));
   /* resume: shards, moments and position from a checkpoint written at any
    * (W, F); validated before anything is modified */
   char path[4096];

@@ -13,6 +13,7 @@
 
 const char *const FsdpUnitStateNames[FSDP_UNIT_NSTATES] = {"SHARDED", "GATHERING", "UNSHARDED"};
 const char *const FsdpPrefetchNames[FSDP_NPREFETCH + 1] = {"none", "backward", "both", NULL};
+const char *const FsdpTailNames[FSDP_NTAIL + 1] = {"none", "poll", "stream", NULL};
 
 #define MAX_STAGES 4096
 #define GRAD_SLOTS 2
@@ -107,6 +108,7 @@ struct FsdpRuntime_ {
    * not yet handed to the hook */
   FsdpGradReadyFn ready_fn;
   void *ready_ctx;
+  FsdpTailWhere ready_where;
   int *tail_q;
   int tail_head, tail_n;
 };
@@ -788,11 +790,31 @@ static int UnitAcquireGrad(FsdpRuntime rt, int u, int micro)
  * stream work for this step ended with that event, and it is not gathered
  * again in this step's backward.  CPU only: on a GPU the driver installs
  * no hook. */
-static void TailQueue(FsdpRuntime rt, int u, FsdpEvent ev)
+typedef struct {
+  FsdpRuntime rt;
+  int unit;
+} TailTask;
+
+/* FSDP_TAIL_STREAM: the hook on the reduce stream's thread; its writes
+ * reach the compute thread through the stream's event (a mutex). */
+static int TailTaskRun(void *arg)
 {
-  if (!rt->ready_fn) return;
+  TailTask *t = arg;
+  int updated = 0;
+  return t->rt->ready_fn(t->rt->ready_ctx, t->unit, &updated);
+}
+
+static int TailQueue(FsdpRuntime rt, int u, FsdpEvent ev)
+{
+  if (!rt->ready_fn) return FSDP_SUCCESS;
+  if (rt->ready_where == FSDP_TAIL_STREAM) {
+    TailTask t = {rt, u};
+    TagTasks(rt, rt->stream, u);
+    return FsdpStreamEnqueue(rt->stream, "optim_tail", TailTaskRun, &t, sizeof t, NULL);
+  }
   rt->units[u].reduce_ev = ev;
   rt->tail_q[rt->tail_n++] = u;
+  return FSDP_SUCCESS;
 }
 
 /* Hand landed units to the hook; block: wait for every queued one. */
@@ -819,8 +841,10 @@ static int TailPoll(FsdpRuntime rt, int block)
   return FSDP_SUCCESS;
 }
 
-int FsdpRuntimeSetGradReady(FsdpRuntime rt, FsdpGradReadyFn fn, void *ctx)
+int FsdpRuntimeSetGradReady(FsdpRuntime rt, FsdpGradReadyFn fn, void *ctx, FsdpTailWhere where)
 {
+  if (where == FSDP_TAIL_NONE) fn = NULL;
+  rt->ready_where = where;
   if (rt->tail_head < rt->tail_n)
     FSDP_ERROR(FSDP_ERR_STATE, "FsdpRuntimeSetGradReady inside a step (%d units not handed over)",
                rt->tail_n - rt->tail_head);
@@ -858,7 +882,7 @@ static int UnitReduceGrad(FsdpRuntime rt, int u, int micro, int nmicro)
       NoteIssue(rt, ev, FSDP_COLL_ALL_REDUCE, u, 2 * (uint64_t)(rt->R - 1) * PK / (uint64_t)rt->R);
     }
     x->full_grad = NULL;
-    if (last) TailQueue(rt, u, ev);
+    if (last) FSDP_CALL(TailQueue(rt, u, ev));
     return SetViews(x);
   }
   GradSlot *s = x->gslot;
@@ -909,7 +933,7 @@ static int UnitReduceGrad(FsdpRuntime rt, int u, int micro, int nmicro)
   x->gslot = NULL;
   TrackLive(&rt->live_grads, &rt->peak_grads, -x->P * (int64_t)sizeof(float));
   x->full_grad = NULL;
-  if (last) TailQueue(rt, u, ev);
+  if (last) FSDP_CALL(TailQueue(rt, u, ev));
   return SetViews(x);
 }
 

@@ -207,8 +207,17 @@ int FsdpRuntimeDrainStreams(FsdpRuntime rt);
  * "grad check UNIT", category optim_tail).  A non-zero return fails the
  * step. */
 typedef int (*FsdpGradReadyFn)(void *ctx, int unit, int *updated);
-/* Not collective.  Install (fn NULL: remove) the hook; between steps. */
-int FsdpRuntimeSetGradReady(FsdpRuntime rt, FsdpGradReadyFn fn, void *ctx);
+/* Where the hook runs: FSDP_TAIL_POLL on the compute thread, which polls
+ * the landed reductions between backward stages and waits for the rest in
+ * FsdpRuntimeFinishGradients; FSDP_TAIL_STREAM as a task ("optim_tail") on
+ * the reduce stream right after the unit's reduction, in FIFO order with
+ * the reductions (the next unit's reduction starts after it). */
+typedef enum { FSDP_TAIL_NONE, FSDP_TAIL_POLL, FSDP_TAIL_STREAM, FSDP_NTAIL } FsdpTailWhere;
+/* -optim_overlap's names, indexed by FsdpTailWhere, NULL-terminated. */
+extern const char *const FsdpTailNames[FSDP_NTAIL + 1];
+/* Not collective.  Install (fn NULL or FSDP_TAIL_NONE: remove) the hook;
+ * between steps. */
+int FsdpRuntimeSetGradReady(FsdpRuntime rt, FsdpGradReadyFn fn, void *ctx, FsdpTailWhere where);
 
 /* Zero the gradient shards (start of an optimizer step). */
 int FsdpRuntimeZeroGradShards(FsdpRuntime rt);
