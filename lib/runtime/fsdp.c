@@ -843,11 +843,11 @@ static int TailPoll(FsdpRuntime rt, int block)
 
 int FsdpRuntimeSetGradReady(FsdpRuntime rt, FsdpGradReadyFn fn, void *ctx, FsdpTailWhere where)
 {
-  if (where == FSDP_TAIL_NONE) fn = NULL;
-  rt->ready_where = where;
   if (rt->tail_head < rt->tail_n)
     FSDP_ERROR(FSDP_ERR_STATE, "FsdpRuntimeSetGradReady inside a step (%d units not handed over)",
                rt->tail_n - rt->tail_head);
+  if (where == FSDP_TAIL_NONE) fn = NULL;
+  rt->ready_where = where;
   rt->ready_fn = fn;
   rt->ready_ctx = ctx;
   rt->tail_head = rt->tail_n = 0;
