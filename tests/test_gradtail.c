@@ -4,7 +4,9 @@
  * no sharding (F = 1), gradient accumulation with and without per-micro-
  * step communication, low-precision reduction, bf16 parameters with the
  * fp16 gradient scaler (overflows included), clipping on and off -- the
- * same run with -optim_overlap none, poll and stream must give, step by
+ * same run with -optim_overlap none and poll (and stream for the three
+ * configurations where it differs most: unclipped full and hybrid with
+ * accumulation, and the scaler) must give, step by
  * step, bit-identical losses, gradient norms and loss scales, and at the
  * end bit-identical parameter shards, AdamW moments and step counts on
  * every rank.
@@ -144,19 +146,20 @@ int main(int argc, char **argv)
 {
   TCALL(FsdpInitialize(&argc, &argv));
   /* options; AdamW early (clip off, no scaler); the clip must bite */
+  /* stream: also -optim_overlap stream (poll always) */
   static const struct {
     const char *opts;
-    int early, clips, overflows;
+    int early, clips, overflows, stream;
   } cfg[] = {
-      {"-grad_clip 0.5", 0, 1, 0},
-      {"-grad_clip 0", 1, 0, 0},
-      {"-sharding_factor 2 -grad_accum 2 -accum_comm 1 -grad_clip 0.5", 0, 1, 0},
-      {"-sharding_factor 2 -grad_accum 2 -accum_comm 0 -grad_clip 0 -reduce_dtype bf16", 1, 0, 0},
-      {"-sharding_factor 1 -grad_clip 0", 1, 0, 0},
+      {"-grad_clip 0.5", 0, 1, 0, 0},
+      {"-grad_clip 0", 1, 0, 0, 1},
+      {"-sharding_factor 2 -grad_accum 2 -accum_comm 1 -grad_clip 0.5", 0, 1, 0, 0},
+      {"-sharding_factor 2 -grad_accum 2 -accum_comm 0 -grad_clip 0 -reduce_dtype bf16", 1, 0, 0, 1},
+      {"-sharding_factor 1 -grad_clip 0", 1, 0, 0, 0},
       /* bf16 parameters, fp16 reduction: the scaler; the scale doubles
        * after every good step until fp16 overflows and the step is
        * skipped (every unit, every rank) */
-      {"-param_dtype bf16 -reduce_dtype fp16 -grad_clip 0 -loss_scale 65536 -scaler_growth_interval 1", 0, 0, 1},
+      {"-param_dtype bf16 -reduce_dtype fp16 -grad_clip 0 -loss_scale 65536 -scaler_growth_interval 1", 0, 0, 1, 1},
   };
   static const char *const where[] = {"poll", "stream"};
   for (size_t i = 0; i < sizeof cfg / sizeof cfg[0]; i++) {
@@ -169,7 +172,7 @@ int main(int argc, char **argv)
       CHECK(ref.skipped > 0 && ref.t > 0,
             "test setup: %s: %lld steps skipped, %lld taken (want both)", cfg[i].opts,
             (long long)ref.skipped, (long long)ref.t);
-    for (int w = 0; w < 2; w++) {
+    for (int w = 0; w < 1 + cfg[i].stream; w++) {
       run(cfg[i].opts, where[w], cfg[i].early, &got);
       compare(cfg[i].opts, where[w], &ref, &got);
       result_free(&got);
