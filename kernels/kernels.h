@@ -175,7 +175,42 @@ typedef struct FsdpKernelOps {
   void (*matmul_backward_bf16)(float *dinp, float *dweight, float *dbias,
                                const float *dout, const float *inp,
                                const float *weight, int N, int C, int OC);
+
+  /* [Note: fused classifier] llm.c's fused_classifier: the loss and its
+   * gradient in one pass over the logits, the gradient written over the
+   * logits, so neither probs nor dlogits (each B*T*V floats, the largest
+   * activations of a GPT) need memory, and the softmax is computed once.
+   * logits is (N, Vp) with row stride Vp >= V ([Note: padded vocabulary]):
+   * columns [0, V) are the real logits, columns [V, Vp) padding that is
+   * never read.  losses[n] = log sum_v e^z[v] - z[target] (as
+   * crossentropy_forward); then logits[n][v] = (softmax(z)[v] -
+   * onehot(target)[v]) * dloss for v < V and 0 for v in [V, Vp), so a
+   * matmul over the padded rows adds nothing for the padding.  Equal to
+   * crossentropy_forward followed by crossentropy_softmax_backward into
+   * zeroed dlogits (up to the order of the sums).  Optional (NULL: none). */
+  void (*crossentropy_fused)(float *losses, float *logits, const int *targets,
+                             float dloss, int N, int V, int Vp);
+
+  /* [Note: fused residual and LayerNorm] res (N,C) = inp1 + inp2, then
+   * out, mean, rstd = layernorm_forward(res): one pass over the rows
+   * instead of a residual pass and a LayerNorm pass that reads res back
+   * (on a GPU both are bound by memory bandwidth).  res may alias inp1 or
+   * inp2.  Equal to residual_forward then layernorm_forward (the CPU: bit
+   * for bit).  Optional (NULL: the model calls the two). */
+  void (*residual_layernorm_forward)(float *res, float *out, float *mean, float *rstd,
+                                     const float *inp1, const float *inp2,
+                                     const float *weight, const float *bias, int N, int C);
 } FsdpKernelOps;
+
+/* [Note: padded vocabulary] The LM head's row stride: V rounded up to a
+ * multiple of 128 (llm.c: 50257 -> 50304), so each row of logits starts
+ * 512-byte aligned and a GEMM over Vp columns tiles evenly on tensor
+ * cores; the padded columns carry nothing (see crossentropy_fused). */
+#define FSDP_VOCAB_PAD 128
+static inline int fsdp_padded_vocab(int V)
+{
+  return V <= 0 ? V : (int)(((long long)V + FSDP_VOCAB_PAD - 1) / FSDP_VOCAB_PAD * FSDP_VOCAB_PAD);
+}
 
 /* The CPU back-end (kernels/cpu).  OpenMP threads every kernel, sgemm
  * included; a pthreads OpenBLAS is set to one thread on each call, so

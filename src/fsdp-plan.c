@@ -249,11 +249,12 @@ typedef struct {
   int gather_slots, grad_slots;
 } PlanMemory;
 
-/* With -compute_dtype bf16 on the CPU the matmuls keep their rounded
- * operands in three scratch buffers, each grown to its largest use
- * ([Note: two bf16 GEMM paths] in kernels/cpu/matmul_bf16.c): inp or dout,
- * weight, inp again; 2 bytes an element through oneDNN, 4 converting.  The
- * model's matmul shapes (in, out) come from its family. */
+/* With -compute_dtype bf16 the matmuls keep their rounded operands in
+ * three scratch buffers, each grown to its largest use ([Note: two bf16
+ * GEMM paths] in kernels/cpu/matmul_bf16.c; the same three on CUDA,
+ * kernels/cuda/matmul.cu): inp or dout, weight, inp again; 2 bytes an
+ * element through oneDNN and on CUDA, 4 converting.  The model's matmul
+ * shapes (in, out) come from its family. */
 static uint64_t PlanBf16ScratchBytes(const FsdpModelDesc *d, int B, int T, int onednn)
 {
   uint64_t N = (uint64_t)B * T;
@@ -555,12 +556,16 @@ static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutco
   mem.activations = FsdpModelDescActivationBytes(&po.t.model, po.t.wrap, po.t.batch_size,
                                                 (int)FsdpModelDescInt(&po.t.model, "seq_len"),
                                                 fo->recompute);
-  if (fo->compute_dtype == FSDP_DTYPE_BF16 && !po.t.device_cuda) {
+  if (fo->compute_dtype == FSDP_DTYPE_BF16) {
     char lib[64], kernel[160];
-    FsdpKernelsCpuGemm(1, lib, sizeof lib, kernel, sizeof kernel);
+    int two_bytes = po.t.device_cuda; /* CUDA: bf16 scratch always */
+    if (!two_bytes) {
+      FsdpKernelsCpuGemm(1, lib, sizeof lib, kernel, sizeof kernel);
+      two_bytes = strncmp(lib, "oneDNN", 6) == 0;
+    }
     mem.bf16_scratch = PlanBf16ScratchBytes(&po.t.model, po.t.batch_size,
                                             (int)FsdpModelDescInt(&po.t.model, "seq_len"),
-                                            strncmp(lib, "oneDNN", 6) == 0);
+                                            two_bytes);
   }
   uint64_t mem_total = mem.param_shard + mem.grad_shard + mem.low_shard + mem.optim_state +
                        mem.gather_buffer + mem.compute_buffer + mem.grad_buffer + mem.activations +

@@ -212,7 +212,7 @@ typedef struct {
   FsdpColl coll;
   FsdpRuntime rt;
   FsdpModel model;
-  FsdpKernelOps k_bf16; /* the model's table with bf16 matmuls (-compute_dtype bf16) */
+  FsdpKernelOps k_bf16; /* the model's table: bf16 matmuls (-compute_dtype bf16), no fused classifier */
   FsdpTokenizer tok;
   int device_set;
   int *ids, *inputs, *targets, *order;
@@ -259,6 +259,14 @@ static int Generate(const SampleOptions *o, Sampler *s)
   s->device_set = 1;
   const FsdpKernelOps *k = NULL; /* [Note: bf16 compute]: as fsdp-train */
   FSDP_CALL(FsdpComputeKernels(FsdpDeviceKernels(), o->fsdp.compute_dtype, &s->k_bf16, &k));
+  /* sampling reads the logits: no fused classifier, which overwrites them
+   * with their gradient ([Note: fused classifier] in kernels.h) */
+  FsdpKernelOps copy = *k; /* k may be &s->k_bf16 already */
+  copy.crossentropy_fused = NULL;
+  s->k_bf16 = copy;
+  k = &s->k_bf16;
+  int tf32_applied = 0; /* -tf32, as fsdp-train */
+  FSDP_CALL(FsdpDeviceSetTF32(o->fsdp.tf32, &tf32_applied));
   if (o->device_cuda) { /* as fsdp-train: [Note: CUDA streams in the runtime] */
     FSDP_CALL(FsdpCollCreate(FSDP_COLL_BACKEND_NCCL, &s->coll));
     FSDP_CALL(FsdpCollSetCudaStreams(s->coll, NULL, FsdpDeviceComputeStream()));

@@ -13,6 +13,8 @@
  *   1e-5 (1 + |ref|) (bf16 products are exact in fp32, accumulation is
  *   fp32); against the unrounded fp32 operands 1e-2 (1 + |ref|), the cost
  *   of rounding the operands to 8 significant bits;
+ * - the table's bf16 matmuls (fp32 operands rounded on the device) and
+ *   TF32 matmuls, the fused classifier: stated at their tests;
  * - casts and in-place scaling: bit-identical to lib/base/dtype.h, special
  *   values included; sum of squares: relative 1e-12 and bit-identical on a
  *   second call (deterministic two-stage reduction).
@@ -329,6 +331,212 @@ static void test_matmul_bf16(int N, int C, int OC)
       dfree(&d_gb);
   free(x), free(w), free(b), free(xr), free(wr), free(xh), free(wh), free(ref), free(ref32);
   free(g), free(gr), free(gh), free(gx), free(gw), free(gb);
+}
+
+/* got (device) against ref (host) with an allowance proportional to the
+ * same products on |operands|: |got - ref| <= rtol |ref| + f abs_ref. */
+static void compare_dev_scaled(const char *what, const float *dgot, const float *ref,
+                               const float *abs_ref, size_t n, double rtol, double f)
+{
+  float *got = xmalloc(n * sizeof *got);
+  dev_to(got, dgot, n * sizeof *got, what);
+  size_t nbad = 0;
+  double maxr = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    double d = fabs((double)got[i] - (double)ref[i]);
+    double allowed = rtol * fabs((double)ref[i]) + f * (double)abs_ref[i] + 1e-30;
+    if (!(d <= allowed)) {
+      if (nbad < 5)
+        fprintf(stderr, "  %s[%zu]: cuda %.9g ref %.9g (diff %.3g, allowed %.3g)\n", what, i,
+                got[i], ref[i], d, allowed);
+      nbad++;
+    }
+    if (!(d / allowed <= maxr)) maxr = d / allowed;
+  }
+  CHECK(nbad == 0, "%s: %zu of %zu elements off; worst diff/allowed %.3g", what, nbad, n, maxr);
+  if (nbad == 0) printf("  ok %-34s n=%-8zu worst diff/allowed %.3g\n", what, n, maxr);
+  free(got);
+}
+
+/* [Note: bf16 matmuls]: the table's bf16 entries (what -compute_dtype bf16
+ * runs on CUDA) take fp32 operands and round them on the device.
+ * Reference: the CPU table's bf16 entries on the same fp32 operands (the
+ * same rounding, bf16 products exact in fp32), so only the fp32 summation
+ * order differs: 1e-5 |ref| + 2 sqrt(K) 2^-24 sum|terms|, as the fp32
+ * matmuls.  Against the unrounded fp32 product: 2^-7 sum|terms| (two
+ * operands each rounded to 8 significant bits: relative 2^-8 + 2^-8 per
+ * product), which a matmul that skipped the rounding would also pass, so
+ * the first comparison is the one that pins the bf16 semantics.  dbias:
+ * fp32 column sums of the unrounded dout, as on the CPU.  Then the plan
+ * cache: the same shapes again create no new cuBLASLt plan. */
+static void test_matmul_bf16_table(int N, int C, int OC, int offset)
+{
+  char tag[96];
+  CHECK(KG->matmul_forward_bf16 && KG->matmul_backward_bf16, "the cuda table has bf16 matmuls");
+  if (!KG->matmul_forward_bf16 || !KG->matmul_backward_bf16) return;
+  size_t ni = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
+  float *x = frand(ni, -1, 1), *w = frand(nw, -1, 1), *b = frand(OC, -1, 1);
+  float *ref = xmalloc(no * 4), *ref32 = xmalloc(no * 4), *aref = xmalloc(no * 4);
+  KC->matmul_forward_bf16(ref, x, w, b, N, C, OC);
+  KC->matmul_forward(ref32, x, w, b, N, C, OC);
+  float *ax = fabs_copy(x, ni), *aw = fabs_copy(w, nw), *ab = fabs_copy(b, OC);
+  KC->matmul_forward(aref, ax, aw, ab, N, C, OC);
+  float *bx = dev_zeros((ni + offset) * 4), *bw = dev_zeros((nw + offset) * 4);
+  float *dx = bx + offset, *dw = bw + offset;
+  TCALL(FsdpCudaMemcpyAsync(dx, x, ni * 4, g_stream));
+  TCALL(FsdpCudaMemcpyAsync(dw, w, nw * 4, g_stream));
+  float *db = dev_from(b, OC * 4), *dout_ = dev_zeros(no * 4);
+  KG->matmul_forward_bf16(dout_, dx, dw, db, N, C, OC);
+  const double fK = 2.0 * sqrt((double)C) * ldexp(1.0, -24);
+  snprintf(tag, sizeof tag, "bf16 table fwd %dx%dx%d+%d vs cpu bf16", N, C, OC, offset);
+  compare_dev_scaled(tag, dout_, ref, aref, no, 1e-5, fK);
+  snprintf(tag, sizeof tag, "bf16 table fwd %dx%dx%d vs fp32", N, C, OC);
+  compare_dev_scaled(tag, dout_, ref32, aref, no, 0.0, ldexp(1.0, -7));
+
+  int plans0 = 0, plans1 = 0;
+  uint64_t hits0 = 0, hits1 = 0, misses0 = 0, misses1 = 0;
+  FsdpKernelsCudaGemmPlanStats(&plans0, &hits0, &misses0);
+
+  float *g = frand(no, -1, 1), *gx = frand(ni, -1, 1), *gw = frand(nw, -1, 1),
+        *gb = frand(OC, -1, 1);
+  float *ag = fabs_copy(g, no), *agx = fabs_copy(gx, ni), *agw = fabs_copy(gw, nw),
+        *agb = fabs_copy(gb, OC);
+  KC->matmul_backward(agx, agw, agb, ag, ax, aw, N, C, OC);
+  float *d_g = dev_from(g, no * 4), *d_gx = dev_from(gx, ni * 4), *d_gw = dev_from(gw, nw * 4),
+        *d_gb = dev_from(gb, OC * 4);
+  KC->matmul_backward_bf16(gx, gw, gb, g, x, w, N, C, OC);
+  KG->matmul_backward_bf16(d_gx, d_gw, d_gb, d_g, dx, dw, N, C, OC);
+  compare_dev_scaled("bf16 table dinp vs cpu bf16", d_gx, gx, agx, ni, 1e-5,
+                     2.0 * sqrt((double)OC + 1) * ldexp(1.0, -24));
+  compare_dev_scaled("bf16 table dweight vs cpu bf16", d_gw, gw, agw, nw, 1e-5,
+                     2.0 * sqrt((double)N + 1) * ldexp(1.0, -24));
+  compare_dev_scaled("bf16 table dbias (fp32 dout)", d_gb, gb, agb, OC, 1e-5,
+                     2.0 * sqrt((double)N + 1) * ldexp(1.0, -24));
+
+  /* [Note: GEMM plans per shape]: the same three shapes again */
+  KG->matmul_forward_bf16(dout_, dx, dw, db, N, C, OC);
+  KG->matmul_backward_bf16(d_gx, d_gw, NULL, d_g, dx, dw, N, C, OC);
+  TCALL(FsdpKernelsCudaSynchronize());
+  FsdpKernelsCudaGemmPlanStats(&plans1, &hits1, &misses1);
+  int created_bwd = plans1 - plans0;
+  CHECK(created_bwd <= 2, "backward created %d plans (at most dinp's and dweight's)", created_bwd);
+  CHECK(hits1 - hits0 >= 3, "repeated shapes: %llu cache hits, expected >= 3",
+        (unsigned long long)(hits1 - hits0));
+  int plans2 = 0;
+  uint64_t hits2 = 0, misses2 = 0;
+  KG->matmul_forward_bf16(dout_, dx, dw, db, N, C, OC);
+  TCALL(FsdpKernelsCudaSynchronize());
+  FsdpKernelsCudaGemmPlanStats(&plans2, &hits2, &misses2);
+  CHECK(plans2 == plans1 && misses2 == misses1 && hits2 == hits1 + 1,
+        "a repeated forward: plans %d -> %d, misses %llu -> %llu, hits +%llu", plans1, plans2,
+        (unsigned long long)misses1, (unsigned long long)misses2,
+        (unsigned long long)(hits2 - hits1));
+  printf("  ok gemm plans: %d cached, %llu hits, %llu created\n", plans2,
+         (unsigned long long)hits2, (unsigned long long)misses2);
+  dfree(&bx), dfree(&bw), dfree(&db), dfree(&dout_), dfree(&d_g), dfree(&d_gx), dfree(&d_gw),
+      dfree(&d_gb);
+  free(x), free(w), free(b), free(ref), free(ref32), free(aref), free(ax), free(aw), free(ab);
+  free(g), free(gx), free(gw), free(gb), free(ag), free(agx), free(agw), free(agb);
+}
+
+/* -tf32 1: fp32 matmuls on TF32 tensor cores.  TF32 keeps 10 mantissa
+ * bits of each operand (relative 2^-11 each if rounded, 2^-10 if the
+ * hardware truncates), so a product is within 2^-9 relative and a K-term
+ * sum within 2^-9 sum|terms| plus fp32's own rounding; allowed: 2^-8
+ * sum|terms|.  Exact fp32 (TF32 off) is what test_matmul checks. */
+static void test_matmul_tf32(int N, int C, int OC)
+{
+  size_t ni = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
+  float *x = frand(ni, -1, 1), *w = frand(nw, -1, 1), *b = frand(OC, -1, 1);
+  float *ref = xmalloc(no * 4), *aref = xmalloc(no * 4);
+  KC->matmul_forward(ref, x, w, b, N, C, OC);
+  float *ax = fabs_copy(x, ni), *aw = fabs_copy(w, nw), *ab = fabs_copy(b, OC);
+  KC->matmul_forward(aref, ax, aw, ab, N, C, OC);
+  float *dx = dev_from(x, ni * 4), *dw = dev_from(w, nw * 4), *db = dev_from(b, OC * 4),
+        *dout_ = dev_zeros(no * 4);
+  FsdpKernelsCudaSetTF32(1);
+  KG->matmul_forward(dout_, dx, dw, db, N, C, OC);
+  FsdpKernelsCudaSetTF32(0);
+  TCALL(FsdpKernelsCudaSynchronize());
+  compare_dev_scaled("matmul_forward TF32", dout_, ref, aref, no, 1e-5,
+                     ldexp(1.0, -8) + 2.0 * sqrt((double)C) * ldexp(1.0, -24));
+  dfree(&dx), dfree(&dw), dfree(&db), dfree(&dout_);
+  free(x), free(w), free(b), free(ref), free(aref), free(ax), free(aw), free(ab);
+}
+
+/* [Note: fused classifier] and [Note: padded vocabulary]: the CUDA fused
+ * kernel on (N, Vp) logits whose padded columns hold NaN against (a) the
+ * CPU fused kernel on the same input and (b) the CUDA unfused pair
+ * (crossentropy_forward + crossentropy_softmax_backward into zeroed
+ * dlogits) on the unpadded (N, V) logits; padded columns must come back 0.
+ * Tolerances as the unfused kernels': losses 1e-5 (1 + |ref|), gradients
+ * 1e-5 |ref| + 1e-7 dloss (probabilities scaled by dloss). */
+static void test_fused_classifier(int N, int V, int Vp)
+{
+  char tag[96];
+  CHECK(KG->crossentropy_fused != NULL, "the cuda table has crossentropy_fused");
+  if (!KG->crossentropy_fused) return;
+  size_t n = (size_t)N * V, np = (size_t)N * Vp;
+  float *z = frand(n, -4, 4), *zp = xmalloc(np * 4), *loss = xmalloc(N * 4);
+  int *tg = xmalloc(N * sizeof *tg);
+  for (int i = 0; i < N; i++) tg[i] = (int)(urand() * V) % V;
+  z[(tg[0] + 1) % V] = 100.0f; /* row 0: the target's probability underflows */
+  for (int r = 0; r < N; r++)
+    for (int v = 0; v < Vp; v++) zp[(size_t)r * Vp + v] = v < V ? z[(size_t)r * V + v] : NAN;
+  float dloss = 1.0f / (float)N;
+  float *d_zp = dev_from(zp, np * 4), *d_loss = dev_zeros(N * 4);
+  int *d_tg = dev_from(tg, N * sizeof *tg);
+  KG->crossentropy_fused(d_loss, d_zp, d_tg, dloss, N, V, Vp);
+  KC->crossentropy_fused(loss, zp, tg, dloss, N, V, Vp); /* zp: the CPU's gradient now */
+  snprintf(tag, sizeof tag, "fused classifier losses V=%d Vp=%d", V, Vp);
+  compare_dev(tag, d_loss, loss, N, TOL32);
+  snprintf(tag, sizeof tag, "fused classifier grads (pad 0) V=%d", V);
+  compare_dev(tag, d_zp, zp, np, 1e-5, 1e-7 * dloss);
+  /* against the unfused CUDA pair on the unpadded logits */
+  float *d_z = dev_from(z, n * 4), *d_probs = dev_zeros(n * 4), *d_l2 = dev_zeros(N * 4),
+        *d_dz = dev_zeros(n * 4);
+  KG->crossentropy_forward(d_l2, d_probs, d_z, d_tg, N, V);
+  KG->crossentropy_softmax_backward(d_dz, d_probs, d_tg, dloss, N, V);
+  float *l2 = xmalloc(N * 4), *dz = xmalloc(n * 4), *fz = xmalloc(np * 4);
+  dev_to(l2, d_l2, N * 4, "unfused losses");
+  dev_to(dz, d_dz, n * 4, "unfused dlogits");
+  compare_dev("fused vs unfused (cuda) losses", d_loss, l2, N, TOL32);
+  dev_to(fz, d_zp, np * 4, "fused grads");
+  size_t nbad = 0;
+  for (int r = 0; r < N; r++)
+    for (int v = 0; v < V; v++) {
+      float a = fz[(size_t)r * Vp + v], c = dz[(size_t)r * V + v];
+      if (!(fabsf(a - c) <= 1e-5f * fabsf(c) + 1e-7f * dloss)) nbad++;
+    }
+  CHECK(nbad == 0, "fused vs unfused (cuda) gradients: %zu of %zu off", nbad, n);
+  if (nbad == 0) printf("  ok %-34s n=%-8zu\n", "fused vs unfused (cuda) grads", n);
+  dfree(&d_zp), dfree(&d_loss), dfree(&d_tg), dfree(&d_z), dfree(&d_probs), dfree(&d_l2),
+      dfree(&d_dz);
+  free(z), free(zp), free(loss), free(tg), free(l2), free(dz), free(fz);
+}
+
+/* [Note: fused residual and LayerNorm]: the CUDA kernel (res aliasing
+ * inp1, as the GPT block calls it) against the CPU unfused pair; the
+ * LayerNorm tolerance of test_layernorm, the residual sums exact. */
+static void test_residual_layernorm(int N, int C)
+{
+  CHECK(KG->residual_layernorm_forward != NULL, "the cuda table has residual_layernorm_forward");
+  if (!KG->residual_layernorm_forward) return;
+  size_t n = (size_t)N * C;
+  float *a = frand(n, 2, 4), *b = frand(n, -1, 1), *w = frand(C, -1, 1), *bb = frand(C, -1, 1);
+  float *da = dev_from(a, n * 4), *db = dev_from(b, n * 4), *dw = dev_from(w, C * 4),
+        *dbb = dev_from(bb, C * 4);
+  float *dout_ = dev_zeros(n * 4), *dm = dev_zeros(N * 4), *dr = dev_zeros(N * 4);
+  float *out = xmalloc(n * 4), *m = xmalloc(N * 4), *r = xmalloc(N * 4);
+  KC->residual_forward(a, a, b, n);
+  KC->layernorm_forward(out, m, r, a, w, bb, N, C);
+  KG->residual_layernorm_forward(da, dout_, dm, dr, da, db, dw, dbb, N, C);
+  compare_dev("residual_layernorm res", da, a, n, 0.0, 0.0);
+  compare_dev("residual_layernorm out", dout_, out, n, TOL32);
+  compare_dev("residual_layernorm mean", dm, m, N, TOL32);
+  compare_dev("residual_layernorm rstd", dr, r, N, TOL32);
+  dfree(&da), dfree(&db), dfree(&dw), dfree(&dbb), dfree(&dout_), dfree(&dm), dfree(&dr);
+  free(a), free(b), free(w), free(bb), free(out), free(m), free(r);
 }
 
 static void test_attention(int B, int T, int C, int NH)
@@ -745,17 +953,26 @@ int main(int argc, char **argv)
     test_encoder(2, 33, 48, 101);
     test_layernorm(66, 48);
     test_layernorm(7, 130);
+    test_residual_layernorm(66, 48);
+    test_residual_layernorm(1024, 768); /* gpt2 at T=1024 */
     test_matmul(66, 48, 144, 1, 0);
     test_matmul(37, 48, 35, 0, 1);  /* odd shapes, no bias, 4-byte aligned */
     test_matmul(64, 768, 2304, 1, 3);
     test_matmul_bf16(66, 48, 144);
     test_matmul_bf16(37, 64, 35);
+    /* -compute_dtype bf16 and -tf32 ([Note: bf16 compute] in runtime/fsdp.h) */
+    test_matmul_bf16_table(66, 48, 144, 0);
+    test_matmul_bf16_table(37, 48, 35, 1); /* odd shapes, 4-byte aligned */
+    test_matmul_bf16_table(1024, 768, 2304, 0); /* gpt2's qkv at T=1024 */
+    test_matmul_tf32(256, 768, 768);
     test_attention(2, 33, 48, 4);
     test_attention(1, 70, 36, 3);
     test_elementwise(10007);
     test_llama(2, 33, 8, 2, 16, 100);
     test_llama(1, 5, 3, 1, 6, 7);
     test_crossentropy(9, 1001);
+    test_fused_classifier(9, 1001, fsdp_padded_vocab(1001));
+    test_fused_classifier(70, 50257, fsdp_padded_vocab(50257)); /* gpt2's head, > 66 rows */
     test_adamw(100003);
     test_sum_squares(1000003);
     test_sum_squares(5);

@@ -71,7 +71,7 @@ shared = {"": ["world_size", "sharding_factor", "replica_size", "ranks_per_node"
           "memory": [k[7:] for k in keys if k.startswith("memory.")],
           "comm_per_step": [k[14:] for k in keys if k.startswith("comm_per_step.")],
           "comm_time_per_step": ["max_gathers_in_flight"],
-          "precision": ["param_dtype", "reduce_dtype", "compute_dtype", "gemm"]}
+          "precision": ["param_dtype", "reduce_dtype", "compute_dtype", "tf32", "gemm"]}
 for part, want in shared.items():
     a, b = (get(d, part) if part else d for d in (t, p))
     both = set(a or {}) & set(b or {})
@@ -85,7 +85,7 @@ for part in ("model", "units"):
         bad.append(("key sets of %s" % part, ka[:1], kb[:1]))
 config = ["model", "batch_size", "wrap", "reshard_after_forward", "limit_all_gathers", "grad_accum",
           "accum_comm", "prefetch", "recompute", "precision.param_dtype", "precision.reduce_dtype",
-          "precision.compute_dtype", "precision.gemm", "units"]
+          "precision.compute_dtype", "precision.tf32", "precision.gemm", "units"]
 bad += [(k, get(t, k), get(p, k)) for k in config if get(t, k) != get(p, k)]
 if bad:
     print("FAIL: %s: fsdp-plan differs from fsdp-train's measured counters:" % name)
@@ -169,9 +169,9 @@ secs = float(sys.argv[3]) - float(sys.argv[2])
 n = p["model"]["param_count"]
 shard = p["memory"]["param_shard_bytes"]
 padded = sum(u["padded_numel"] for u in p["units"])
-# 10 s: a guard against a plan that touches every element (minutes), not a
+# 60 s: a guard against a plan that touches every element (minutes), not a
 # timing target (0.5-1.2 s here, depending on the load of a shared machine)
-ok = secs < 10.0 and len(p["units"]) == 97 and shard * 512 == 4 * padded and 0 <= padded - n < 97 * 512 * 32
+ok = secs < 60.0 and len(p["units"]) == 97 and shard * 512 == 4 * padded and 0 <= padded - n < 97 * 512 * 32
 ok = ok and p["comm_per_step"]["inter_node_bytes"] > 0 and p["nodes"] == 64
 print("%s: gpt-175b on 512 ranks planned in %.2f s: %d params, %d units, %.2f GiB of shards per rank, "
       "%.1f GB inter-node per step" % ("ok" if ok else "FAIL", secs, n, len(p["units"]),
@@ -203,8 +203,8 @@ shard = p["memory"]["param_shard_bytes"]
 root = [u for u in p["units"] if u["name"] == "root"][0]
 C, V = p["model"]["n_embd"], p["model"]["vocab_size"]
 tied = p["model"]["tie_embeddings"]
-# 10 s: a guard against touching every element, not a timing target
-ok = secs < 10.0 and n == count and len(p["units"]) == nunits and shard * F == 4 * padded
+# 60 s (loaded CI machines): a guard against touching every element, not a timing target
+ok = secs < 60.0 and n == count and len(p["units"]) == nunits and shard * F == 4 * padded
 ok = ok and root["numel"] == (1 if tied else 2) * V * C + C and p["sharding_factor"] == F
 ok = ok and p["model"]["family"] == "llama" and p["units"][1]["name"] == "model.layers.0"
 print("%s: %s on 64 ranks, F %d, planned in %.2f s: %d params, %d units, %.2f GiB of shards per rank"

@@ -60,3 +60,37 @@ void crossentropy_softmax_backward_cpu(float *dlogits, const float *probs,
     softmax_backward_row(dlogits + (size_t)n * V, probs + (size_t)n * V,
                          targets[n], dloss, V);
 }
+
+/* [Note: fused classifier] (kernels.h): one row in place, the arithmetic
+ * of softmax_row and softmax_backward_row (p = e / sum, dz = p dloss, the
+ * target's minus dloss), so it matches the unfused pair up to the order of
+ * the vectorized sums. */
+FSDP_CPU_CLONES
+static float fused_row(float *restrict z, int target, float dloss, int V, int Vp)
+{
+  float zt = z[target]; /* before it is overwritten */
+  float mx = -INFINITY;
+  #pragma omp simd reduction(max:mx)
+  for (int v = 0; v < V; v++) mx = z[v] > mx ? z[v] : mx;
+  float sum = 0.0f;
+  #pragma omp simd reduction(+:sum)
+  for (int v = 0; v < V; v++) {
+    float e = expf_fast_cpu(z[v] - mx);
+    z[v] = e;
+    sum += e;
+  }
+  float inv = 1.0f / sum;
+  #pragma omp simd
+  for (int v = 0; v < V; v++) z[v] = (z[v] * inv) * dloss;
+  z[target] -= dloss;
+  for (int v = V; v < Vp; v++) z[v] = 0.0f; /* padding: nothing flows back */
+  return logf(sum) + mx - zt;
+}
+
+void crossentropy_fused_cpu(float *losses, float *logits, const int *targets, float dloss,
+                            int N, int V, int Vp)
+{
+  #pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++)
+    losses[n] = fused_row(logits + (size_t)n * Vp, targets[n], dloss, V, Vp);
+}

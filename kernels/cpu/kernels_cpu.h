@@ -46,6 +46,11 @@ void matmul_backward_cpu(float *dinp, float *dweight, float *dbias,
                          const float *weight, int N, int C, int OC);
 
 /* matmul_bf16.c ([Note: bf16 matmuls] in kernels.h) */
+void residual_layernorm_forward_cpu(float *res, float *out, float *mean, float *rstd,
+                                    const float *inp1, const float *inp2, const float *weight,
+                                    const float *bias, int N, int C);
+void crossentropy_fused_cpu(float *losses, float *logits, const int *targets, float dloss,
+                            int N, int V, int Vp);
 void matmul_forward_bf16_cpu(float *out, const float *inp, const float *weight,
                              const float *bias, int N, int C, int OC);
 void matmul_backward_bf16_cpu(float *dinp, float *dweight, float *dbias,

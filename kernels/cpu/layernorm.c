@@ -44,6 +44,21 @@ void layernorm_forward_cpu(float *out, float *mean, float *rstd,
                           inp + (size_t)n * C, weight, bias, C);
 }
 
+/* [Note: fused residual and LayerNorm] (kernels.h): per row, the sum
+ * then the row's LayerNorm while the row is in cache; the same arithmetic
+ * as residual_forward_cpu and layernorm_forward_cpu. */
+void residual_layernorm_forward_cpu(float *res, float *out, float *mean, float *rstd,
+                                    const float *inp1, const float *inp2, const float *weight,
+                                    const float *bias, int N, int C)
+{
+  #pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    size_t o = (size_t)n * C;
+    for (int c = 0; c < C; c++) res[o + c] = inp1[o + c] + inp2[o + c];
+    layernorm_row_forward(out + o, &mean[n], &rstd[n], res + o, weight, bias, C);
+  }
+}
+
 /* One row of dinp += rstd (g - mean(g) - xhat mean(g xhat)), g = dout w. */
 FSDP_CPU_CLONES
 static void layernorm_row_backward(float *restrict di,

@@ -56,6 +56,20 @@ struct CudaKernelState {
 
 extern CudaKernelState cuda_state;
 
+/* matmul.cu: destroys the cached cuBLASLt plans ([Note: GEMM plans per
+ * shape], kernels/gemm_plan.h); FsdpKernelsCudaFinalize calls it while the
+ * cuBLASLt handle still exists. */
+void lt_plans_release(void);
+/* ops.cu: *ptr = bytes of device memory through the installed allocator
+ * (FsdpKernelsCudaSetAllocator; *accounted = 1) or, before one is
+ * installed, cudaMalloc (*accounted = 0); FSDP_SUCCESS or an error code
+ * with FsdpErrorLastMessage set.  cuda_free_accounted frees what the
+ * installed allocator gave. */
+int cuda_alloc_accounted(size_t bytes, void *ptr, int *accounted);
+void cuda_free_accounted(void *ptr);
+/* matmul.cu: frees the bf16 operand scratch of the table's bf16 matmuls. */
+void bf16_scratch_release(void);
+
 /* Record the first error (later ones are dropped: they are consequences). */
 void cuda_record_error(int code, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

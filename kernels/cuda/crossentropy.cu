@@ -49,6 +49,38 @@ __global__ void crossentropy_softmax_backward_kernel(float *dlogits,
   }
 }
 
+/* [Note: fused classifier] (kernels.h): one block per row of the (N, Vp)
+ * logits; the loss, then the gradient over the logits (llm.c's
+ * fused_classifier_kernel3, fp32).  z[target] is read before the gradient
+ * pass writes the row: thread 0 reads it first, and the two block
+ * reductions between its read and the first write synchronize the block. */
+__global__ void crossentropy_fused_kernel(float *losses, float *logits,
+                                          const int *__restrict__ targets, float dloss, int V,
+                                          int Vp)
+{
+  __shared__ float shared[32];
+  size_t n = blockIdx.x;
+  float *z = logits + n * Vp;
+  int target = targets[n];
+  float zt = threadIdx.x == 0 ? z[target] : 0.0f;
+  float mx = -INFINITY;
+  for (int v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, z[v]);
+  mx = block_max(mx, shared);
+  float sum = 0.0f;
+  for (int v = threadIdx.x; v < V; v += blockDim.x) sum += expf(z[v] - mx);
+  sum = block_sum(sum, shared);
+  float inv = 1.0f / sum;
+  for (int v = threadIdx.x; v < Vp; v += blockDim.x) {
+    float g = 0.0f; /* padding columns: nothing flows back */
+    if (v < V) {
+      g = (expf(z[v] - mx) * inv) * dloss; /* the unfused kernels' order */
+      if (v == target) g -= dloss;
+    }
+    z[v] = g;
+  }
+  if (threadIdx.x == 0) losses[n] = logf(sum) + mx - zt;
+}
+
 /* ---- launchers ----------------------------------------------------------- */
 
 extern "C" void crossentropy_forward_cuda(float *losses, float *probs, const float *logits,
@@ -74,5 +106,16 @@ extern "C" void crossentropy_softmax_backward_cuda(float *dlogits, const float *
   crossentropy_softmax_backward_kernel<<<grid_stride_blocks(total, block), block, 0,
                                          cuda_state.stream>>>(dlogits, probs, targets, dloss, V,
                                                               total);
+  CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void crossentropy_fused_cuda(float *losses, float *logits, const int *targets,
+                                        float dloss, int N, int V, int Vp)
+{
+  CUDA_LAUNCHER_BEGIN();
+  CUDA_KASSERT(N >= 0 && V > 0 && Vp >= V);
+  if (N == 0) return;
+  crossentropy_fused_kernel<<<N, CE_BLOCK, 0, cuda_state.stream>>>(losses, logits, targets,
+                                                                   dloss, V, Vp);
   CUDA_CHECK_LAUNCH();
 }

@@ -137,6 +137,25 @@ void matmul_backward_bf16_cuda(float *dinp, float *dweight, float *dbias,
                                const uint16_t *dout, const uint16_t *inp,
                                const uint16_t *weight, int N, int C, int OC);
 
+/* The table's bf16 matmuls ([Note: bf16 matmuls] in kernels.h): fp32
+ * operands rounded to bf16 in device scratch, then the bf16 GEMMs above;
+ * dbias from the unrounded fp32 dout. */
+void matmul_forward_bf16_rounding_cuda(float *out, const float *inp, const float *weight,
+                                       const float *bias, int N, int C, int OC);
+void matmul_backward_bf16_rounding_cuda(float *dinp, float *dweight, float *dbias,
+                                        const float *dout, const float *inp,
+                                        const float *weight, int N, int C, int OC);
+/* [Note: fused classifier] in kernels.h (one block per row). */
+void crossentropy_fused_cuda(float *losses, float *logits, const int *targets, float dloss,
+                             int N, int V, int Vp);
+/* [Note: fused residual and LayerNorm] in kernels.h (one warp per row). */
+void residual_layernorm_forward_cuda(float *res, float *out, float *mean, float *rstd,
+                                     const float *inp1, const float *inp2, const float *weight,
+                                     const float *bias, int N, int C);
+/* [Note: GEMM plans per shape] (kernels/gemm_plan.h): cached cuBLASLt
+ * plans, lookups that found one, lookups that created one. */
+void FsdpKernelsCudaGemmPlanStats(int *plans, uint64_t *hits, uint64_t *misses);
+
 /* dst (n, dtype dt) = src (fp32), rounded to nearest even exactly like
  * FsdpDtypeFromFloat; dt == FP32 copies. */
 void cast_from_float_cuda(void *dst, FsdpDtype dt, const float *src, size_t n);

@@ -39,6 +39,41 @@ __global__ void layernorm_forward_kernel(float *__restrict__ out, float *__restr
   }
 }
 
+/* [Note: fused residual and LayerNorm] (kernels.h): one warp per row as
+ * layernorm_forward_kernel; each lane writes and later re-reads only its
+ * own columns of res, so res may alias inp1 or inp2 (no __restrict__). */
+__global__ void residual_layernorm_forward_kernel(float *res, float *__restrict__ out,
+                                                  float *__restrict__ mean,
+                                                  float *__restrict__ rstd, const float *inp1,
+                                                  const float *inp2,
+                                                  const float *__restrict__ weight,
+                                                  const float *__restrict__ bias, int N, int C)
+{
+  int lane = threadIdx.x % 32;
+  int row = blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32;
+  if (row >= N) return;
+  size_t base = (size_t)row * C;
+  float *x = res + base, *o = out + base;
+  float s = 0.0f;
+  for (int c = lane; c < C; c += 32) {
+    float r = inp1[base + c] + inp2[base + c];
+    x[c] = r;
+    s += r;
+  }
+  float m = warp_sum(s) / C;
+  float v = 0.0f;
+  for (int c = lane; c < C; c += 32) {
+    float d = x[c] - m;
+    v += d * d;
+  }
+  float r = 1.0f / sqrtf(warp_sum(v) / C + LAYERNORM_EPS);
+  for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * weight[c] + bias[c];
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = r;
+  }
+}
+
 /* One warp per row: dinp += rstd (g - mean(g) - xhat mean(g xhat)),
  * g = dout * weight. */
 __global__ void layernorm_backward_dinp_kernel(float *__restrict__ dinp,
@@ -112,6 +147,20 @@ extern "C" void layernorm_forward_cuda(float *out, float *mean, float *rstd, con
   if (N == 0) return;
   layernorm_forward_kernel<<<ceil_div(N, LN_ROWS_PER_BLOCK), 32 * LN_ROWS_PER_BLOCK, 0,
                              cuda_state.stream>>>(out, mean, rstd, inp, weight, bias, N, C);
+  CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void residual_layernorm_forward_cuda(float *res, float *out, float *mean, float *rstd,
+                                                const float *inp1, const float *inp2,
+                                                const float *weight, const float *bias, int N,
+                                                int C)
+{
+  CUDA_LAUNCHER_BEGIN();
+  CUDA_KASSERT(N >= 0 && C > 0);
+  if (N == 0) return;
+  residual_layernorm_forward_kernel<<<ceil_div(N, LN_ROWS_PER_BLOCK), 32 * LN_ROWS_PER_BLOCK, 0,
+                                      cuda_state.stream>>>(res, out, mean, rstd, inp1, inp2,
+                                                           weight, bias, N, C);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -56,6 +56,23 @@ static int free_cuda(void *ptr)
   return g_free_fn(ptr);
 }
 
+int cuda_alloc_accounted(size_t bytes, void *ptr, int *accounted)
+{
+  *accounted = g_alloc_fn != NULL;
+  if (g_alloc_fn) return g_alloc_fn(FSDP_MEM_OTHER, bytes, ptr);
+  cudaError_t e = cudaMalloc((void **)ptr, bytes);
+  if (e != cudaSuccess) {
+    *(void **)ptr = NULL;
+    FSDP_ERROR(FSDP_ERR_CUDA, "cudaMalloc of %zu bytes failed: %s", bytes, cudaGetErrorString(e));
+  }
+  return FSDP_SUCCESS;
+}
+
+void cuda_free_accounted(void *ptr)
+{
+  if (g_free_fn) (void)g_free_fn(ptr); /* best effort: teardown */
+}
+
 static int zero_cuda(void *p, size_t bytes)
 {
   if (!p || !bytes) return FSDP_SUCCESS;
@@ -109,8 +126,10 @@ static const FsdpKernelOps cuda_ops = {
     zero_cuda,
     copy_cuda,
     copy_cuda,
-    NULL, /* matmul_forward_bf16: none yet ([Note: bf16 matmuls]) */
-    NULL, /* matmul_backward_bf16 */
+    matmul_forward_bf16_rounding_cuda, /* [Note: bf16 matmuls] */
+    matmul_backward_bf16_rounding_cuda,
+    crossentropy_fused_cuda, /* [Note: fused classifier] */
+    residual_layernorm_forward_cuda, /* [Note: fused residual and LayerNorm] */
 };
 
 extern "C" const FsdpKernelOps *FsdpKernelsCuda(void) { return &cuda_ops; }
@@ -168,6 +187,8 @@ extern "C" int FsdpKernelsCudaFinalize(void)
 {
   /* Best effort: a finalize after a device error must still free what it
    * can, so statuses are not checked. */
+  if (cuda_state.lt) lt_plans_release();
+  bf16_scratch_release();
   if (cuda_state.blas) cublasDestroy(cuda_state.blas);
   if (cuda_state.lt) cublasLtDestroy(cuda_state.lt);
   if (cuda_state.lt_workspace) cudaFree(cuda_state.lt_workspace);

@@ -125,3 +125,53 @@ int FsdpDeviceAnyNonFinite(const float *x, size_t n, int *bad)
 
 int FsdpDeviceCheck(void) { return Current()->check(); }
 int FsdpDeviceSynchronize(void) { return Current()->synchronize(); }
+
+/* [Note: one readback per step]: empty buffers are dropped here, so a
+ * back-end sees only n[i] > 0; at most FSDP_DEVICE_READBACK_MAX per call. */
+static int Compact(const float *const *x, const size_t *n, int count, int *next,
+                   const float **cx, size_t *cn)
+{
+  int c = 0;
+  while (*next < count && c < FSDP_DEVICE_READBACK_MAX) {
+    int i = (*next)++;
+    if (!n[i]) continue;
+    cx[c] = x[i];
+    cn[c] = n[i];
+    c++;
+  }
+  return c;
+}
+
+int FsdpDeviceSumSquaresMany(const float *const *x, const size_t *n, int count, double *sq)
+{
+  static const float *cx[FSDP_DEVICE_READBACK_MAX];
+  static size_t cn[FSDP_DEVICE_READBACK_MAX];
+  *sq = 0.0;
+  for (int next = 0; next < count;) {
+    int c = Compact(x, n, count, &next, cx, cn);
+    if (!c) continue;
+    double part = 0.0;
+    FSDP_CALL(Current()->sum_squares_many(cx, cn, c, &part));
+    *sq += part;
+  }
+  return FSDP_SUCCESS;
+}
+
+int FsdpDeviceAnyNonFiniteMany(const float *const *x, const size_t *n, int count, int *bad)
+{
+  static const float *cx[FSDP_DEVICE_READBACK_MAX];
+  static size_t cn[FSDP_DEVICE_READBACK_MAX];
+  *bad = 0;
+  for (int next = 0; next < count && !*bad;) {
+    int c = Compact(x, n, count, &next, cx, cn);
+    if (c) FSDP_CALL(Current()->any_nonfinite_many(cx, cn, c, bad));
+  }
+  return FSDP_SUCCESS;
+}
+
+int FsdpDeviceSetTF32(int on, int *applied)
+{
+  const FsdpDeviceBackend *b = Current();
+  *applied = b->set_tf32 != NULL;
+  return b->set_tf32 ? b->set_tf32(on) : FSDP_SUCCESS;
+}

@@ -97,5 +97,25 @@ int FsdpDeviceAnyNonFinite(const float *x, size_t n, int *bad);
 int FsdpDeviceCheck(void);
 /* Wait for the compute stream and report launch errors (CPU: nothing). */
 int FsdpDeviceSynchronize(void);
+/* fp32 matmuls on TF32 tensor cores (on = 1: 10-bit mantissa products,
+ * fp32 sums, as PyTorch's allow_tf32) or in true fp32 (0).  *applied = 1
+ * where the back-end has the choice (CUDA), 0 where on means nothing (the
+ * CPU).  bf16 matmuls are unaffected. */
+int FsdpDeviceSetTF32(int on, int *applied);
+
+/* [Note: one readback per step] The optimizer's gradient norm and the
+ * scaler's overflow check cover every unit's gradient shard.  Asked unit
+ * by unit, each answer is a device-to-host copy and a wait for the stream
+ * (a bubble per unit and step); these take all the units' buffers at once,
+ * launch every reduction, and read the results back once (CUDA: the
+ * per-buffer sums land in a device array of FSDP_DEVICE_READBACK_MAX
+ * doubles, copied back in one transfer per that many buffers, and are
+ * added on the host in buffer order, so the norm is the sum the per-unit
+ * loop gave, bit for bit).  Buffers with n[i] == 0 are skipped.
+ * *sq = sum over i of sum_j x[i][j]^2 (double); *bad = 1 if any element
+ * of any buffer is inf or NaN, else 0. */
+#define FSDP_DEVICE_READBACK_MAX 1024
+int FsdpDeviceSumSquaresMany(const float *const *x, const size_t *n, int count, double *sq);
+int FsdpDeviceAnyNonFiniteMany(const float *const *x, const size_t *n, int count, int *bad);
 
 #endif

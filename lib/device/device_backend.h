@@ -36,6 +36,12 @@ typedef struct {
   /* 1 and *s filled where the back-end keeps device memory statistics;
    * 0 where it has none (the CPU: FsdpMemGetStats covers host memory). */
   int (*mem_stats)(FsdpDeviceMemStats *s);
+  /* fp32 GEMMs on TF32 tensor cores (1) or in true fp32 (0); NULL where
+   * the back-end has no such choice (the CPU). */
+  int (*set_tf32)(int on);
+  /* [Note: one readback per step] (device.h): count > 0, every n[i] > 0 */
+  int (*sum_squares_many)(const float *const *x, const size_t *n, int count, double *sq);
+  int (*any_nonfinite_many)(const float *const *x, const size_t *n, int count, int *bad);
 } FsdpDeviceBackend;
 
 const FsdpDeviceBackend *FsdpDeviceCpuBackend(void);  /* device_cpu.c */

@@ -81,6 +81,23 @@ static int CpuAnyNonFinite(const float *x, size_t n, int *bad)
   return FSDP_SUCCESS;
 }
 
+/* [Note: one readback per step]: nothing to read back on the CPU; the
+ * same sums in the same order as the per-unit loop. */
+static int CpuSumSquaresMany(const float *const *x, const size_t *n, int count, double *sq)
+{
+  const FsdpKernelOps *k = FsdpKernelsCpu();
+  double s = 0.0;
+  for (int i = 0; i < count; i++) s += k->sum_squares(x[i], n[i]);
+  *sq = s;
+  return FSDP_SUCCESS;
+}
+
+static int CpuAnyNonFiniteMany(const float *const *x, const size_t *n, int count, int *bad)
+{
+  for (int i = 0; i < count && !*bad; i++) FSDP_CALL(CpuAnyNonFinite(x[i], n[i], bad));
+  return FSDP_SUCCESS;
+}
+
 /* Nothing is launched, so there is nothing to check or wait for. */
 static int CpuNothingPending(void) { return FSDP_SUCCESS; }
 
@@ -101,6 +118,8 @@ static const FsdpDeviceBackend kCpuBackend = {
     .check = CpuNothingPending,
     .synchronize = CpuNothingPending,
     .mem_stats = CpuMemStats,
+    .sum_squares_many = CpuSumSquaresMany,
+    .any_nonfinite_many = CpuAnyNonFiniteMany,
 };
 
 const FsdpDeviceBackend *FsdpDeviceCpuBackend(void) { return &kCpuBackend; }

@@ -13,6 +13,7 @@
 static int g_gpu = -1;
 static void *g_stream = NULL; /* compute stream (cudaStream_t) */
 static int *g_flag = NULL;    /* device int of the overflow check, allocated once */
+static double *g_sums = NULL; /* FSDP_DEVICE_READBACK_MAX device doubles, allocated once */
 
 static int CudaSetUp(FsdpTopo topo)
 {
@@ -24,12 +25,14 @@ static int CudaSetUp(FsdpTopo topo)
   FsdpKernelsCudaSetAllocator(FsdpCudaMalloc, FsdpCudaFree);
   /* allocated here, not per check: nothing is allocated after setup */
   FSDP_CALL(FsdpCudaMalloc(FSDP_MEM_OTHER, sizeof(int), &g_flag));
+  FSDP_CALL(FsdpCudaMalloc(FSDP_MEM_OTHER, FSDP_DEVICE_READBACK_MAX * sizeof(double), &g_sums));
   return FSDP_SUCCESS;
 }
 
 static int CudaFinalize(void)
 {
   FSDP_CALL(FsdpCudaFree(&g_flag));
+  FSDP_CALL(FsdpCudaFree(&g_sums));
   FsdpKernelsCudaFinalize();
   FSDP_CALL(FsdpCudaStreamDestroy(&g_stream));
   return FSDP_SUCCESS;
@@ -42,6 +45,12 @@ static int CudaMemStats(FsdpDeviceMemStats *s)
 {
   FsdpCudaMemGetStats(s);
   return 1;
+}
+
+static int CudaSetTF32(int on)
+{
+  FsdpKernelsCudaSetTF32(on);
+  return FsdpKernelsCudaCheck(); /* a failed cublasSetMathMode is recorded there */
 }
 
 static int CudaZero(void *p, size_t bytes) { return FsdpCudaMemsetAsync(p, 0, bytes, g_stream); }
@@ -81,6 +90,30 @@ static int CudaAnyNonFinite(const float *x, size_t n, int *bad)
   return FSDP_SUCCESS;
 }
 
+/* [Note: one readback per step] (device.h): one launch sequence, one copy. */
+static int CudaSumSquaresMany(const float *const *x, const size_t *n, int count, double *sq)
+{
+  static double host[FSDP_DEVICE_READBACK_MAX];
+  for (int i = 0; i < count; i++) sum_squares_device_cuda(g_sums + i, x[i], n[i]);
+  FSDP_CALL(FsdpKernelsCudaCheck()); /* a failed launch: not a garbage norm */
+  FSDP_CALL(CudaCopy(host, g_sums, (size_t)count * sizeof(double)));
+  double s = 0.0;
+  for (int i = 0; i < count; i++) s += host[i]; /* buffer order, as the per-unit loop */
+  *sq = s;
+  return FSDP_SUCCESS;
+}
+
+static int CudaAnyNonFiniteMany(const float *const *x, const size_t *n, int count, int *bad)
+{
+  int host = 0;
+  FSDP_CALL(FsdpCudaMemsetAsync(g_flag, 0, sizeof(int), g_stream));
+  for (int i = 0; i < count; i++) nonfinite_check_cuda(g_flag, x[i], FSDP_DTYPE_FP32, n[i]);
+  FSDP_CALL(FsdpKernelsCudaCheck());
+  FSDP_CALL(CudaCopy(&host, g_flag, sizeof host));
+  *bad = host != 0;
+  return FSDP_SUCCESS;
+}
+
 static const FsdpDeviceBackend kCudaBackend = {
     .set_up = CudaSetUp,
     .finalize = CudaFinalize,
@@ -98,6 +131,9 @@ static const FsdpDeviceBackend kCudaBackend = {
     .check = FsdpKernelsCudaCheck,
     .synchronize = FsdpKernelsCudaSynchronize,
     .mem_stats = CudaMemStats,
+    .set_tf32 = CudaSetTF32,
+    .sum_squares_many = CudaSumSquaresMany,
+    .any_nonfinite_many = CudaAnyNonFiniteMany,
 };
 
 const FsdpDeviceBackend *FsdpDeviceCudaBackend(void) { return &kCudaBackend; }

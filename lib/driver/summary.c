@@ -91,10 +91,17 @@ void FsdpSummaryBeginPrecision(FsdpJson j, const FsdpRuntimeOptions *o, int devi
   FsdpJsonString(j, "reduce_dtype", FsdpDtypeNames[o->reduce_dtype]);
   FsdpJsonString(j, "compute_dtype", FsdpDtypeNames[o->compute_dtype]);
   char lib[64], kernel[160];
+  /* true only where fp32 matmuls really run on TF32 (FsdpDeviceSetTF32) */
+  FsdpJsonBool(j, "tf32", device_cuda && o->tf32);
   if (device_cuda) {
     snprintf(lib, sizeof lib, "cuBLASLt");
-    snprintf(kernel, sizeof kernel, "cublasLtMatmul, %s operands, fp32 accumulation",
-             FsdpDtypeNames[o->compute_dtype]);
+    if (o->compute_dtype == FSDP_DTYPE_BF16)
+      snprintf(kernel, sizeof kernel,
+               "cublasLtMatmul, bf16 operands (rounded from fp32), fp32 accumulation");
+    else
+      snprintf(kernel, sizeof kernel, "cublasLtMatmul, fp32 operands, %s",
+               o->tf32 ? "TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32)"
+                       : "exact fp32 (CUBLAS_COMPUTE_32F)");
   } else {
     FsdpKernelsCpuGemm(o->compute_dtype == FSDP_DTYPE_BF16, lib, sizeof lib, kernel,
                        sizeof kernel);

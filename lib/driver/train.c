@@ -137,12 +137,10 @@ int FsdpTrainOptionsFromDb(FsdpOpts db, FsdpTrainOptions *o)
 
 int FsdpComputeDtypeForDevice(FsdpOpts db, int device_cuda, FsdpRuntimeOptions *fo)
 {
-  if (device_cuda && fo->compute_dtype == FSDP_DTYPE_BF16) {
-    if (FsdpOptsHas(db, "compute_dtype"))
-      FSDP_ERROR(FSDP_ERR_USAGE, "-compute_dtype bf16: the cuda kernels have no bf16 matmul "
-                                 "yet; use -compute_dtype fp32 with -device cuda");
-    fo->compute_dtype = FSDP_DTYPE_FP32;
-  }
+  /* both back-ends have bf16 matmuls now; TF32 is a GPU choice only, so
+   * the CPU's summary says it is off whatever -tf32 says */
+  (void)db;
+  if (!device_cuda) fo->tf32 = 0;
   return FSDP_SUCCESS;
 }
 
@@ -186,6 +184,8 @@ int FsdpTrainerCreate(MPI_Comm comm, const FsdpTrainOptions *o, FsdpTrainer *out
   tr->device_set = 1;
   tr->k = FsdpDeviceKernels();
   FSDP_CALL(FsdpComputeKernels(tr->k, o->fsdp.compute_dtype, &tr->k_bf16, &tr->k));
+  int tf32_applied = 0; /* [Note: bf16 compute]: -tf32 on the CUDA back-end */
+  FSDP_CALL(FsdpDeviceSetTF32(o->fsdp.tf32, &tf32_applied));
   if (o->device_cuda) {
     /* [Note: CUDA streams in the runtime] (device.h) */
     FSDP_CALL(FsdpCollCreate(FSDP_COLL_BACKEND_NCCL, &tr->coll));

@@ -53,10 +53,9 @@ int FsdpTrainOptionsFromDb(FsdpOpts db, FsdpTrainOptions *o);
 typedef struct FsdpTrainer_ *FsdpTrainer;
 
 /* [Note: bf16 compute] (runtime/fsdp.h), for every program that runs the
- * model.  FsdpComputeDtypeForDevice, after the options are read: the CUDA
- * kernels have no bf16 matmul yet, so with -device cuda the default bf16
- * (from -param_dtype bf16) becomes fp32 and an explicit -compute_dtype bf16
- * is a usage error.  FsdpComputeKernels: with compute bf16, a copy of base
+ * model.  FsdpComputeDtypeForDevice, after the options are read: both
+ * back-ends have bf16 matmuls, so compute_dtype stands; -tf32 is a GPU
+ * choice, so without -device cuda it becomes 0 (what the summary says).  FsdpComputeKernels: with compute bf16, a copy of base
  * in *storage whose matmul entries are its bf16 ones, else base itself (a
  * back-end without them: usage error); *out is what the model gets. */
 int FsdpComputeDtypeForDevice(FsdpOpts db, int device_cuda, FsdpRuntimeOptions *fo);

@@ -71,10 +71,13 @@ struct GptModel_ {
   float *encoded;  /* (B,T,C) */
   BlockActs *acts; /* per layer */
   float *lnf, *lnf_mean, *lnf_rstd; /* (B,T,C) (B,T) (B,T) */
-  float *logits, *probs;            /* (B,T,V) */
+  float *logits, *probs;            /* (B,T,V); probs only without a fused classifier */
   float *losses;                    /* (B,T) */
   float *losses_host;               /* (B,T) host copy for the mean */
   double loss;
+  /* [Note: fused classifier] (kernels.h): 1 when the last HeadForward ran
+   * k->crossentropy_fused, so logits holds d(loss)/d(logits) */
+  int head_fused;
   /* backward scratch (shared by all blocks) */
   float *dres;     /* (B,T,C) gradient flowing down the residual stream */
   float *dln;      /* (B,T,C) */
@@ -82,7 +85,7 @@ struct GptModel_ {
   float *dqkv;     /* (B,T,3C) */
   float *dpreatt, *datt; /* (B,NH,T,T) */
   float *dfch, *dfch_gelu; /* (B,T,4C) */
-  float *dlogits;  /* (B,T,V) */
+  float *dlogits;  /* (B,T,V), only without a fused classifier */
   /* [Note: GPT recomputation] */
   int recompute;   /* GptModelSetRecompute */
   BlockActs *ws;   /* working set: one unit's blocks, res3 excluded; NULL without */
@@ -388,8 +391,11 @@ uint64_t GptActivationBytes(const GptConfig *c, int wrap, int B, int T, int reco
   uint64_t blocks = L * (BT * C + rest);
   if (recompute) blocks = L * BT * C + (uint64_t)(wrap < c->n_layer ? wrap : c->n_layer) * rest;
   /* shared: encoded lnf dres dln datty (5 BT C) dqkv (3) dfch dfch_gelu
-   * (4 + 4); lnf_mean lnf_rstd losses; logits probs dlogits; dpreatt datt */
-  uint64_t shared = 16 * BT * C + 3 * BT + 3 * BT * V + 2 * att;
+   * (4 + 4); lnf_mean lnf_rstd losses; logits; dpreatt datt.  probs and
+   * dlogits are not needed with the fused classifier, which both back-ends
+   * have ([Note: fused classifier] in kernels.h); a table without it (as
+   * fsdp-sample's) allocates 2 BT V more than this says. */
+  uint64_t shared = 16 * BT * C + 3 * BT + BT * V + 2 * att;
   return 4 * (blocks + shared);
 }
 
@@ -452,7 +458,8 @@ int GptModelSetUp(GptModel m)
   FSDP_CALL(Alloc(m, &m->lnf_mean, BT));
   FSDP_CALL(Alloc(m, &m->lnf_rstd, BT));
   FSDP_CALL(Alloc(m, &m->logits, BT * V));
-  FSDP_CALL(Alloc(m, &m->probs, BT * V));
+  if (!m->k->crossentropy_fused) /* [Note: fused classifier]: else unused */
+    FSDP_CALL(Alloc(m, &m->probs, BT * V));
   FSDP_CALL(Alloc(m, &m->losses, BT));
   FSDP_CALL(Alloc(m, &m->dres, BT * C));
   FSDP_CALL(Alloc(m, &m->dln, BT * C));
@@ -462,7 +469,7 @@ int GptModelSetUp(GptModel m)
   FSDP_CALL(Alloc(m, &m->datt, B * NH * T * T));
   FSDP_CALL(Alloc(m, &m->dfch, BT * 4 * C));
   FSDP_CALL(Alloc(m, &m->dfch_gelu, BT * 4 * C));
-  FSDP_CALL(Alloc(m, &m->dlogits, BT * V));
+  if (!m->k->crossentropy_fused) FSDP_CALL(Alloc(m, &m->dlogits, BT * V));
   FSDP_CALL(m->k->alloc(FSDP_MEM_DATA, BT * sizeof(int), &m->inputs));
   FSDP_CALL(m->k->alloc(FSDP_MEM_DATA, BT * sizeof(int), &m->targets));
   FSDP_CALL(FsdpMalloc(FSDP_MEM_OTHER, BT * sizeof(float), &m->losses_host));
@@ -494,6 +501,10 @@ int GptModelLogits(GptModel m, int b, int t, float *out)
     FSDP_ERROR(FSDP_ERR_STATE, "GptModelLogits: position (%d, %d) outside the batch (%d, %d)", b, t,
                m->B, m->T);
   size_t V = (size_t)m->cfg.vocab_size;
+  if (m->head_fused)
+    FSDP_ERROR(FSDP_ERR_STATE, "GptModelLogits: the fused classifier wrote the logits' gradient "
+                               "over them; give the model a kernel table without "
+                               "crossentropy_fused to read logits (fsdp-sample does)");
   /* the head's logits stay in the buffer after the loss (crossentropy
    * writes probs, not logits) */
   FSDP_CALL(m->k->copy_to_host(out, m->logits + ((size_t)b * m->T + t) * V, V * sizeof(float)));
@@ -541,7 +552,16 @@ static int HeadForward(void *model, int stage, const FsdpUnitTensors *t)
   k->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, LayerInput(m, m->cfg.n_layer),
                        t->param[ROOT_LNFW], t->param[ROOT_LNFB], BT, C);
   k->matmul_forward(m->logits, m->lnf, t->param[ROOT_WTE], NULL, BT, C, V);
-  k->crossentropy_forward(m->losses, m->probs, m->logits, m->targets, BT, V);
+  /* [Note: fused classifier]: the loss and, over the logits, their
+   * gradient in one pass (the loss scale is set before the forward); the
+   * head's backward then starts from them.  Without it, probs now and the
+   * softmax backward later.  The logits buffer is unpadded (Vp = V): the
+   * head's matmul goes through the table, which has no row stride. */
+  m->head_fused = k->crossentropy_fused != NULL;
+  if (m->head_fused)
+    k->crossentropy_fused(m->losses, m->logits, m->targets, m->loss_scale / (float)BT, BT, V, V);
+  else
+    k->crossentropy_forward(m->losses, m->probs, m->logits, m->targets, BT, V);
   FSDP_CALL(k->copy_to_host(m->losses_host, m->losses, (size_t)BT * sizeof(float)));
   double sum = 0.0;
   for (int i = 0; i < BT; i++) sum += m->losses_host[i];
@@ -555,12 +575,16 @@ static int HeadBackward(void *model, int stage, const FsdpUnitTensors *t)
   GptModel m = (GptModel)model;
   int BT = m->B * m->T, C = m->cfg.n_embd, V = m->cfg.vocab_size;
   const FsdpKernelOps *k = m->k;
-  FSDP_CALL(k->zero(m->dlogits, (size_t)BT * (size_t)V * sizeof(float)));
   FSDP_CALL(k->zero(m->dln, (size_t)BT * C * sizeof(float)));
   FSDP_CALL(k->zero(m->dres, (size_t)BT * C * sizeof(float)));
-  k->crossentropy_softmax_backward(m->dlogits, m->probs, m->targets, m->loss_scale / (float)BT, BT,
-                                   V);
-  k->matmul_backward(m->dln, t->grad[ROOT_WTE], NULL, m->dlogits, m->lnf, t->param[ROOT_WTE], BT, C,
+  float *dlogits = m->logits; /* [Note: fused classifier]: HeadForward wrote them */
+  if (!m->head_fused) {
+    dlogits = m->dlogits;
+    FSDP_CALL(k->zero(m->dlogits, (size_t)BT * (size_t)V * sizeof(float)));
+    k->crossentropy_softmax_backward(m->dlogits, m->probs, m->targets, m->loss_scale / (float)BT,
+                                     BT, V);
+  }
+  k->matmul_backward(m->dln, t->grad[ROOT_WTE], NULL, dlogits, m->lnf, t->param[ROOT_WTE], BT, C,
                      V);
   k->layernorm_backward(m->dres, t->grad[ROOT_LNFW], t->grad[ROOT_LNFB], m->dln,
                         LayerInput(m, m->cfg.n_layer), t->param[ROOT_LNFW], m->lnf_mean,
@@ -580,8 +604,14 @@ static void BlockForward(GptModel m, int l, float *const *p)
   k->attention_forward(a->atty, a->preatt, a->att, a->qkv, B, T, C, NH);
   /* attproj goes straight into res2, then x is added: saves a buffer */
   k->matmul_forward(a->res2, a->atty, p[BLK_ATTPROJW], p[BLK_ATTPROJB], BT, C, C);
-  k->residual_forward(a->res2, a->res2, x, nC);
-  k->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p[BLK_LN2W], p[BLK_LN2B], BT, C);
+  if (k->residual_layernorm_forward) { /* [Note: fused residual and LayerNorm] */
+    k->residual_layernorm_forward(a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, x,
+                                  p[BLK_LN2W], p[BLK_LN2B], BT, C);
+  } else {
+    k->residual_forward(a->res2, a->res2, x, nC);
+    k->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p[BLK_LN2W], p[BLK_LN2B], BT,
+                         C);
+  }
   k->matmul_forward(a->fch, a->ln2, p[BLK_FCW], p[BLK_FCB], BT, C, 4 * C);
   k->gelu_forward(a->fch_gelu, a->fch, 4 * nC);
   k->matmul_forward(a->res3, a->fch_gelu, p[BLK_FCPROJW], p[BLK_FCPROJB], BT, 4 * C, C);

@@ -151,6 +151,12 @@ int FsdpRuntimeOptionsFromDb(FsdpOpts db, FsdpRuntimeOptions *o)
                             "default bf16 with -param_dtype bf16, else fp32",
                             compute_names, o->param_dtype == FSDP_DTYPE_BF16 ? 1 : 0, &idx));
   o->compute_dtype = idx == 1 ? FSDP_DTYPE_BF16 : FSDP_DTYPE_FP32;
+  /* [Note: bf16 compute]: the driver applies it (FsdpDeviceSetTF32) */
+  FSDP_CALL(FsdpOptsGetBool(db, "FSDP", "tf32",
+                            "with -device cuda: fp32 matmuls on TF32 tensor cores (as PyTorch's "
+                            "allow_tf32; about 1e-3 relative error); 0: exact fp32.  No effect "
+                            "on the CPU or on bf16 matmuls",
+                            1, &o->tf32));
   FSDP_CALL(FsdpOptsGetInt(db, "FSDP", "grad_accum", "micro-steps per optimizer step (K)", 1, 1,
                            1 << 20, &v));
   o->grad_accum = (int)v;

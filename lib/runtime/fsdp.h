@@ -124,6 +124,7 @@ typedef struct {
   FsdpDtype param_dtype;     /* -param_dtype: gathered parameters and their wire type */
   FsdpDtype reduce_dtype;    /* -reduce_dtype: reduce-scatter / all-reduce type */
   FsdpDtype compute_dtype;   /* -compute_dtype: matmul operands ([Note: bf16 compute]) */
+  int tf32;                  /* -tf32 1: fp32 matmuls on TF32 tensor cores (CUDA only) */
   int grad_accum;            /* -grad_accum K micro-steps per optimizer step */
   int accum_comm;            /* -accum_comm 1: reduce every micro-step; 0: once */
   int recompute;             /* -recompute 1: stages recompute their forward in backward */

@@ -16,6 +16,11 @@ struct FsdpOptim_ {
   FsdpDecayRule rule;
   int nunits;
   float **m, **v;
+  /* [Note: one readback per step]: every unit's gradient shard and its
+   * length, filled per call (the shards do not move, but this stays
+   * correct if they did) */
+  const float **gshard;
+  size_t *gnumel;
   int64_t t; /* AdamW steps taken (bias correction) */
   double grad_scale; /* gradients in the shards are this times the true ones */
   uint64_t state_bytes;
@@ -76,6 +81,10 @@ int FsdpOptimCreate(FsdpRuntime rt, const FsdpKernelOps *k, const FsdpOptimOptio
     FsdpOptimDestroy(&opt);
     FSDP_ERROR(FSDP_ERR_MEM, "out of memory for the optimizer's per-unit state (%d units)", opt->nunits);
   }
+  opt->gshard = calloc((size_t)opt->nunits + 1, sizeof(float *));
+  opt->gnumel = calloc((size_t)opt->nunits + 1, sizeof(size_t));
+  FSDP_CHECK_ALLOC(opt->gshard, sizeof(float *));
+  FSDP_CHECK_ALLOC(opt->gnumel, sizeof(size_t));
   for (int u = 0; u < opt->nunits; u++) {
     size_t bytes = (size_t)FlatParamShardNumel(FsdpRuntimeUnitFlatParam(rt, u)) * sizeof(float);
     FSDP_CALL(FsdpDeviceAlloc(FSDP_MEM_OPTIM, bytes, &opt->m[u]));
@@ -100,6 +109,8 @@ int FsdpOptimDestroy(FsdpOptim *popt)
   free(opt->nonfinite);
   free(opt->landed);
   free(opt->updated);
+  free(opt->gshard);
+  free(opt->gnumel);
   free(opt);
   *popt = NULL;
   return FSDP_SUCCESS;
@@ -130,22 +141,30 @@ static int OptimDeviceCheck(const char *where)
   return FSDP_SUCCESS;
 }
 
-/* Sum of squares of unit u's gradient shard (one kernel call: the unfused
- * norm and the tail's per-unit sums are this same call, so they agree to
- * the bit). */
-static double UnitSumSquares(FsdpOptim opt, int u)
+/* Every unit's gradient shard and length, for the batched readbacks. */
+static const float *const *GradShards(FsdpOptim opt)
 {
-  FlatParam fp = FsdpRuntimeUnitFlatParam(opt->rt, u);
-  return opt->k->sum_squares(FsdpRuntimeUnitGradShard(opt->rt, u), (size_t)FlatParamShardNumel(fp));
+  for (int u = 0; u < opt->nunits; u++) {
+    opt->gshard[u] = FsdpRuntimeUnitGradShard(opt->rt, u);
+    opt->gnumel[u] = (size_t)FlatParamShardNumel(FsdpRuntimeUnitFlatParam(opt->rt, u));
+  }
+  return opt->gshard;
 }
 
-/* The squared norm summed over the sharding group: the local sum adds the
- * units' sums in unit order, whether they were computed now or as the
- * reductions landed ([Note: the gradient tail]), so it is the same double. */
-static int ReduceNorm(FsdpOptim opt, const double *per_unit, double *norm)
+/* Sum of squares of unit u's gradient shard, through the same device call
+ * as the whole norm ([Note: one readback per step]): that call adds the
+ * per-buffer sums in buffer order from 0, so adding these per-unit sums
+ * in unit order gives the same double ([Note: the gradient tail]). */
+static int UnitSumSquares(FsdpOptim opt, int u, double *sq)
 {
-  double sq = 0.0;
-  for (int u = 0; u < opt->nunits; u++) sq += per_unit[u];
+  const float *x = FsdpRuntimeUnitGradShard(opt->rt, u);
+  size_t n = (size_t)FlatParamShardNumel(FsdpRuntimeUnitFlatParam(opt->rt, u));
+  return FsdpDeviceSumSquaresMany(&x, &n, 1, sq);
+}
+
+/* The local squared norm summed over the sharding group. */
+static int ReduceNorm(FsdpOptim opt, double sq, double *norm)
+{
   /* [Note: gradient norm over the sharding group] */
   FSDP_CALL(FsdpCollScalarSum(FsdpRuntimeColl(opt->rt), FsdpTopoShard(FsdpRuntimeTopo(opt->rt)),
                               &sq, 1));
@@ -159,9 +178,11 @@ int FsdpOptimGradNorm(FsdpOptim opt, double *norm)
   FSDP_CALL(FsdpRuntimeDrainStreams(opt->rt));
   /* [Note: device errors before the norm] */
   FSDP_CALL(OptimDeviceCheck("the gradient phase (casts, landing reduced gradients)"));
-  for (int u = 0; u < opt->nunits; u++) opt->sumsq[u] = UnitSumSquares(opt, u);
+  /* [Note: one readback per step] (device.h): all units, one wait */
+  double sq = 0.0;
+  FSDP_CALL(FsdpDeviceSumSquaresMany(GradShards(opt), opt->gnumel, opt->nunits, &sq));
   FSDP_CALL(OptimDeviceCheck("the gradient norm (sum of squares)"));
-  return ReduceNorm(opt, opt->sumsq, norm);
+  return ReduceNorm(opt, sq, norm);
 }
 
 void FsdpOptimSetGradScale(FsdpOptim opt, double scale) { opt->grad_scale = scale; }
@@ -205,11 +226,9 @@ int FsdpOptimCheckOverflow(FsdpOptim opt, int *overflow)
   if (TailComplete(opt) && opt->tail_scaler) { /* every unit was checked as it landed */
     for (int u = 0; u < opt->nunits && bad == 0.0; u++) bad = opt->nonfinite[u];
   } else {
-    for (int u = 0; u < opt->nunits && bad == 0.0; u++) {
-      int b = 0;
-      FSDP_CALL(UnitNonFinite(opt, u, &b));
-      bad = b;
-    }
+    int b = 0; /* [Note: one readback per step] (device.h): all units, one wait */
+    FSDP_CALL(FsdpDeviceAnyNonFiniteMany(GradShards(opt), opt->gnumel, opt->nunits, &b));
+    bad = b;
   }
   FSDP_CALL(OptimDeviceCheck("the overflow check"));
   FSDP_CALL(FsdpCollScalarMax(FsdpRuntimeColl(opt->rt), FsdpTopoWorld(FsdpRuntimeTopo(opt->rt)),
@@ -258,7 +277,7 @@ int FsdpOptimUnitLanded(void *ctx, int u, int *updated)
   if (u < 0 || u >= opt->nunits || opt->landed[u])
     FSDP_ERROR(FSDP_ERR_STATE, "optimizer: unit %d handed over twice or out of range in step %lld",
                u, (long long)opt->tail_step + 1);
-  opt->sumsq[u] = UnitSumSquares(opt, u);
+  FSDP_CALL(UnitSumSquares(opt, u, &opt->sumsq[u]));
   if (opt->tail_scaler) FSDP_CALL(UnitNonFinite(opt, u, &opt->nonfinite[u]));
   opt->landed[u] = 1;
   opt->nlanded++;
@@ -280,7 +299,9 @@ int FsdpOptimStep(FsdpOptim opt, int64_t step, double *grad_norm, double *lr_out
   if (tail) { /* [Note: the gradient tail] the per-unit sums are in */
     FSDP_CALL(FsdpRuntimeDrainStreams(opt->rt));
     FSDP_CALL(OptimDeviceCheck("the gradient norm (sum of squares as reductions landed)"));
-    FSDP_CALL(ReduceNorm(opt, opt->sumsq, &norm));
+    double sq = 0.0;
+    for (int u = 0; u < opt->nunits; u++) sq += opt->sumsq[u];
+    FSDP_CALL(ReduceNorm(opt, sq, &norm));
   } else {
     FSDP_CALL(FsdpOptimGradNorm(opt, &norm));
   }
