@@ -3,7 +3,7 @@
 #
 #   bench/run_bench.sh [BUILD_DIR]        (default: build, beside this repo)
 #
-# Prints two ratios (ISSUE 3, "Performance"):
+# Prints three ratios (ISSUE 3 and 12, "Performance"):
 #   A. ours / PyTorch median step time, GPT-2 124M, B=4, T=64 (wpe has 64
 #      rows on both sides), AdamW fp32, one process with 2 threads
 #      (target <= 0.8);
@@ -23,8 +23,11 @@
 # prefix/lib (python3 -m pip install mkl==2024.2.0, the release the torch
 # 2.x wheels link), or through ldconfig.
 #
-# Environment: STEPS (10), WARMUP (2), REPEATS (3), THREADS (2),
-# N_LAYER_B (4), MKL_LIB_DIR, PYTHON (python3), QUIET_WAIT (0): before each
+#   C. ours / PyTorch FSDP2 (bench_fsdp2_pytorch.py: fully_shard over gloo)
+#      median step time at W=2, F=2, one thread per rank, GPT-2 124M, B=4
+#      T=64 per rank (target <= 0.6).
+# Environment: PARTS ("A B C": the parts to run), STEPS (10), WARMUP (2),
+# REPEATS (3), THREADS (2), N_LAYER_B (4), MKL_LIB_DIR, PYTHON (python3), QUIET_WAIT (0): before each
 # run wait up to this many seconds for the CPUs to be >= 90% idle over 3 s
 # (on a machine shared with other jobs; each run line shows the idle seen).
 set -u -o pipefail
@@ -36,7 +39,8 @@ train="$build/src/fsdp-train"
 [ -x "$train" ] || { echo "run_bench: $train not found (build first, or pass BUILD_DIR)" >&2; exit 2; }
 PYTHON=${PYTHON:-python3}
 STEPS=${STEPS:-10} WARMUP=${WARMUP:-2} REPEATS=${REPEATS:-3} THREADS=${THREADS:-2}
-N_LAYER_B=${N_LAYER_B:-4} QUIET_WAIT=${QUIET_WAIT:-0}
+N_LAYER_B=${N_LAYER_B:-4} QUIET_WAIT=${QUIET_WAIT:-0} PARTS=${PARTS:-A B C}
+has_part() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 B=4 T=64
 out=$(mktemp -d "${TMPDIR:-/tmp}/fsdp-bench.XXXXXX")
 trap 'rm -rf "$out"' EXIT
@@ -130,6 +134,7 @@ medians() { # medians TAG -> per-repeat medians, space separated
   for i in $(seq 1 "$REPEATS"); do printf '%s ' "$(median_of "$out/$1.$i.log")"; done
 }
 
+if has_part A; then
 # ---- A: GPT-2 124M, 1 process x THREADS threads ---------------------------
 echo
 echo "== A: GPT-2 124M, B=$B T=$T, 1 process x $THREADS threads, $STEPS steps ($WARMUP warm-up left out), $REPEATS repeats"
@@ -163,6 +168,9 @@ if [ -n "$mkl_dir" ]; then
       "$train" -model tiny -steps 1 -log_every 0 2>&1 | sed -n 's/^MKL_VERBOSE \(oneMKL [^,]*\) Product.*/\1/p' | head -1)
 fi
 
+fi
+
+if has_part B; then
 # ---- B: F=W vs F=1 at W=2, 1 thread per rank --------------------------------
 echo
 echo "== B: W=2, 1 thread per rank, GPT-2 with $N_LAYER_B blocks, B=$B T=$T per rank, $STEPS steps, $REPEATS repeats"
@@ -185,10 +193,30 @@ for path in sys.argv[1:]:
 EOF
 )
 
+fi
+
+# ---- C: W=2 FSDP against PyTorch FSDP2, 1 thread per rank ------------------
+if has_part C; then
+echo
+echo "== C: W=2, 1 thread per rank (each pinned to a core), GPT-2 124M, B=$B T=$T per rank: fsdp-train F=2 vs PyTorch FSDP2 (fully_shard, gloo), $STEPS steps, $REPEATS repeats"
+for i in $(seq 1 "$REPEATS"); do
+  quiet; q1=$idle_seen
+  run_ours "c_ours.$i" 2 1 --bind-to core -- -model gpt2 -sharding_factor 2
+  quiet; q2=$idle_seen
+  $PYTHON "$here/bench_fsdp2_pytorch.py" --nproc 2 --model gpt2 --batch_size $B --seq_len $T \
+    --steps "$STEPS" --warmup_steps "$WARMUP" --threads 1 >"$out/c_torch.$i.log" 2>&1 ||
+    { echo "run_bench: PyTorch FSDP2 failed:" >&2; tail -5 "$out/c_torch.$i.log" >&2; exit 1; }
+  echo "   repeat $i: ours $(median_of "$out/c_ours.$i.log") ms$q1, PyTorch FSDP2 $(median_of "$out/c_torch.$i.log") ms$q2"
+done
+fi
 # ---- summary -----------------------------------------------------------------
+for f in "$out"/ours.1.log "$out"/f2.1.log "$out"/c_ours.1.log; do
+  [ -z "${core:-}" ] && [ -e "$f" ] && core=$(sed -n 's/.*BLAS core \([^ ,]*\).*/\1/p' "$f" | head -1)
+done
 echo
 echo "== results: median of the per-repeat ratios [min, max over repeats]; best = fastest / fastest repeat"
 echo "   BLAS: fsdp-train OpenBLAS core ${core:-?} (OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}); PyTorch ${torch_blas:-?}"
+if has_part A; then
 read -r a amin amax abest <<<"$(ratios ours torch)"
 echo "   A  ours (OpenBLAS $core) / PyTorch (MKL): $a  [$amin, $amax]  best $abest   target <= 0.8  -> $( $PYTHON -c "print('PASS' if $a <= 0.8 else 'MISS')")"
 echo "      step ms per repeat: ours $(medians ours)| PyTorch $(medians torch)"
@@ -199,8 +227,17 @@ if [ -n "$mkl_dir" ]; then
 else
   echo "   A' ours with MKL: skipped (no libmkl_rt.so.2; python3 -m pip install mkl==2024.2.0, or set MKL_LIB_DIR)"
 fi
+fi
+if has_part B; then
 read -r f fmin fmax fbest <<<"$(ratios f2 f1)"
 echo "   B  F=2 / F=1 at W=2: $f  [$fmin, $fmax]  best $fbest   target <= 1.05  -> $( $PYTHON -c "print('PASS' if $f <= 1.05 else 'MISS')")"
 echo "      step ms per repeat: F=2 $(medians f2)| F=1 $(medians f1)"
 echo "$comm"
+fi
+if has_part C; then
+  read -r c cmin cmax cbest <<<"$(ratios c_ours c_torch)"
+  echo "   C  ours F=2 / PyTorch FSDP2 at W=2: $c  [$cmin, $cmax]  best $cbest   target <= 0.6  -> $( $PYTHON -c "print('PASS' if $c <= 0.6 else 'MISS')")"
+  echo "      step ms per repeat: ours $(medians c_ours)| PyTorch FSDP2 $(medians c_torch)"
+  echo "      $(sed -n 's/^pytorch fsdp2: //p' "$out/c_torch.1.log" | head -1)"
+fi
 echo "   load at end: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -17,6 +17,13 @@
 #
 #   bench/steptime_validate.sh node|1gbit|10gbit [BINDIR]
 #   REPS=3 STEPS=6 MODEL="-model custom ..." bench/steptime_validate.sh 1gbit
+# In pieces (each call under ~10 minutes, e.g. under the bench lock): with
+# DIR set, results are kept there and a call does only what is missing:
+# the probe and the tuner, then the repetitions REP_FIRST..REP_LAST of
+# every configuration not yet measured, then (all measured) the report,
+# also written to DIR/rows.csv for bench/steptime_plot.py.
+#   DIR=/tmp/v1g REPS=3 REP_LAST=1 bench/steptime_validate.sh 1gbit   # probe, tune, repetition 1
+#   DIR=/tmp/v1g REPS=3 bench/steptime_validate.sh 1gbit              # repetitions 2, 3, report
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -31,7 +38,13 @@ if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
   if grep -qw avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
   elif grep -qw avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi
 fi
-tmp=$(mktemp -d /tmp/fsdp_steptime.XXXXXX)
+if [ -n "${DIR:-}" ]; then
+  mkdir -p "$DIR" || exit 1
+  tmp=$(cd "$DIR" && pwd) keep=1
+else
+  tmp=$(mktemp -d /tmp/fsdp_steptime.XXXXXX) keep=0
+fi
+cleanup() { [ "$keep" = 1 ] || rm -rf "$tmp"; }
 case "$MODE" in
   node)
     W=2 G=2
@@ -42,14 +55,14 @@ case "$MODE" in
              "-sharding_factor 2 -prefetch both -limit_all_gathers 1" "-sharding_factor 1 -prefetch backward"
              "-sharding_factor 1 -prefetch none -wrap 2" "-sharding_factor 1 -prefetch both -wrap 3"
              "-sharding_factor 2 -prefetch none -wrap 6")
-    trap 'rm -rf "$tmp"' EXIT ;;
+    trap cleanup EXIT ;;
   1gbit|10gbit)
     W=4 G=2
     # shellcheck source=../tests/cluster/netcluster.sh
     . "$root/tests/cluster/netcluster.sh"
     nc_check || exit 77
     nc_up 2 "$MODE" || exit 1
-    trap 'nc_down; rm -rf "$tmp"' EXIT
+    trap 'nc_down; cleanup' EXIT
     export -f nc_run nc_mpirun
     export NC_PREFIX NC_DIR
     launch() { bash -c 'nc_mpirun "$@"' nc_mpirun node1:2,node2:2 -n 4 -x OMP_NUM_THREADS \
@@ -66,23 +79,34 @@ esac
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 echo "steptime_validate: $MODE, W $W ($G per node), $cpu, OPENBLAS_CORETYPE ${OPENBLAS_CORETYPE:-auto}, REPS $REPS, STEPS $STEPS"
 echo "model: $MODEL"
-# shellcheck disable=SC2086
-launch "$BIN/fsdp-probe" $MODEL -probe_max_bytes 8388608 -profile_out "$tmp/prof.h5" >"$tmp/probe.out" 2>&1 ||
-  { echo "fsdp-probe failed"; tail -n 5 "$tmp/probe.out"; exit 1; }
-grep -E 'BLAS core|matmuls' "$tmp/probe.out"
+# the probe measures messages up to the model's largest unit (its default
+# -probe_max_bytes), the sizes a step moves
+if [ ! -s "$tmp/prof.h5" ]; then
+  # shellcheck disable=SC2086
+  launch "$BIN/fsdp-probe" $MODEL -profile_out "$tmp/prof.h5" >"$tmp/probe.out" 2>&1 ||
+    { echo "fsdp-probe failed"; tail -n 5 "$tmp/probe.out"; rm -f "$tmp/prof.h5"; exit 1; }
+fi
+grep -E 'BLAS core|matmuls|messages|cross|node ' "$tmp/probe.out"
 # the tuner's pick over the same space (same sequences per rank), measured
 # with the others
 # shellcheck disable=SC2086
 "$BIN/fsdp-plan" -world_size "$W" -ranks_per_node "$G" $MODEL -profile "$tmp/prof.h5" -tune -tune_top 3 \
   -tune_options_out "$tmp/win.opts" >"$tmp/tune.out" 2>&1 || { echo "tune failed"; cat "$tmp/tune.out"; exit 1; }
 configs+=("$(grep -v '^#' "$tmp/win.opts" | tr '\n' ' ')")
-for rep in $(seq "$REPS"); do
+for rep in $(seq "${REP_FIRST:-1}" "${REP_LAST:-$REPS}"); do
   for i in "${!configs[@]}"; do
+    [ -s "$tmp/run-$i-$rep.out" ] && continue
     # shellcheck disable=SC2086
     launch "$BIN/fsdp-train" $MODEL ${configs[$i]} -steps "$STEPS" -log_every 0 -summary json \
-      >"$tmp/run-$i-$rep.out" 2>&1 || { echo "run ${configs[$i]} failed"; tail -n 5 "$tmp/run-$i-$rep.out"; exit 1; }
+      >"$tmp/run-$i-$rep.part" 2>&1 || { echo "run ${configs[$i]} failed"; tail -n 5 "$tmp/run-$i-$rep.part"; exit 1; }
+    mv "$tmp/run-$i-$rep.part" "$tmp/run-$i-$rep.out"
   done
   echo "steptime_validate: repetition $rep/$REPS done"
+done
+for rep in $(seq "$REPS"); do
+  for i in "${!configs[@]}"; do
+    [ -s "$tmp/run-$i-$rep.out" ] || { echo "steptime_validate: repetition $rep not measured yet (results in $tmp)"; exit 0; }
+  done
 done
 for i in "${!configs[@]}"; do
   # shellcheck disable=SC2086
@@ -90,9 +114,9 @@ for i in "${!configs[@]}"; do
     -summary json >"$tmp/plan-$i.out" 2>&1 || { echo "plan ${configs[$i]} failed"; cat "$tmp/plan-$i.out"; exit 1; }
 done
 printf '%s\n' "${configs[@]}" >"$tmp/configs"
-python3 - "$tmp" "$REPS" <<'PY'
+python3 - "$tmp" "$REPS" "$MODE" <<'PY'
 import json, statistics, sys
-d, reps = sys.argv[1], int(sys.argv[2])
+d, reps, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 configs = open(d + "/configs").read().splitlines()
 def last(path): return json.loads([l for l in open(path) if l.strip()][-1])
 rows = []
@@ -102,6 +126,10 @@ for i, c in enumerate(configs):
     mexp = statistics.median(r["comm_time_per_step"]["exposed_ms"] for r in runs)
     p = last("%s/plan-%d.out" % (d, i))["predicted"]
     rows.append((c, meas, mexp, p["step_time_ms"], p["exposed_comm_ms"]))
+with open(d + "/rows.csv", "w") as f:
+    f.write("mode,configuration,measured_ms,measured_exposed_ms,predicted_ms,predicted_exposed_ms,tuner\n")
+    for i, (c, m, me, p, pe) in enumerate(rows):
+        f.write('%s,"%s",%.2f,%.2f,%.2f,%.2f,%d\n' % (mode, c.strip(), m, me, p, pe, i == len(rows) - 1))
 print("%-58s %10s %10s %10s %10s %7s" % ("configuration", "meas ms", "meas exp", "pred ms", "pred exp", "pred/m"))
 within = 0
 for c, m, me, p, pe in rows:

@@ -37,6 +37,10 @@ extern "C" {
 
 #include "base/mem.h"
 
+/* Which attention kernels a model calls (-attention; [Note: flash
+ * attention] in kernels/cpu/attention.c).  Flash is 0, the default. */
+typedef enum { FSDP_ATTENTION_FLASH, FSDP_ATTENTION_NAIVE, FSDP_NATTENTION } FsdpAttention;
+
 typedef struct FsdpKernelOps {
   const char *name; /* "cpu", "cuda" */
 
@@ -200,6 +204,21 @@ typedef struct FsdpKernelOps {
   void (*residual_layernorm_forward)(float *res, float *out, float *mean, float *rstd,
                                      const float *inp1, const float *inp2,
                                      const float *weight, const float *bias, int N, int C);
+
+  /* The same attention without a T x T matrix ([Note: flash attention],
+   * kernels/cpu/attention.c): forward writes out (B,T,C) and keeps only
+   * lse (B,NH,T), the log of each row's softmax denominator (scores
+   * scaled, max included).  Backward recomputes the probabilities from
+   * qkv, lse and the forward's out; dqkv accumulates; scratch (B,NH,T) is
+   * overwritten.  Results equal attention_forward/backward's up to fp32
+   * summation order.  Last in the table: a positional
+   * initializer (kernels/cuda/ops.cu) lists them last. */
+  void (*flash_attention_forward)(float *out, float *lse, const float *qkv,
+                                  int B, int T, int C, int NH);
+  void (*flash_attention_backward)(float *dqkv, float *scratch,
+                                   const float *dout, const float *qkv,
+                                   const float *out, const float *lse, int B,
+                                   int T, int C, int NH);
 } FsdpKernelOps;
 
 /* [Note: padded vocabulary] The LM head's row stride: V rounded up to a

@@ -306,6 +306,7 @@ static double GemmRate(const FsdpProfile *p, int64_t C, int64_t OC)
 typedef struct {
   double compute_s, gemm_s, attention_s, memory_s, optimizer_s;
   double recompute_s; /* -recompute 1: the blocks' forward again, in backward */
+  int stages_measured; /* stage times from the profile's run of this model */
   double coll_s[FSDP_COLL_NKINDS];
   FsdpStepTimeResult sim; /* the schedule replayed (runtime/steptime.h) */
   FsdpStepEvent *events;  /* its events, with -plan_schedule */
@@ -330,13 +331,25 @@ static void CollSeconds(const FsdpProfile *p, FsdpCollKind k, const FsdpGroup *g
   else *t_intra += (double)calls * node->latency_s;
 }
 
-/* Seconds of one call of kind on g over elems elements of dt. */
+/* Seconds of one call of kind on g over elems elements of dt.  A group
+ * that is one of the profile's measured levels with members on several
+ * nodes (the world, by size and by where its members are) takes that
+ * level's curve for its whole volume: the curve is this very collective,
+ * whatever algorithm it runs (a ring crosses the network on fewer edges
+ * than the intra/inter split assumes: on 2 emulated nodes x 2 at 1 Gbit/s
+ * the split put a world all-reduce at 2.2x its measured time); other
+ * groups are split into their intra- and inter-node volumes
+ * (CollSeconds). */
 static double CallSeconds(const FsdpProfile *p, FsdpCollKind k, const FsdpGroup *g, int64_t elems,
                           FsdpDtype dt)
 {
   if (g->size <= 1) return 0.0;
   uint64_t b = 0, i = 0, e = 0;
   FsdpCollVolume(k, g, (size_t)elems, FsdpDtypeSize(dt), &b, &i, &e);
+  const int W = FSDP_PROFILE_WORLD;
+  if (g->peers_inter > 0 && p->level_size[W] == g->size && p->level_peers_inter[W] == g->peers_inter &&
+      p->level_peers_intra[W] == g->peers_intra && p->coll[W][k].n > 0)
+    return FsdpProfileCurveSeconds(&p->coll[W][k], (double)b);
   double a = 0, x = 0;
   CollSeconds(p, k, g, 1, i, e, &a, &x);
   return a + x;
@@ -432,12 +445,63 @@ static int PredictFromProfile(const PlanOptions *po, const FsdpProfile *p, const
       out->recompute_s += fwd_s[st];
     }
   }
+  /* [Note: stages measured] (fsdp-probe.c): the profile ran this model's
+   * stages (same model, sequence length and stages); its times, scaled by
+   * the micro-batch, replace the modelled ones */
+  double measured_s = 0;
+  /* the probe timed -wrap 1 (a stage per block); a plan stage of a unit of
+   * w blocks is w consecutive measured ones, the root's stages map one to
+   * one (at the front and the back) */
+  int nroot = 0, first_block = -1;
+  for (int st = 0; st < nstages; st++) {
+    if (u[stage_unit[st]].is_root) nroot++;
+    else if (first_block < 0) first_block = st;
+  }
+  int nblock_plan = nstages - nroot, nblock_meas = p->nstages - nroot;
+  int w = nblock_plan > 0 && nblock_meas > 0 && nblock_meas % nblock_plan == 0
+              ? nblock_meas / nblock_plan : 0;
+  out->stages_measured = w > 0 && p->nstage_batches > 0 &&
+                         strcmp(p->model, po->t.model_name) == 0 &&
+                         p->stage_params == FsdpModelDescParamCount(md) &&
+                         (double)p->stage_seq_len == seq_len;
+  if (out->stages_measured) {
+    /* the plan's micro-batch, else the nearest measured one scaled */
+    int kb = 0;
+    for (int k = 1; k < p->nstage_batches; k++)
+      if (abs(p->stage_batch[k] - po->t.batch_size) < abs(p->stage_batch[kb] - po->t.batch_size))
+        kb = k;
+    double scale = (double)po->t.batch_size / (double)p->stage_batch[kb];
+    out->recompute_s = 0;
+    for (int st = 0, block = 0; st < nstages; st++) {
+      int m0 = st, m1 = st + 1; /* measured stages [m0, m1) */
+      if (!u[stage_unit[st]].is_root) {
+        m0 = first_block + w * block++;
+        m1 = m0 + w;
+      } else if (st > first_block) {
+        m0 = p->nstages - (nstages - st);
+        m1 = m0 + 1;
+      }
+      fwd_s[st] = bwd_s[st] = 0;
+      for (int m = m0; m < m1; m++) {
+        fwd_s[st] += scale * p->stage_fwd_s[kb][m];
+        bwd_s[st] += scale * p->stage_bwd_s[kb][m];
+      }
+      if (po->t.fsdp.recompute && !u[stage_unit[st]].is_root) {
+        bwd_s[st] += fwd_s[st];
+        out->recompute_s += fwd_s[st];
+      }
+      measured_s += fwd_s[st] + bwd_s[st];
+    }
+  }
   if (p->adamw_bytes_per_s > 0) out->optimizer_s = 28.0 * (double)shard_elems / p->adamw_bytes_per_s;
   out->gemm_s *= K;
   out->attention_s *= K;
   out->memory_s *= K;
   out->recompute_s *= K;
-  out->compute_s = out->gemm_s + out->attention_s + out->memory_s + out->optimizer_s + out->recompute_s;
+  out->compute_s = out->stages_measured
+                       ? K * measured_s + out->optimizer_s
+                       : out->gemm_s + out->attention_s + out->memory_s + out->optimizer_s +
+                             out->recompute_s;
   FsdpStepTimeInput in = {&po->t.fsdp, po->F, po->R, nu, nstages, is_root, stage_unit, fwd_s,
                           bwd_s, gather_s, reduce_s, out->optimizer_s, gather_slots, grad_slots,
                           0, 0, NULL};
@@ -555,7 +619,12 @@ static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutco
    * function (with recomputation: [Note: GPT recomputation] in gpt.c) */
   mem.activations = FsdpModelDescActivationBytes(&po.t.model, po.t.wrap, po.t.batch_size,
                                                 (int)FsdpModelDescInt(&po.t.model, "seq_len"),
-                                                fo->recompute);
+                                                fo->recompute, fo->attention);
+  /* what -attention naive would keep ([Note: flash attention]): the
+   * reduction flash buys, reported beside the plan */
+  uint64_t act_naive = FsdpModelDescActivationBytes(
+      &po.t.model, po.t.wrap, po.t.batch_size, (int)FsdpModelDescInt(&po.t.model, "seq_len"),
+      fo->recompute, FSDP_ATTENTION_NAIVE);
   if (fo->compute_dtype == FSDP_DTYPE_BF16) {
     char lib[64], kernel[160];
     int two_bytes = po.t.device_cuda; /* CUDA: bf16 scratch always */
@@ -633,7 +702,8 @@ static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutco
                                  * recomputed: the memory-bound passes' bytes */
                                 FsdpModelDescActivationBytes(
                                     &po.t.model, po.t.wrap, po.t.batch_size,
-                                    (int)FsdpModelDescInt(&po.t.model, "seq_len"), 0),
+                                    (int)FsdpModelDescInt(&po.t.model, "seq_len"), 0,
+                                    fo->attention),
                                 mem.param_shard / 4, mem.gather_slots,
                                 mem.grad_slots, po.schedule, &pp);
     t_intra = t_inter = 0;
@@ -686,6 +756,7 @@ static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutco
     FsdpJsonInt(j, "gather_slots", mem.gather_slots);
     FsdpJsonInt(j, "grad_slots", mem.grad_slots);
     FsdpJsonUint(j, "bf16_matmul_scratch_bytes", mem.bf16_scratch);
+    FsdpJsonUint(j, "naive_attention_activation_bytes", act_naive);
     FsdpJsonUint(j, "total_bytes", mem_total);
     FsdpJsonEndObject(j);
     FsdpCommCounters per_step;
@@ -720,6 +791,7 @@ static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutco
                    t_comp > t_intra + t_inter ? t_comp : t_intra + t_inter);
       if (use_profile) {
         FsdpJsonString(j, "profile", po.profile);
+        FsdpJsonBool(j, "stages_measured", pp.stages_measured);
         FsdpJsonReal(j, "gemm_s", pp.gemm_s);
         FsdpJsonReal(j, "attention_s", pp.attention_s);
         FsdpJsonReal(j, "memory_bound_s", pp.memory_s);
@@ -781,11 +853,12 @@ static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutco
     const double MiB = 1048576.0;
     printf("memory per rank (MiB): param shards %.2f (+ %s copies %.2f) | grad shards %.2f | "
            "optimizer %.2f | gather ring %.2f (%d slots + root) | fp32 compute buffers %.2f | "
-           "grad buffers %.2f | activations %.2f%s | total %.2f\n",
+           "grad buffers %.2f | activations %.2f%s (%s attention; naive %.2f) | total %.2f\n",
            mem.param_shard / MiB, FsdpDtypeNames[po.param_dt], mem.low_shard / MiB,
            mem.grad_shard / MiB, mem.optim_state / MiB, mem.gather_buffer / MiB,
            mem.gather_slots, mem.compute_buffer / MiB, mem.grad_buffer / MiB,
-           mem.activations / MiB, fo->recompute ? " (recomputed)" : "", mem_total / MiB);
+           mem.activations / MiB, fo->recompute ? " (recomputed)" : "",
+           FsdpAttentionNames[fo->attention], act_naive / MiB, mem_total / MiB);
     printf("%-15s %8s %16s %16s %16s\n", "per step", "calls", "bytes", "intra-node", "inter-node");
     for (int k = 0; k < FSDP_COLL_NKINDS; k++)
       printf("%-15s %8llu %16llu %16llu %16llu\n", FsdpCollKindNames[k],

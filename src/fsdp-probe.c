@@ -113,8 +113,9 @@ static int ProbeOptionsFromDb(FsdpOpts db, ProbeOptions *po)
   FSDP_CALL(FsdpOptsGetInt(db, g, "probe_min_bytes", "smallest collective message (bytes of the "
                            "whole buffer, per call)", 4096, 64, (int64_t)1 << 40, &po->min_bytes));
   FSDP_CALL(FsdpOptsGetInt(db, g, "probe_max_bytes", "largest collective message (bytes of the "
-                           "whole buffer); sizes double from the smallest", 16 << 20, 64,
-                           (int64_t)1 << 40, &po->max_bytes));
+                           "whole buffer); sizes double from the smallest (0: up to the model's "
+                           "largest unit in fp32, at least 1 MiB: the messages a step moves)", 0,
+                           0, (int64_t)1 << 40, &po->max_bytes));
   FSDP_CALL(FsdpOptsGetInt(db, g, "probe_reps", "timed repetitions per point (the median is "
                            "kept)", 5, 1, 1000, &v));
   po->reps = (int)v;
@@ -130,7 +131,10 @@ static int CheckProbeOptions(const ProbeOptions *po)
 {
   if (!po->out[0])
     FSDP_ERROR(FSDP_ERR_USAGE, "fsdp-probe needs -profile_out FILE (the HDF5 profile to write)");
-  if (po->min_bytes > po->max_bytes)
+  if (po->max_bytes > 0 && po->max_bytes < 64)
+    FSDP_ERROR(FSDP_ERR_USAGE, "-probe_max_bytes %lld: expected 0 (the model's largest unit) or "
+               "at least 64", (long long)po->max_bytes);
+  if (po->max_bytes > 0 && po->min_bytes > po->max_bytes)
     FSDP_ERROR(FSDP_ERR_USAGE, "-probe_min_bytes %lld is larger than -probe_max_bytes %lld",
                (long long)po->min_bytes, (long long)po->max_bytes);
   const Description *d = &po->d;
@@ -203,6 +207,7 @@ typedef struct {
   const FsdpKernelOps *k;
   float *a, *b, *c, *d, *e; /* scratch, each max_elems */
   size_t max_elems;
+  FsdpAttention attention; /* -attention: the kernels the run would use */
 } Scratch;
 
 /* Median seconds of reps calls of fn(ctx) on every rank at once (a
@@ -239,6 +244,11 @@ static void AttentionFwdBwd(const Scratch *s, const int64_t *sh)
   size_t att = (size_t)B * NH * T * T;
   float *qkv = s->a, *out = s->b, *preatt = s->c, *attn = s->c + att;
   float *dqkv = s->d, *dpre = s->e, *datt = s->e + att;
+  if (s->attention == FSDP_ATTENTION_FLASH) { /* lse in c, the row sums in e */
+    s->k->flash_attention_forward(out, preatt, qkv, B, T, C, NH);
+    s->k->flash_attention_backward(dqkv, dpre, out, qkv, out, preatt, B, T, C, NH);
+    return;
+  }
   s->k->attention_forward(out, preatt, attn, qkv, B, T, C, NH);
   s->k->attention_backward(dqkv, dpre, datt, out, qkv, attn, B, T, C, NH);
 }
@@ -295,6 +305,37 @@ static int ModelGemms(const ProbeOptions *po, FsdpProfile *p)
   return FSDP_SUCCESS;
 }
 
+/* -probe_max_bytes 0: the curves reach the largest message a step moves,
+ * the gather or reduce-scatter of the model's largest unit in fp32 (the
+ * bandwidth is fitted on the large messages: [Note: the large-message
+ * regime] in io/profile.c), rounded up to the doubling series from
+ * -probe_min_bytes, at least 1 MiB. */
+static int ProbeMaxBytes(ProbeOptions *po)
+{
+  if (po->max_bytes > 0) return FSDP_SUCCESS;
+  FsdpModel m = NULL;
+  int B = po->t.batch_size, T = (int)FsdpModelDescInt(&po->t.model, "seq_len");
+  FSDP_CALL(FsdpModelCreate(&po->t.model, po->t.wrap, B, T, FsdpKernelsCpu(),
+                            (uint64_t)po->t.seed, &m));
+  const FsdpModelTable *tb = FsdpModelGetTable(m);
+  double largest = 0;
+  for (int u = 0; u < tb->nunits; u++) {
+    double numel = 0;
+    for (int i = 0; i < tb->units[u].nparams; i++) {
+      const FsdpParamSpec *sp = &tb->units[u].params[i];
+      double e = 1;
+      for (int d = 0; d < sp->ndim; d++) e *= (double)sp->shape[d];
+      numel += e;
+    }
+    if (numel > largest) largest = numel;
+  }
+  FSDP_CALL(FsdpModelDestroy(&m));
+  double want = fmax(4.0 * largest, (double)(1 << 20));
+  po->max_bytes = po->min_bytes;
+  while ((double)po->max_bytes < want && po->max_bytes < ((int64_t)1 << 40)) po->max_bytes *= 2;
+  return FSDP_SUCCESS;
+}
+
 static int ProbeCompute(const ProbeOptions *po, FsdpProfile *p)
 {
   FSDP_CALL(ModelGemms(po, p));
@@ -312,7 +353,7 @@ static int ProbeCompute(const ProbeOptions *po, FsdpProfile *p)
   size_t att = (size_t)(2 * B * NH * T * T), qkv = (size_t)(3 * B * T * C);
   if (att > need) need = att;
   if (qkv > need) need = qkv;
-  Scratch s = {FsdpKernelsCpu(), NULL, NULL, NULL, NULL, NULL, need};
+  Scratch s = {FsdpKernelsCpu(), NULL, NULL, NULL, NULL, NULL, need, po->t.fsdp.attention};
   float **bufs[5] = {&s.a, &s.b, &s.c, &s.d, &s.e};
   int err = FSDP_SUCCESS;
   for (int i = 0; i < 5 && !err; i++) err = FsdpMalloc(FSDP_MEM_OTHER, need * sizeof(float), bufs[i]);
@@ -356,6 +397,128 @@ static int ProbeCompute(const ProbeOptions *po, FsdpProfile *p)
   }
   for (int i = 0; i < 5; i++) FsdpFree(bufs[i]);
   return err;
+}
+
+/* [Note: stages measured] The rates above leave out what has no rate of
+ * its own in the plan's compute model (LayerNorm, GELU, softmax, the loss,
+ * the encoder), and the GEMMs of a stage do not run back to back as the
+ * probe runs them: on this project's CPU machine the modelled compute came
+ * out 10-15% short of fsdp-train's.  So the probe also runs its model: one
+ * full copy on every rank at once (contending as in a run), each stage's
+ * forward then each backward in reverse, timed one by one; the median of
+ * -probe_reps passes, the slowest rank.  fsdp-plan takes these times when
+ * it plans the same model and sequence length (scaled by its micro-batch).
+ * Skipped when the copy (parameters, gradients, activations) would take
+ * more than half a rank's available memory. */
+/* The model at micro-batch B, its stages timed into fwd, bwd; *ns their
+ * number (0: more than the profile holds, not timed). */
+static int ProbeStagesAt(const ProbeOptions *po, int B, double *fwd, double *bwd, int *ns_out)
+{
+  const FsdpModelDesc *desc = &po->t.model;
+  int T = (int)FsdpModelDescInt(desc, "seq_len");
+  FsdpModel m = NULL;
+  *ns_out = 0;
+  /* -wrap 1: one stage per block, the finest split (fsdp-plan adds up
+   * the blocks of a wider unit) */
+  FSDP_CALL(FsdpModelCreate(desc, 1, B, T, FsdpKernelsCpu(), (uint64_t)po->t.seed, &m));
+  const FsdpModelTable *tb = FsdpModelGetTable(m);
+  int nu = tb->nunits, ns = tb->nstages, err = FSDP_SUCCESS;
+  if (ns > FSDP_PROFILE_MAX_STAGES) return FsdpModelDestroy(&m);
+  FsdpUnitTensors *ut = calloc((size_t)nu, sizeof *ut);
+  float ***pv = calloc((size_t)nu, sizeof *pv), ***gv = calloc((size_t)nu, sizeof *gv);
+  int *tokens = malloc((size_t)B * T * 2 * sizeof *tokens);
+  double *t = malloc((size_t)po->reps * 2 * ns * sizeof *t);
+  if (!ut || !pv || !gv || !tokens || !t)
+    err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_MEM, "out of memory timing stages");
+  for (int u = 0; !err && u < nu; u++) {
+    const FsdpModelUnit *un = &tb->units[u];
+    pv[u] = calloc((size_t)un->nparams + 1, sizeof **pv);
+    gv[u] = calloc((size_t)un->nparams + 1, sizeof **gv);
+    if (!pv[u] || !gv[u]) {
+      err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_MEM, "out of memory timing stages");
+      break;
+    }
+    for (int i = 0; !err && i < un->nparams; i++) {
+      int64_t n = 1;
+      for (int d = 0; d < un->params[i].ndim; d++) n *= un->params[i].shape[d];
+      err = FsdpMalloc(FSDP_MEM_OTHER, (size_t)n * sizeof(float), &pv[u][i]);
+      if (!err) err = FsdpMalloc(FSDP_MEM_OTHER, (size_t)n * sizeof(float), &gv[u][i]);
+      if (!err) err = tb->init(tb->ctx, &un->params[i], 0, n, pv[u][i]);
+      if (!err) memset(gv[u][i], 0, (size_t)n * sizeof(float));
+    }
+    ut[u] = (FsdpUnitTensors){u, pv[u], gv[u]};
+  }
+  int64_t V = FsdpModelDescInt(desc, "vocab_size");
+  for (int i = 0; !err && i < 2 * B * T; i++)
+    tokens[i] = (int)(((uint64_t)i * 2654435761u) % (uint64_t)V);
+  /* [Note: flash attention] the stages are timed with the kernels the run uses */
+  if (!err) err = FsdpModelSetAttention(m, po->t.fsdp.attention);
+  if (!err) err = FsdpModelSetUp(m);
+  if (!err) err = FsdpModelSetBatch(m, tokens, tokens + B * T);
+  if (!err) FsdpModelSetLossScale(m, 1.0f);
+  /* a warm-up pass (page faults, BLAS buffers), then the timed ones */
+  for (int r = -1; !err && r < po->reps; r++) {
+    int e = MPI_Barrier(MPI_COMM_WORLD);
+    if (e != MPI_SUCCESS) FSDP_CALL_MPI(e);
+    for (int pass = 0; !err && pass < 2; pass++)
+      for (int k = 0; !err && k < ns; k++) {
+        int st = pass == 0 ? k : ns - 1 - k;
+        const FsdpModelStage *sg = &tb->stages[st];
+        double t0 = MPI_Wtime();
+        err = (pass == 0 ? sg->forward : sg->backward)(tb->ctx, st, &ut[sg->unit]);
+        if (r >= 0) t[(size_t)(pass * ns + st) * po->reps + r] = MPI_Wtime() - t0;
+      }
+  }
+  for (int i = 0; !err && i < 2 * ns; i++) {
+    double med = Median(&t[(size_t)i * po->reps], po->reps);
+    err = WorldMax(&med);
+    if (i < ns) fwd[i] = med;
+    else bwd[i - ns] = med;
+  }
+  if (!err) *ns_out = ns;
+  for (int u = 0; u < nu && pv && gv; u++) {
+    for (int i = 0; i < tb->units[u].nparams; i++) {
+      if (pv[u]) FsdpFree(&pv[u][i]);
+      if (gv[u]) FsdpFree(&gv[u][i]);
+    }
+    free(pv[u]);
+    free(gv[u]);
+  }
+  free(ut);
+  free(pv);
+  free(gv);
+  free(tokens);
+  free(t);
+  int derr = FsdpModelDestroy(&m);
+  return err ? err : derr;
+}
+
+/* [Note: stages measured] at the run's micro-batch B and its divisors
+ * (largest first, at most FSDP_PROFILE_MAX_STAGE_BATCHES): -tune's
+ * candidates split B into micro-batches, and a stage of B/4 sequences
+ * takes more than a quarter of the time of B (smaller GEMMs). */
+static int ProbeStages(const ProbeOptions *po, FsdpProfile *p)
+{
+  const FsdpModelDesc *desc = &po->t.model;
+  int B = po->t.batch_size, T = (int)FsdpModelDescInt(desc, "seq_len");
+  double need = 8.0 * (double)FsdpModelDescParamCount(desc) +
+                (double)FsdpModelDescActivationBytes(desc, 1, B, T, 0, po->t.fsdp.attention);
+  int skip = need > 0.5 * (double)p->mem_available;
+  FSDP_CALL_MPI(MPI_Allreduce(MPI_IN_PLACE, &skip, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  p->nstages = p->nstage_batches = 0;
+  if (skip) return FSDP_SUCCESS;
+  for (int b = B; b >= 1 && p->nstage_batches < FSDP_PROFILE_MAX_STAGE_BATCHES; b--) {
+    if (B % b) continue;
+    int k = p->nstage_batches, ns = 0;
+    FSDP_CALL(ProbeStagesAt(po, b, p->stage_fwd_s[k], p->stage_bwd_s[k], &ns));
+    if (ns == 0) break;
+    p->nstages = ns;
+    p->stage_batch[k] = b;
+    p->nstage_batches++;
+  }
+  p->stage_seq_len = T;
+  p->stage_params = FsdpModelDescParamCount(desc);
+  return FSDP_SUCCESS;
 }
 
 /* ---- collectives ------------------------------------------------------ */
@@ -591,6 +754,22 @@ static void PrintProfile(const FsdpProfile *p, const char *path)
     printf("  attention %.2f GFLOP/s | streaming %.2f GB/s | AdamW %.2f GB/s\n",
            p->attention_flops_per_s / 1e9, p->stream_bytes_per_s / 1e9, p->adamw_bytes_per_s / 1e9);
   printf("  memory available per rank: %.2f GiB\n", p->mem_available / 1073741824.0);
+  for (int k = 0; k < p->nstage_batches; k++) {
+    double f = 0, b = 0;
+    for (int i = 0; i < p->nstages; i++) {
+      f += p->stage_fwd_s[k][i];
+      b += p->stage_bwd_s[k][i];
+    }
+    printf("  the model's %d stages at %d x %d tokens: forward %.2f ms, backward %.2f ms\n",
+           p->nstages, p->stage_batch[k], p->stage_seq_len, 1e3 * f, 1e3 * b);
+  }
+  for (int l = 0; l < FSDP_PROFILE_NLEVELS; l++)
+    if (p->level_size[l] && p->coll[l][0].n > 0) {
+      const FsdpProfileCurve *c = &p->coll[l][0];
+      printf("  messages %.0f to %.0f bytes received per rank (%s all-gather); bandwidth fitted on "
+             "the large ones\n", c->bytes[0], c->bytes[c->n - 1], FsdpProfileLevelNames[l]);
+      break;
+    }
   for (int l = 0; l < FSDP_PROFILE_NLEVELS; l++) {
     if (!p->level_size[l]) {
       printf("  %-6s (not measured: a group of one rank, or one node)\n", FsdpProfileLevelNames[l]);
@@ -619,6 +798,7 @@ static int Run(int argc, char **argv)
     return FSDP_SUCCESS;
   }
   if (!err) err = FsdpOptsCheckUnknown(db);
+  if (!err) FsdpWarnThreadAffinity("fsdp-probe"); /* base/init.c */
   if (!err) err = CheckProbeOptions(&po);
   if (!err) err = CheckOutputPath(po.out);
   FsdpProfile *p = calloc(1, sizeof *p);
@@ -631,6 +811,8 @@ static int Run(int argc, char **argv)
     if (!err) ProbeIdentity(&po, topo, p);
     if (!err) err = ProbeMemory(topo, p);
     if (!err && po.compute) err = ProbeCompute(&po, p);
+    if (!err && po.compute) err = ProbeStages(&po, p);
+    if (!err) err = ProbeMaxBytes(&po);
     if (!err) err = ProbeCollectives(&po, topo, p);
     p->peak_flops_per_s = po.peak_flops;
   }

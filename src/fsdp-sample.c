@@ -353,6 +353,7 @@ static int Run(int argc, char **argv)
     return FSDP_SUCCESS;
   }
   if (!err) err = FsdpOptsCheckUnknown(db);
+  if (!err) FsdpWarnThreadAffinity("fsdp-sample"); /* base/init.c */
   Sampler s;
   memset(&s, 0, sizeof s);
   if (!err) err = Generate(&o, &s);

@@ -42,6 +42,8 @@ static int Run(int argc, char **argv, int *handled_help, int *preempted)
     FsdpOptsDestroy(&db);
     return err;
   }
+  /* [Note: threads beyond the affinity mask] (base/init.c) */
+  FsdpWarnThreadAffinity("fsdp-train");
   int rank = 0;
   FSDP_CALL_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   err = FsdpTrainerCreate(MPI_COMM_WORLD, &o, &tr);

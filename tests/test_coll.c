@@ -635,6 +635,37 @@ static void run_chunked(const FsdpGroup *world)
   TCALL(FsdpCollDestroy(&c));
 }
 
+/* [Note: waiting for a collective] (coll_mpi.c): FSDP_COMM_WAIT (read at
+ * create) picks the blocking calls (block, the default main's run used) or
+ * the nonblocking ones with MPI_Test and sched_yield (yield) or nanosleep
+ * (sleep); each must give the same results (at F = W: every collective
+ * kind and dtype).  Only at W <= 2: with more ranks than cores every
+ * wake-up from a sleep or yield waits for a time slice, and the hundreds
+ * of small collectives here took past the test's timeout at W = 4 on a
+ * loaded 2-core machine.  A bad value is a usage
+ * error naming the variable and the value. */
+static void run_wait_modes(const FsdpGroup *world)
+{
+  FsdpColl c = NULL;
+  const char *bad[] = {"spin", "Sleep", "block2"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    setenv("FSDP_COMM_WAIT", bad[i], 1);
+    int err = FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &c);
+    CHECK(err == FSDP_ERR_USAGE && c == NULL, "FSDP_COMM_WAIT=%s: create gave %d", bad[i], err);
+    CHECK(strstr(FsdpErrorLastMessage(), "FSDP_COMM_WAIT") != NULL &&
+              strstr(FsdpErrorLastMessage(), bad[i]) != NULL,
+          "message '%s' names neither the variable nor '%s'", FsdpErrorLastMessage(), bad[i]);
+  }
+  const char *modes[] = {"yield", "sleep"};
+  for (size_t i = 0; g_wsize <= 2 && i < sizeof modes / sizeof modes[0]; i++) {
+    setenv("FSDP_COMM_WAIT", modes[i], 1);
+    TCALL(FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &c));
+    run_factor(c, g_wsize, world);
+    TCALL(FsdpCollDestroy(&c));
+  }
+  unsetenv("FSDP_COMM_WAIT");
+}
+
 int main(int argc, char **argv)
 {
   TCALL(FsdpInitialize(&argc, &argv));
@@ -665,6 +696,7 @@ int main(int argc, char **argv)
   TCALL(FsdpCollDestroy(&c));
 
   run_chunked(&world);
+  run_wait_modes(&world);
 
   int status = test_finish("test_coll");
   TCALL(FsdpFinalize());

@@ -659,6 +659,64 @@ static void test_attention_forward_shape(int B, int T, int C, int NH)
   free(ratt);
 }
 
+/* [Note: flash attention]: flash_attention_forward/backward against the
+ * double references and against the naive kernels, at shapes that cover
+ * T = 1, T below, at and across the 64-row and 128-column tiles with a
+ * remainder (150, 200, 257), head sizes 5 and 64 and several heads.
+ * Tolerances: out and lse 1e-5 relative + 1e-5 absolute (as the naive
+ * kernel's); dqkv 1e-4 + 1e-5 (fp32 sums of up to T terms).  dqkv is
+ * pre-filled (backward accumulates) and the scratch holds garbage. */
+static void test_flash_shape(int B, int T, int C, int NH)
+{
+  size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C,
+         na = (size_t)B * NH * T * T, nl = (size_t)B * NH * T;
+  float *qkv = frand(nq, -2, 2), *dout = frand(no, -1, 1);
+  float *out = frand(no, -9, 9), *lse = frand(nl, -9, 9), *scr = frand(nl, 1e3, 2e3);
+  float *nout = fvec(no), *pre = fvec(na), *att = fvec(na), *dpre = fvec(na), *datt = fvec(na);
+  float *dqkv = fvec(nq), *ndqkv = fvec(nq);
+  double *rout = dvec(no), *rpre = dvec(na), *ratt = dvec(na), *rlse = dvec(nl), *rd = dvec(nq);
+  for (size_t i = 0; i < nq; i++) dqkv[i] = ndqkv[i] = 0.5f;
+  K->flash_attention_forward(out, lse, qkv, B, T, C, NH);
+  attention_ref(rout, rpre, ratt, qkv, B, T, C, NH);
+  for (size_t r = 0; r < nl; r++) { /* log sum over t2 <= t of e^pre */
+    int t = (int)(r % T);
+    double mx = -INFINITY, sum = 0.0;
+    for (int t2 = 0; t2 <= t; t2++) mx = fmax(mx, rpre[r * T + t2]);
+    for (int t2 = 0; t2 <= t; t2++) sum += exp(rpre[r * T + t2] - mx);
+    rlse[r] = mx + log(sum);
+  }
+  char buf[96];
+  snprintf(buf, sizeof buf, "flash attention out B=%d T=%d C=%d NH=%d", B, T, C, NH);
+  compare_ref(buf, out, rout, no, 1e-5, 1e-5);
+  snprintf(buf, sizeof buf, "flash attention lse B=%d T=%d C=%d NH=%d", B, T, C, NH);
+  compare_ref(buf, lse, rlse, nl, 1e-5, 1e-5);
+  K->attention_forward(nout, pre, att, qkv, B, T, C, NH);
+  snprintf(buf, sizeof buf, "flash vs naive out B=%d T=%d C=%d NH=%d", B, T, C, NH);
+  compare_f(buf, out, nout, no, 1e-5, 1e-5);
+
+  K->flash_attention_backward(dqkv, scr, dout, qkv, out, lse, B, T, C, NH);
+  attention_backward_ref(rd, dout, qkv, B, T, C, NH);
+  for (size_t i = 0; i < nq; i++) rd[i] += 0.5;
+  snprintf(buf, sizeof buf, "flash attention dqkv B=%d T=%d C=%d NH=%d", B, T, C, NH);
+  compare_ref(buf, dqkv, rd, nq, 1e-4, 1e-5);
+  K->attention_backward(ndqkv, dpre, datt, dout, qkv, att, B, T, C, NH);
+  snprintf(buf, sizeof buf, "flash vs naive dqkv B=%d T=%d C=%d NH=%d", B, T, C, NH);
+  compare_f(buf, dqkv, ndqkv, nq, 1e-4, 1e-5);
+  free(qkv); free(dout); free(out); free(lse); free(scr); free(nout); free(pre); free(att);
+  free(dpre); free(datt); free(dqkv); free(ndqkv); free(rout); free(rpre); free(ratt);
+  free(rlse); free(rd);
+}
+
+static void test_flash_attention(void)
+{
+  test_flash_shape(1, 1, 8, 2);     /* T = 1: one key */
+  test_flash_shape(2, 5, 8, 2);
+  test_flash_shape(1, 7, 15, 3);    /* hs = 5: vector remainders */
+  test_flash_shape(2, 150, 32, 4);  /* three query tiles, two key tiles, remainders */
+  test_flash_shape(1, 200, 128, 2); /* head size 64 */
+  test_flash_shape(1, 257, 256, 4); /* head size 64, several heads, 3 key tiles */
+}
+
 static void test_attention(void)
 {
   AttCtx c = {.B = 2, .T = 5, .C = 8, .NH = 2};
@@ -986,6 +1044,7 @@ static void test_ops_and_blas(void)
   HAS(layernorm_forward); HAS(layernorm_backward);
   HAS(matmul_forward); HAS(matmul_backward);
   HAS(attention_forward); HAS(attention_backward);
+  HAS(flash_attention_forward); HAS(flash_attention_backward);
   HAS(gelu_forward); HAS(gelu_backward);
   HAS(residual_forward); HAS(residual_backward);
   HAS(crossentropy_forward); HAS(crossentropy_softmax_backward);
@@ -1022,6 +1081,7 @@ int main(int argc, char **argv)
     test_matmul();
     test_matmul_slabs();
     test_attention();
+    test_flash_attention();
     test_gelu();
     test_residual();
     test_crossentropy();

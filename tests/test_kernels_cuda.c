@@ -572,6 +572,54 @@ static void test_attention(int B, int T, int C, int NH)
   free(qkv), free(out), free(pre), free(att), free(g), free(gq), free(sp), free(sa);
 }
 
+/* [Note: flash attention] on the GPU against the CPU's flash kernels (which
+ * test_kernels checks against double references and the naive kernels):
+ * fp32 inputs (out, lse, dqkv to TOL32 / 1e-4); bf16 inputs (qkv, dout
+ * rounded to bf16 on both sides): out is bf16 (one rounding: 2^-8
+ * relative), lse and dqkv fp32 against the CPU on the rounded values and
+ * the GPU's own bf16 out.  dqkv accumulates; the scratch is NaN garbage.
+ * Shapes: T = 1, T not a multiple of the 32-row tiles, head sizes 12, 64
+ * and 128 (the shared-memory opt-in). */
+static void test_flash_attention(int B, int T, int C, int NH)
+{
+  char tag[96];
+  size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+  float *qkv = frand(nq, -1, 1), *out = xmalloc(no * 4), *lse = xmalloc(nl * 4);
+  float *g = frand(no, -1, 1), *gq = frand(nq, -1, 1), *scr = xmalloc(nl * 4);
+  float *d_qkv = dev_from(qkv, nq * 4), *d_out = dev_zeros(no * 4), *d_lse = dev_zeros(nl * 4);
+  float *d_g = dev_from(g, no * 4), *d_gq = dev_from(gq, nq * 4), *d_scr = dev_zeros(nl * 4);
+  TCALL(FsdpCudaMemsetAsync(d_scr, 0xff, nl * 4, g_stream));
+  KC->flash_attention_forward(out, lse, qkv, B, T, C, NH);
+  KG->flash_attention_forward(d_out, d_lse, d_qkv, B, T, C, NH);
+  snprintf(tag, sizeof tag, "flash_attention_forward out B=%d T=%d hs=%d", B, T, C / NH);
+  compare_dev(tag, d_out, out, no, TOL32);
+  compare_dev("flash_attention_forward lse", d_lse, lse, nl, TOL32);
+  KC->flash_attention_backward(gq, scr, g, qkv, out, lse, B, T, C, NH);
+  KG->flash_attention_backward(d_gq, d_scr, d_g, d_qkv, d_out, d_lse, B, T, C, NH);
+  snprintf(tag, sizeof tag, "flash_attention_backward dqkv B=%d T=%d hs=%d", B, T, C / NH);
+  compare_dev(tag, d_gq, gq, nq, 1e-4, 1e-5);
+
+  /* bf16 activations, fp32 statistics and gradients */
+  float *qr = xmalloc(nq * 4), *gr = xmalloc(no * 4), *outr = xmalloc(no * 4);
+  uint16_t *qh = to_bf16(qkv, nq, qr), *gh = to_bf16(g, no, gr), *oh = xmalloc(no * 2);
+  uint16_t *d_qh = dev_from(qh, nq * 2), *d_gh = dev_from(gh, no * 2), *d_oh = dev_zeros(no * 2);
+  float *gq2 = frand(nq, -1, 1), *d_gq2 = dev_from(gq2, nq * 4);
+  KC->flash_attention_forward(out, lse, qr, B, T, C, NH);
+  flash_attention_forward_bf16_cuda(d_oh, d_lse, d_qh, B, T, C, NH);
+  dev_to(oh, d_oh, no * 2, "flash_attention_forward_bf16");
+  FsdpDtypeToFloat(FSDP_DTYPE_BF16, oh, outr, no);
+  float *d_outr = dev_from(outr, no * 4);
+  compare_dev("flash_attention_forward_bf16 out (bf16)", d_outr, out, no, 8e-3, 1e-5);
+  compare_dev("flash_attention_forward_bf16 lse (fp32)", d_lse, lse, nl, TOL32);
+  KC->flash_attention_backward(gq2, scr, gr, qr, outr, lse, B, T, C, NH);
+  flash_attention_backward_bf16_cuda(d_gq2, d_scr, d_gh, d_qh, d_oh, d_lse, B, T, C, NH);
+  compare_dev("flash_attention_backward_bf16 dqkv (fp32)", d_gq2, gq2, nq, 1e-4, 1e-5);
+  dfree(&d_qkv), dfree(&d_out), dfree(&d_lse), dfree(&d_g), dfree(&d_gq), dfree(&d_scr),
+      dfree(&d_qh), dfree(&d_gh), dfree(&d_oh), dfree(&d_gq2), dfree(&d_outr);
+  free(qkv), free(out), free(lse), free(g), free(gq), free(scr), free(qr), free(gr), free(outr),
+      free(qh), free(gh), free(oh), free(gq2);
+}
+
 static void test_elementwise(int N)
 {
   float *x = frand(N, -6, 6), *y = frand(N, -1, 1), *out = xmalloc(N * 4);
@@ -825,6 +873,12 @@ static void test_error_path(void)
         "bad shape: code %d, message '%s'", err, FsdpErrorLastMessage());
   err = FsdpKernelsCudaCheck();
   CHECK(err == FSDP_SUCCESS, "the error is cleared once raised (got %d)", err);
+  /* flash attention's shared-memory tiles hold at most FA_MAX_HS (128)
+   * channels a head: hs 256 is refused, not run out of bounds */
+  flash_attention_forward_cuda(NULL, NULL, NULL, 1, 4, 1024, 4);
+  err = FsdpKernelsCudaCheck();
+  CHECK(err == FSDP_ERR_INTERNAL && strstr(FsdpErrorLastMessage(), "FA_MAX_HS"),
+        "flash attention at hs 256: code %d, message '%s'", err, FsdpErrorLastMessage());
 }
 
 static void *bound_device_of_new_thread(void *arg)
@@ -967,6 +1021,11 @@ int main(int argc, char **argv)
     test_matmul_tf32(256, 768, 768);
     test_attention(2, 33, 48, 4);
     test_attention(1, 70, 36, 3);
+    test_flash_attention(1, 1, 8, 2);
+    test_flash_attention(2, 33, 48, 4);
+    test_flash_attention(1, 70, 36, 3);
+    test_flash_attention(2, 130, 256, 4);
+    test_flash_attention(1, 100, 256, 2);
     test_elementwise(10007);
     test_llama(2, 33, 8, 2, 16, 100);
     test_llama(1, 5, 3, 1, 6, 7);

@@ -65,7 +65,7 @@ if tu != pu:
 # each shared part, and for the configuration the same values
 shared = {"": ["world_size", "sharding_factor", "replica_size", "ranks_per_node", "nodes", "model",
                "batch_size", "wrap", "reshard_after_forward", "limit_all_gathers", "grad_accum",
-               "accum_comm", "prefetch", "recompute", "units", "memory", "comm_per_step", "comm_time_per_step",
+               "accum_comm", "prefetch", "recompute", "attention", "units", "memory", "comm_per_step", "comm_time_per_step",
                "precision"],
           "model": ["name", "n_layer", "n_embd", "n_head", "vocab_size", "seq_len", "param_count"],
           "memory": [k[7:] for k in keys if k.startswith("memory.")],
@@ -84,7 +84,7 @@ for part in ("model", "units"):
     if ka != kb:
         bad.append(("key sets of %s" % part, ka[:1], kb[:1]))
 config = ["model", "batch_size", "wrap", "reshard_after_forward", "limit_all_gathers", "grad_accum",
-          "accum_comm", "prefetch", "recompute", "precision.param_dtype", "precision.reduce_dtype",
+          "accum_comm", "prefetch", "recompute", "attention", "precision.param_dtype", "precision.reduce_dtype",
           "precision.compute_dtype", "precision.tf32", "precision.gemm", "units"]
 bad += [(k, get(t, k), get(p, k)) for k in config if get(t, k) != get(p, k)]
 if bad:
@@ -124,6 +124,7 @@ compare "llama-tiny full sharding" 4 -model llama-tiny
 compare "llama-tiny hybrid, NRAF, bf16" 4 -model llama-tiny -sharding_factor 2 -ranks_per_node 2 \
   -reshard_after_forward 0 -param_dtype bf16
 compare "llama-tiny recompute, wrap 2" 4 -model llama-tiny -n_layer 3 -wrap 2 -recompute 1
+compare "llama-tiny naive attention, recompute" 2 -model llama-tiny -attention naive -recompute 1
 compare "llama custom tied MQA, wrap 2, odd sizes" 2 -model custom -family llama -n_layer 3 \
   -n_embd 24 -n_head 3 -n_kv_head 1 -multiple_of 7 -vocab_size 37 -seq_len 8 -tie_embeddings 1 -wrap 2
 
@@ -155,6 +156,30 @@ if abs(b["compute_s"] - (b["flop_per_step"] + rf) / 1e12) > 1e-9 * b["compute_s"
 if bad:
     print("FAIL: the predicted step with -recompute 1:", "; ".join(bad)); sys.exit(1)
 print("ok: -recompute 1 adds %.3g FLOP (%.1f%%) to the predicted step, not to the model FLOP" % (rf, 100 * rf / a["flop_per_step"]))
+PY
+
+# [Note: flash attention]: gpt2 at T = 1024, B 4: flash keeps a (B,NH,T)
+# lse per layer and as scratch where naive keeps two (B,NH,T,T) each;
+# the plan reports both, and the difference is exactly that
+checks=$((checks + 1))
+for a in flash naive; do
+  "$BIN/fsdp-plan" -world_size 1 -model gpt2 -batch_size 4 -attention $a -summary json \
+    >"$tmp/att_$a.out" 2>&1 || { echo "FAIL: fsdp-plan -attention $a failed"; fails=$((fails + 1)); }
+done
+python3 - "$tmp/att_flash.out" "$tmp/att_naive.out" <<'PY' || fails=$((fails + 1))
+import json, sys
+f, n = (json.loads(open(x).read().strip().splitlines()[-1]) for x in sys.argv[1:])
+L, NH, T, B = 12, 12, 1024, 4
+diff = 4 * (L + 1) * (2 * B * NH * T * T - B * NH * T)
+fa, na = f["memory"]["activation_bytes"], n["memory"]["activation_bytes"]
+bad = []
+if f["attention"] != "flash" or n["attention"] != "naive": bad.append("attention keys %r %r" % (f["attention"], n["attention"]))
+if na - fa != diff: bad.append("naive - flash = %d bytes, expected %d" % (na - fa, diff))
+if f["memory"]["naive_attention_activation_bytes"] != na or n["memory"]["naive_attention_activation_bytes"] != na:
+    bad.append("naive_attention_activation_bytes %r / %r, expected %d" % (f["memory"]["naive_attention_activation_bytes"], n["memory"]["naive_attention_activation_bytes"], na))
+if bad:
+    print("FAIL: -attention flash vs naive in the plan:", "; ".join(bad)); sys.exit(1)
+print("ok: gpt2 T=1024 B=4: activations %.0f MiB with flash attention, %.0f MiB naive" % (fa / 2**20, na / 2**20))
 PY
 
 # gpt-175b at scale: quick, and the shards add up to the model
@@ -219,9 +244,10 @@ done
 
 # [Note: bf16 compute]: -param_dtype bf16 means bf16 compute on the CPU
 # (precision.compute_dtype bf16, a bf16 GEMM named), -compute_dtype fp32
-# keeps fp32 sgemm, and -device cuda keeps fp32 (no CUDA bf16 matmul yet)
+# keeps fp32 sgemm, and -device cuda computes in bf16 too (cuBLASLt, bf16
+# operands rounded from fp32, fp32 accumulation)
 for c in "bf16:-param_dtype bf16" "fp32:-param_dtype bf16 -compute_dtype fp32" \
-         "fp32:-param_dtype bf16 -device cuda"; do
+         "bf16:-param_dtype bf16 -device cuda"; do
   checks=$((checks + 1))
   want=${c%%:*}
   # shellcheck disable=SC2086
@@ -234,7 +260,9 @@ g = p.get("gemm", {})
 ok = p.get("compute_dtype") == want and g.get("library") and g.get("kernel")
 if ok and want == "fp32" and "cuda" not in opts:
     ok = g["library"] == "OpenBLAS" and g["kernel"].endswith(" sgemm")
-if ok and want == "bf16":
+if ok and want == "bf16" and "cuda" in opts:
+    ok = g["library"] == "cuBLASLt" and "bf16 operands" in g["kernel"]
+elif ok and want == "bf16":
     ok = g["library"].startswith("oneDNN") or "bf16-rounded" in g["kernel"]
 print("%s: fsdp-plan %s: compute_dtype %s, gemm %s / %s" % ("ok" if ok else "FAIL", opts,
       p.get("compute_dtype"), g.get("library"), g.get("kernel")))

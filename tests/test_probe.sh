@@ -10,10 +10,15 @@
 #     received volume of [Note: byte accounting] and positive times, and a
 #     fit of non-negative terms; the matmul shapes are the tiny model's
 #     block weights and its head with N = B*T; rates and memory positive.
+#     The model's stages are timed at B = 2 and 1 (-wrap 1: 4 stages).
+#  1b. With the default -probe_max_bytes the sizes reach the model's
+#     largest unit (2 MiB for a 1.28 MB root, past the 1 MiB floor).
 #  2. fsdp-plan -profile on the same topology: every predicted collective
 #     time equals calls x latency + intra bytes / node bandwidth + inter
 #     bytes / cross-node bandwidth recomputed here from the profile and the
-#     plan's own byte counters; compute equals the sum of its parts.
+#     plan's own byte counters; compute equals the probe's stage times plus
+#     the optimizer; the gathers of the world-wide sharding group take the
+#     world curve.
 #  3. fsdp-probe -describe: a 2-node x 8 cluster on paper gives the
 #     stated latency and bandwidth at each level (the network's per-node
 #     bandwidth shared by the node's ranks), and fsdp-plan's MFU and
@@ -97,6 +102,15 @@ for lvl, n in sizes.items():
         lat, bw = float(c.attrs["latency_s"]), float(c.attrs["bandwidth_bytes_per_s"])
         if lat < 0 or bw < 0 or (lat == 0 and bw == 0):
             bad.append("%s/%s: fit latency %g bandwidth %g" % (lvl, kind, lat, bw))
+# the model run stage by stage ([Note: stages measured]): at B = 2 and its
+# divisor 1, -wrap 1 (root, 2 blocks, root: 4 stages), every time positive
+want("stage_batch", g["stage_batch"][()].tolist(), [2, 1])
+want("stage_seq_len", int(g.attrs["stage_seq_len"]), T)
+want("stage_params", int(g.attrs["stage_params"]), 2 * (12 * C * C + 13 * C) + V * C + T * C + 2 * C)
+for k in ("stage_forward_s", "stage_backward_s"):
+    x = g[k][()]
+    want(k + " length", len(x), 2 * 4)
+    if not all(t > 0 for t in x): bad.append("%s: a time is not positive" % k)
 for b in bad: print("   ", b)
 sys.exit(1 if bad else 0)
 PY
@@ -126,8 +140,22 @@ for kind, key in (("all-gather", "all_gather"), ("reduce-scatter", "reduce_scatt
     if abs(have - want) > 1e-12 + 1e-9 * abs(want):
         bad.append("%s: plan %r, from the profile %r" % (key, have, want))
 if pr["all_reduce_s"] != 0: bad.append("all_reduce_s %r without replicas" % pr["all_reduce_s"])
-parts = pr["gemm_s"] + pr["attention_s"] + pr["memory_bound_s"] + pr["optimizer_s"]
-if abs(pr["compute_s"] - parts) > 1e-12 + 1e-9 * parts: bad.append("compute_s is not the sum of its parts")
+# the probe ran this model at this micro-batch: compute is its stages'
+# times (B = 2: the first row) plus the optimizer ([Note: stages measured])
+g = f["compute"]
+n = len(g["stage_forward_s"]) // len(g["stage_batch"])
+stages = float(sum(g["stage_forward_s"][:n]) + sum(g["stage_backward_s"][:n]))
+if pr.get("stages_measured") is not True: bad.append("stages_measured %r" % pr.get("stages_measured"))
+parts = stages + pr["optimizer_s"]
+if abs(pr["compute_s"] - parts) > 1e-12 + 1e-9 * parts:
+    bad.append("compute_s %r is not the measured stages + optimizer %r" % (pr["compute_s"], parts))
+# the sharding group is the world the probe measured: each gather takes the
+# world curve for its volume (fsdp-plan's CallSeconds), not the split
+q = p["predicted"]
+lat, bw = curve("world", "all-gather")
+gb = cm["all_gather_calls"] * lat + (cm["all_gather_bytes"] / bw if bw else 0)
+if abs(q["gather_stream_busy_ms"] * 1e-3 - gb) > 1e-9 * gb:
+    bad.append("gather stream busy %r s, the world curve gives %r" % (q["gather_stream_busy_ms"] * 1e-3, gb))
 if not pr["gemm_s"] > 0: bad.append("gemm_s %r" % pr["gemm_s"])
 comm = pr["intra_comm_s"] + pr["inter_comm_s"]
 if abs(comm - (pr["all_gather_s"] + pr["reduce_scatter_s"])) > 1e-12 + 1e-9 * comm:
@@ -136,6 +164,28 @@ if abs(pr["step_time_s_no_overlap"] - (pr["compute_s"] + comm)) > 1e-12 + 1e-9 *
     bad.append("step_time_s_no_overlap is not compute + comm")
 for b in bad: print("   ", b)
 sys.exit(1 if bad else 0)
+PY
+fi
+
+# ---- 1b. the default message range: up to the model's largest unit ---------------
+# (a root of 5000 x 64 + 16 x 64 + 128 parameters, 1.28 MB in fp32: the
+# sizes double from 64 KiB to 2 MiB, past the 1 MiB floor)
+# shellcheck disable=SC2086
+if ! timeout 120 "$MPIEXEC" $PREFLAGS -n 2 "$BIN/fsdp-probe" -model custom -n_layer 1 -n_embd 64 \
+     -n_head 2 -vocab_size 5000 -seq_len 16 -batch_size 1 -probe_compute 0 -probe_reps 1 \
+     -probe_min_bytes 65536 -profile_out "$tmp/unit.h5" >"$tmp/unit.out" 2>&1; then
+  fail "fsdp-probe (default -probe_max_bytes) failed:"; tail -n 5 "$tmp/unit.out" | sed 's/^/    /'
+else
+  "$py" - "$tmp/unit.h5" <<'PY' || fail "the default message range (above)"
+import sys, h5py
+f = h5py.File(sys.argv[1], "r")
+got = f["collectives"]["node"]["all-gather"]["bytes"][()].astype(int).tolist()
+want = [65536 * 2 ** i // 2 for i in range(6)]  # received: half the buffer of 2 ranks
+if got != want:
+    print("    node all-gather received bytes %r, expected %r" % (got, want))
+    sys.exit(1)
+if "stage_forward_s" in f["compute"] and len(f["compute"]["stage_forward_s"]):
+    print("    -probe_compute 0 timed the stages"); sys.exit(1)
 PY
 fi
 

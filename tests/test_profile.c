@@ -4,7 +4,11 @@
  *     t = a + v / b (to 1e-9), from points with +-5% noise where the
  *     latency is small beside the large messages' noise (to 10%), a
  *     latency-only curve (bandwidth 0 = infinite), a bandwidth-only curve
- *     (latency 0), and a single point (all of it latency);
+ *     (latency 0), a single point (all of it latency), two points (a
+ *     described link: the line through them), and a link with a burst
+ *     regime (tc tbf: small messages 33x faster per byte), whose bandwidth
+ *     is the large messages' sustained rate to 2% ([Note: the large-message
+ *     regime] in io/profile.c);
  *   - FsdpProfileCurveSeconds is a + v / b;
  *   - a profile written and read back is the same in every field;
  *   - a file that is not a profile, and a missing file, are usage errors
@@ -68,6 +72,35 @@ static void TestFit(void)
   CHECK(c.latency_s == 0.0, "a negative intercept is refitted as latency 0, got %g", c.latency_s);
   CHECK(Near(c.bandwidth, 1e9, 0.01), "bandwidth-only %g", c.bandwidth);
 
+  /* a shaped link with a burst (tc tbf): messages up to 256 KiB ride the
+   * bucket at 1 GB/s, larger ones see the sustained 30 MB/s plus the
+   * drained burst.  The bandwidth is the large messages' slope (the old
+   * 1/t^2 fit over all points said 24x too fast, and an 8 MiB gather 5x
+   * too quick); the latency stays small and non-negative. */
+  memset(&c, 0, sizeof c);
+  c.n = 11;
+  for (int i = 0; i < c.n; i++) {
+    double v = 32768.0 * (double)(1 << i), burst = 262144.0;
+    c.bytes[i] = v;
+    c.seconds[i] = 50e-6 + (v <= burst ? v / 1e9 : burst / 1e9 + (v - burst) / 30e6);
+  }
+  FsdpProfileFit(&c);
+  CHECK(Near(c.bandwidth, 30e6, 0.02), "burst: sustained bandwidth %g, want 30e6", c.bandwidth);
+  CHECK(c.latency_s >= 0.0 && c.latency_s <= 100e-6, "burst: latency %g", c.latency_s);
+  CHECK(Near(FsdpProfileCurveSeconds(&c, 8388608.0), c.seconds[8], 0.05),
+        "burst: an 8 MiB message %g s, measured %g", FsdpProfileCurveSeconds(&c, 8388608.0),
+        c.seconds[8]);
+
+  /* two points (a described link): the line through them */
+  memset(&c, 0, sizeof c);
+  c.n = 2;
+  c.bytes[0] = 1 << 20;
+  c.bytes[1] = 1 << 30;
+  for (int i = 0; i < 2; i++) c.seconds[i] = 20e-6 + c.bytes[i] / 50e9;
+  FsdpProfileFit(&c);
+  CHECK(Near(c.latency_s, 20e-6, 1e-6) && Near(c.bandwidth, 50e9, 1e-9),
+        "two points: latency %g bandwidth %g", c.latency_s, c.bandwidth);
+
   Points(&c, 5e-6, 1e9, NULL, 1);
   FsdpProfileFit(&c);
   CHECK(c.bandwidth == 0.0 && Near(c.latency_s, c.seconds[0], 1e-12),
@@ -106,6 +139,17 @@ static void TestFile(void)
   p.attention_flops_per_s = 2e10;
   p.stream_bytes_per_s = 1e10;
   p.adamw_bytes_per_s = 8e9;
+  p.nstages = 3;
+  p.nstage_batches = 2;
+  p.stage_batch[0] = 4;
+  p.stage_batch[1] = 2;
+  p.stage_seq_len = 1024;
+  p.stage_params = 124475904;
+  for (int b = 0; b < 2; b++)
+    for (int i = 0; i < 3; i++) {
+      p.stage_fwd_s[b][i] = 0.01 * (i + 1) / (b + 1);
+      p.stage_bwd_s[b][i] = 0.025 * (i + 1) / (b + 1);
+    }
   p.level_size[FSDP_PROFILE_NODE] = 8;
   p.level_size[FSDP_PROFILE_CROSS] = 2;
   p.level_size[FSDP_PROFILE_WORLD] = 16;

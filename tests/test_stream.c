@@ -3,10 +3,16 @@
  * Every rank runs the same single-process checks (the stream is rank-local);
  * the world size only adds load.  Timing checks assert lower bounds only,
  * since ranks share oversubscribed cores. */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "base/error.h"
 #include "base/init.h"
@@ -357,6 +363,71 @@ static void test_bad_use(void)
   TCALL(FsdpStreamDestroy(&s));
 }
 
+/* ---- [Note: one thread per stream] (stream.c) ------------------------------ */
+
+#ifdef _OPENMP
+typedef struct {
+  int max_threads; /* omp_get_max_threads() on the thread */
+  int team;        /* the size of a team the thread opened */
+} TeamSeen;
+
+static void team_seen(TeamSeen *t)
+{
+  t->max_threads = omp_get_max_threads();
+  int n = 0;
+#pragma omp parallel
+  {
+#pragma omp single
+    n = omp_get_num_threads();
+  }
+  t->team = n;
+}
+
+static void *plain_thread(void *p)
+{
+  team_seen((TeamSeen *)p);
+  return NULL;
+}
+
+static int task_team(void *p)
+{
+  team_seen(*(TeamSeen **)p);
+  return FSDP_SUCCESS;
+}
+#endif
+
+/* A task on a stream opens teams of one thread, whatever OMP_NUM_THREADS
+ * says; a plain thread of the same process gets OMP_NUM_THREADS.  Under
+ * ctest's OMP_NUM_THREADS=1 that contrast is empty, so the test entry
+ * stream_omp runs this program with OMP_NUM_THREADS=3 and
+ * FSDP_TEST_EXPECT_OMP=3 (asserting that the plain thread does see 3). */
+static void test_omp_team(void)
+{
+#ifdef _OPENMP
+  TeamSeen plain = {0, 0}, task = {0, 0};
+  pthread_t th;
+  CHECK(pthread_create(&th, NULL, plain_thread, &plain) == 0, "pthread_create");
+  pthread_join(th, NULL);
+  const char *expect = getenv("FSDP_TEST_EXPECT_OMP");
+  if (expect && *expect)
+    CHECK(plain.max_threads == atoi(expect) && plain.team == atoi(expect),
+          "a plain thread sees %d threads (team of %d), FSDP_TEST_EXPECT_OMP=%s", plain.max_threads,
+          plain.team, expect);
+  FsdpStream s = NULL;
+  TCALL(FsdpStreamCreate("omp", 4, &s));
+  TeamSeen *pt = &task;
+  TCALL(FsdpStreamEnqueue(s, "team", task_team, &pt, sizeof pt, NULL));
+  TCALL(FsdpStreamSynchronize(s));
+  CHECK(task.max_threads == 1 && task.team == 1,
+        "a stream task sees %d OpenMP threads and opened a team of %d (must be 1: the compute "
+        "thread's teams use the cores; a plain thread sees %d)",
+        task.max_threads, task.team, plain.max_threads);
+  CHECK(FsdpStreamThreadTeamLimit(s) == 1, "stream team limit %d, expected 1",
+        FsdpStreamThreadTeamLimit(s));
+  TCALL(FsdpStreamDestroy(&s));
+#endif
+}
+
 int main(int argc, char **argv)
 {
   TCALL(FsdpInitialize(&argc, &argv));
@@ -368,6 +439,7 @@ int main(int argc, char **argv)
   test_recorder();
   test_destroy_drains();
   test_bad_use();
+  test_omp_team();
   int status = test_finish("test_stream");
   TCALL(FsdpFinalize());
   return status;

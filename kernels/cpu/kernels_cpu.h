@@ -63,6 +63,11 @@ void attention_forward_cpu(float *out, float *preatt, float *att,
 void attention_backward_cpu(float *dqkv, float *dpreatt, float *datt,
                             const float *dout, const float *qkv,
                             const float *att, int B, int T, int C, int NH);
+void flash_attention_forward_cpu(float *out, float *lse, const float *qkv, int B, int T, int C,
+                                 int NH);
+void flash_attention_backward_cpu(float *dqkv, float *scratch, const float *dout,
+                                  const float *qkv, const float *out, const float *lse, int B,
+                                  int T, int C, int NH);
 
 /* gelu.c */
 void gelu_forward_cpu(float *out, const float *inp, size_t N);

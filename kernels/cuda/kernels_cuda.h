@@ -93,6 +93,19 @@ void attention_forward_cuda(float *out, float *preatt, float *att,
 void attention_backward_cuda(float *dqkv, float *dpreatt, float *datt,
                              const float *dout, const float *qkv,
                              const float *att, int B, int T, int C, int NH);
+/* [Note: flash attention] (attention.cu): the kernels.h entries, and the
+ * same algorithm on bf16 activations (uint16_t bits; statistics, lse,
+ * scratch and dqkv fp32). */
+void flash_attention_forward_cuda(float *out, float *lse, const float *qkv, int B, int T, int C,
+                                  int NH);
+void flash_attention_backward_cuda(float *dqkv, float *scratch, const float *dout,
+                                   const float *qkv, const float *out, const float *lse, int B,
+                                   int T, int C, int NH);
+void flash_attention_forward_bf16_cuda(uint16_t *out, float *lse, const uint16_t *qkv, int B,
+                                       int T, int C, int NH);
+void flash_attention_backward_bf16_cuda(float *dqkv, float *scratch, const uint16_t *dout,
+                                        const uint16_t *qkv, const uint16_t *out,
+                                        const float *lse, int B, int T, int C, int NH);
 void gelu_forward_cuda(float *out, const float *inp, size_t N);
 void gelu_backward_cuda(float *dinp, const float *inp, const float *dout, size_t N);
 void residual_forward_cuda(float *out, const float *inp1, const float *inp2, size_t N);

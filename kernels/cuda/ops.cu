@@ -130,6 +130,8 @@ static const FsdpKernelOps cuda_ops = {
     matmul_backward_bf16_rounding_cuda,
     crossentropy_fused_cuda, /* [Note: fused classifier] */
     residual_layernorm_forward_cuda, /* [Note: fused residual and LayerNorm] */
+    flash_attention_forward_cuda, /* [Note: flash attention] */
+    flash_attention_backward_cuda,
 };
 
 extern "C" const FsdpKernelOps *FsdpKernelsCuda(void) { return &cuda_ops; }

@@ -20,4 +20,15 @@ int FsdpFinalize(void);
  * half done (other ranks would otherwise hang).  Called by main() only. */
 void FsdpAbort(int code);
 
+/* [Note: threads beyond the affinity mask] (init.c): 1 when OpenMP will
+ * run more threads (*threads, omp_get_max_threads()) than the cores in
+ * this process's affinity mask (*cores, sched_getaffinity); else 0. */
+int FsdpThreadsBeyondAffinity(int *threads, int *cores);
+
+/* Print one warning from this rank (named by its rank prefix) when
+ * FsdpThreadsBeyondAffinity holds, naming prog and the fix (mpiexec
+ * --bind-to none or --map-by slot:PE=T).  Every process that computes
+ * calls it once after FsdpInitialize. */
+void FsdpWarnThreadAffinity(const char *prog);
+
 #endif

@@ -20,18 +20,84 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <sched.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "base/error.h"
 #include "comm/coll_backend.h"
 
-/* The back-end's state: the MPI objects for 2-byte sums and the chunk
- * limit. */
+/* [Note: waiting for a collective] A collective on the communication
+ * thread waits most of its time for the peers to enter it; the thread
+ * shares its rank's cores with the compute thread.  How it waits for an
+ * all-gather or a reduce-scatter (FSDP_COMM_WAIT; all-reduces always block:
+ * [Note: all-reduce blocks]):
+ *   block  the blocking MPI call (MPI_Allgather, ...).  Open MPI polls for
+ *          the peers inside it without ever sleeping, so while a peer still
+ *          computes, this thread takes a share of the core from this rank's
+ *          compute thread.
+ *   yield  the nonblocking call (MPI_Iallgather, ...), then MPI_Test and
+ *          sched_yield until it completes: the compute thread runs whenever
+ *          it is ready, the collective progresses between its time slices.
+ *   sleep  the nonblocking call, then MPI_Test with nanosleep between tests,
+ *          from 2 us doubling to 256 us: the thread costs (almost) no cycles
+ *          while it waits, at a latency of up to 256 us per step of the
+ *          collective's algorithm.
+ * Measured (bench/README.md, "Communication threads"): at W = 2 on one
+ * node, one thread per rank, sleep made F = 2 steps a few percent faster
+ * than block (within the noise of the loaded machine), but on an
+ * oversubscribed, loaded machine every wake-up from nanosleep waits for a
+ * time slice: test_chunked (thousands of small collectives) took 213 s
+ * instead of 35 s.  So block stays the default; yield and sleep are there
+ * for runs with a core to spare per rank and large collectives. */
+typedef enum { COLL_WAIT_BLOCK, COLL_WAIT_YIELD, COLL_WAIT_SLEEP } CollWait;
+static const char *const coll_wait_names[] = {"block", "yield", "sleep", NULL};
+#define COLL_WAIT_DEFAULT COLL_WAIT_BLOCK
+#define COLL_SLEEP_MIN_NS 2000L
+#define COLL_SLEEP_MAX_NS 256000L
+
+/* The back-end's state: the MPI objects for 2-byte sums, the chunk limit
+ * and the way of waiting. */
 typedef struct {
   MPI_Datatype half_type; /* 2 contiguous bytes: one bf16 or fp16 */
   MPI_Op sum_bf16, sum_fp16, sum_fp32; /* sum_fp32: chunked collectives only */
   size_t max_count; /* most elements per rank in one MPI call ([Note: chunked collectives]) */
+  CollWait wait;    /* [Note: waiting for a collective] */
 } CollMpi;
+
+/* Complete *req the way m->wait says; returns an MPI error code. */
+static int MpiWaitRequest(const CollMpi *m, MPI_Request *req)
+{
+  if (m->wait == COLL_WAIT_BLOCK) return MPI_Wait(req, MPI_STATUS_IGNORE);
+  long ns = COLL_SLEEP_MIN_NS;
+  for (;;) {
+    int done = 0;
+    int err = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    if (err != MPI_SUCCESS || done) return err;
+    if (m->wait == COLL_WAIT_YIELD) {
+      sched_yield();
+    } else {
+      struct timespec ts = {0, ns};
+      nanosleep(&ts, NULL);
+      if (ns < COLL_SLEEP_MAX_NS) ns *= 2;
+    }
+  }
+}
+
+/* One collective call into err (an MPI error code): the blocking call
+ * under FSDP_COMM_WAIT=block, else its nonblocking variant (the same
+ * arguments and a request) completed by MpiWaitRequest. */
+#define COLL_MPI_RUN(m, err, blocking, nonblocking, ...)                            \
+  do {                                                                             \
+    if ((m)->wait == COLL_WAIT_BLOCK) {                                            \
+      (err) = blocking(__VA_ARGS__);                                               \
+    } else {                                                                       \
+      MPI_Request coll_req_ = MPI_REQUEST_NULL;                                    \
+      (err) = nonblocking(__VA_ARGS__, &coll_req_);                                \
+      if ((err) == MPI_SUCCESS) (err) = MpiWaitRequest((m), &coll_req_);           \
+    }                                                                              \
+  } while (0)
 
 /* Multiply count elements of dt in place by scale, in fp32 (one rounding
  * per element for bf16/fp16, see [Note: low-precision sums over MPI]). */
@@ -154,18 +220,20 @@ static int MpiAllGather(void *state, const FsdpGroup *g, const void *send, void 
   size_t k = FsdpDtypeSize(dt);
   /* The FlatParameter's own shard already sits in the unsharded buffer. */
   int in_place = send == (const char *)recv + (size_t)g->rank * count * k;
+  int err = MPI_SUCCESS;
   if (count <= m->max_count) {
-    COLL_CALL_MPI(FSDP_COLL_ALL_GATHER, g, "MPI_Allgather",
-                  MPI_Allgather(in_place ? MPI_IN_PLACE : send, (int)count, t, recv, (int)count,
-                                t, g->comm));
+    COLL_MPI_RUN(m, err, MPI_Allgather, MPI_Iallgather, in_place ? MPI_IN_PLACE : send,
+                 (int)count, t, recv, (int)count, t, g->comm);
+    COLL_CALL_MPI(FSDP_COLL_ALL_GATHER, g, "MPI_Allgather", err);
     return FSDP_SUCCESS;
   }
   for (size_t off = 0; off < count; off += m->max_count) {
     size_t len = count - off < m->max_count ? count - off : m->max_count;
     MPI_Datatype chunk = MPI_DATATYPE_NULL;
     FSDP_CALL(MpiChunkType(m, dt, len, count, &chunk));
-    int err = MPI_Allgather(in_place ? MPI_IN_PLACE : (const char *)send + off * k, (int)len, t,
-                            (char *)recv + off * k, 1, chunk, g->comm);
+    COLL_MPI_RUN(m, err, MPI_Allgather, MPI_Iallgather,
+                 in_place ? MPI_IN_PLACE : (const char *)send + off * k, (int)len, t,
+                 (char *)recv + off * k, 1, chunk, g->comm);
     MPI_Type_free(&chunk);
     COLL_CALL_MPI(FSDP_COLL_ALL_GATHER, g, "MPI_Allgather (chunked)", err);
   }
@@ -180,17 +248,19 @@ static int MpiReduceScatter(void *state, const FsdpGroup *g, void *send, void *r
   FsdpCollSplitScale(scale, &pre, &post);
   size_t k = FsdpDtypeSize(dt);
   CollScaleInplace(send, (size_t)g->size * count, dt, pre);
+  int err = MPI_SUCCESS;
   if (count <= m->max_count) {
-    COLL_CALL_MPI(FSDP_COLL_REDUCE_SCATTER, g, "MPI_Reduce_scatter_block",
-                  MPI_Reduce_scatter_block(send, recv, (int)count, MpiType(m, dt),
-                                           MpiSum(m, dt, 0), g->comm));
+    COLL_MPI_RUN(m, err, MPI_Reduce_scatter_block, MPI_Ireduce_scatter_block, send, recv,
+                 (int)count, MpiType(m, dt), MpiSum(m, dt, 0), g->comm);
+    COLL_CALL_MPI(FSDP_COLL_REDUCE_SCATTER, g, "MPI_Reduce_scatter_block", err);
   } else {
     for (size_t off = 0; off < count; off += m->max_count) {
       size_t len = count - off < m->max_count ? count - off : m->max_count;
       MPI_Datatype chunk = MPI_DATATYPE_NULL;
       FSDP_CALL(MpiChunkType(m, dt, len, count, &chunk));
-      int err = MPI_Reduce_scatter_block((char *)send + off * k, (char *)recv + off * k, 1,
-                                         chunk, MpiSum(m, dt, 1), g->comm);
+      COLL_MPI_RUN(m, err, MPI_Reduce_scatter_block, MPI_Ireduce_scatter_block,
+                   (char *)send + off * k, (char *)recv + off * k, 1, chunk, MpiSum(m, dt, 1),
+                   g->comm);
       MPI_Type_free(&chunk);
       COLL_CALL_MPI(FSDP_COLL_REDUCE_SCATTER, g, "MPI_Reduce_scatter_block (chunked)", err);
     }
@@ -199,6 +269,14 @@ static int MpiReduceScatter(void *state, const FsdpGroup *g, void *send, void *r
   return FSDP_SUCCESS;
 }
 
+/* [Note: all-reduce blocks] All-reduces keep the blocking MPI_Allreduce
+ * whatever FSDP_COMM_WAIT says.  Open MPI 4.1's MPI_Iallreduce (libnbc,
+ * whose default for an in-place sum on few ranks is, as we read its
+ * selection, a binomial reduce and broadcast rather than the blocking
+ * call's reduce-scatter + all-gather) measured slower, and splitting it
+ * ourselves into MPI_Ireduce_scatter_block + MPI_Iallgather chunks too
+ * (F = 1 at W = 2, where every gradient is all-reduced: 1320 and 1365 ms a
+ * step against 1205 ms blocking, bench/README.md "Communication threads"). */
 static int MpiAllReduce(void *state, const FsdpGroup *g, void *buf, size_t count,
                           FsdpDtype dt, float scale)
 {
@@ -207,7 +285,7 @@ static int MpiAllReduce(void *state, const FsdpGroup *g, void *buf, size_t count
   FsdpCollSplitScale(scale, &pre, &post);
   size_t k = FsdpDtypeSize(dt);
   CollScaleInplace(buf, count, dt, pre);
-  for (size_t off = 0; off < count; off += m->max_count) {
+  for (size_t off = 0; off < count; off += m->max_count) { /* [Note: all-reduce blocks] */
     size_t len = count - off < m->max_count ? count - off : m->max_count;
     COLL_CALL_MPI(FSDP_COLL_ALL_REDUCE, g, "MPI_Allreduce",
                   MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * k, (int)len, MpiType(m, dt),
@@ -241,6 +319,23 @@ static int CollMaxCountFromEnv(size_t *out)
   return FSDP_SUCCESS;
 }
 
+/* FSDP_COMM_WAIT: see [Note: waiting for a collective]. */
+static int CollWaitFromEnv(CollWait *out)
+{
+  *out = COLL_WAIT_DEFAULT;
+  const char *env = getenv("FSDP_COMM_WAIT");
+  if (!env || !env[0]) return FSDP_SUCCESS;
+  for (int i = 0; coll_wait_names[i]; i++)
+    if (strcmp(env, coll_wait_names[i]) == 0) {
+      *out = (CollWait)i;
+      return FSDP_SUCCESS;
+    }
+  FSDP_ERROR(FSDP_ERR_USAGE,
+             "environment variable FSDP_COMM_WAIT: '%s' is not block, yield or sleep (how the "
+             "communication thread waits for a collective; default %s)",
+             env, coll_wait_names[COLL_WAIT_DEFAULT]);
+}
+
 /* Frees what MpiCreate made; every object is freed even after a
  * failure, the first failure is returned. */
 static int MpiDestroy(void *state)
@@ -266,6 +361,7 @@ static int MpiSetup(CollMpi *m)
   FSDP_CALL_MPI(MPI_Op_create(mpi_sum_fp16, 1, &m->sum_fp16));
   FSDP_CALL_MPI(MPI_Op_create(mpi_sum_fp32, 1, &m->sum_fp32));
   FSDP_CALL(CollMaxCountFromEnv(&m->max_count));
+  FSDP_CALL(CollWaitFromEnv(&m->wait));
   return FSDP_SUCCESS;
 }
 

@@ -21,6 +21,10 @@
  * allocation happens after create, so the stream never touches the
  * (unlocked) tagged-memory counters from its thread.
  */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
 #include "comm/stream.h"
 
 #include <errno.h>
@@ -34,6 +38,10 @@
 #include <time.h>
 
 #include "base/error.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 typedef struct {
   FsdpStreamFn fn;
@@ -60,6 +68,7 @@ struct FsdpStream_ {
   int tag_unit;               /* identity of the next tasks (issuing thread) */
   int64_t tag_step;
   double wait_s;              /* time callers spent blocked */
+  atomic_int omp_threads;     /* [Note: one thread per stream]: the thread's team limit */
   FsdpStreamRecorder rec;
   void *rec_ctx;
 };
@@ -184,9 +193,34 @@ static _Noreturn void StreamEndJob(FsdpStream s, const StreamSlot *slot, int err
   FsdpErrorAbortJob(err);
 }
 
+/* [Note: one thread per stream] A stream's tasks run beside the compute
+ * thread's OpenMP teams, which already use every core of the rank: a task
+ * that opened its own team (the casts of dtype.c, the scaling of
+ * coll_mpi.c: `omp parallel for` above 64 Ki elements) would put up to
+ * OMP_NUM_THREADS more busy threads on those cores, each team member then
+ * waiting for the slowest one the OS preempted.  So the stream thread
+ * limits its own teams to one thread (nthreads-var is per thread: the
+ * compute thread's teams are untouched); every task runs single-threaded.
+ * The limit is read back into omp_threads for the test that checks it. */
+static void StreamLimitTeams(FsdpStream s)
+{
+#ifdef _OPENMP
+  omp_set_num_threads(1);
+  atomic_store(&s->omp_threads, omp_get_max_threads());
+#else
+  atomic_store(&s->omp_threads, 1);
+#endif
+}
+
+int FsdpStreamThreadTeamLimit(FsdpStream s)
+{
+  return s ? atomic_load(&s->omp_threads) : 0;
+}
+
 static void *StreamMain(void *p)
 {
   FsdpStream s = (FsdpStream)p;
+  StreamLimitTeams(s);
   pthread_mutex_lock(&s->mu);
   for (;;) {
     while (s->completed == s->issued && !s->stop) pthread_cond_wait(&s->work, &s->mu);

@@ -126,6 +126,11 @@ double FsdpStreamWaitSeconds(FsdpStream s);
  * task's argument copy.  NULL removes it.  Set it while the stream is idle. */
 int FsdpStreamSetRecorder(FsdpStream s, FsdpStreamRecorder rec, void *ctx);
 
+/* The OpenMP team size a task on s's thread gets (omp_get_max_threads()
+ * there; 1 by [Note: one thread per stream] in stream.c), or 0 before the
+ * thread has started.  For tests. */
+int FsdpStreamThreadTeamLimit(FsdpStream s);
+
 /* Monotonic wall clock in seconds. */
 double FsdpWallTime(void);
 

@@ -41,6 +41,7 @@ void FsdpSummaryRunMembers(FsdpJson j, const FsdpTrainOptions *o, const FsdpSumm
   FsdpJsonInt(j, "accum_comm", f->accum_comm);
   FsdpJsonString(j, "prefetch", FsdpPrefetchNames[f->prefetch]);
   FsdpJsonInt(j, "recompute", f->recompute);
+  FsdpJsonString(j, "attention", FsdpAttentionNames[f->attention]);
 }
 
 void FsdpSummaryUnit(FsdpJson j, const char *name, FlatParam fp)

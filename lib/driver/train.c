@@ -199,6 +199,8 @@ int FsdpTrainerCreate(MPI_Comm comm, const FsdpTrainOptions *o, FsdpTrainer *out
   /* before the table is registered: it gives the block stages their
    * recompute callback ([Note: activation recomputation], fsdp.h) */
   FSDP_CALL(FsdpModelSetRecompute(tr->model, o->fsdp.recompute));
+  /* [Note: flash attention]: before set-up, which sizes the buffers by it */
+  FSDP_CALL(FsdpModelSetAttention(tr->model, o->fsdp.attention));
   tr->desc = o->model;
   /* data first: a bad file is a usage error before any big allocation */
   const int V = (int)FsdpModelDescInt(&o->model, "vocab_size");

@@ -10,6 +10,11 @@
  *                          stream_bytes_per_s, adamw_bytes_per_s
  *   /compute/gemm_name     [ngemm] strings; gemm_N, gemm_C, gemm_OC int64;
  *                          gemm_flops_per_s float64
+ *   /compute/stage_batch   [nb] int: the micro-batches the model ran at
+ *   /compute/stage_forward_s, stage_backward_s   [nb * nstages] float64
+ *                          (the probe's model, one row per micro-batch;
+ *                          attributes stage_seq_len, stage_params on
+ *                          /compute; may be empty)
  *   /collectives/<level>   attributes size (ranks in the group), peers_intra,
  *                          peers_inter (rank 0's group: members on its node
  *                          and on other nodes)
@@ -63,10 +68,63 @@ static void FitLine(const FsdpProfileCurve *c, double *a, double *s)
   }
 }
 
+/* The smallest volume of the large-message regime: the points within 32x
+ * of the largest, at least the two largest. */
+static double LargeRegimeCut(const FsdpProfileCurve *c)
+{
+  double vmax = 0, second = 0;
+  for (int i = 0; i < c->n; i++) vmax = c->bytes[i] > vmax ? c->bytes[i] : vmax;
+  for (int i = 0; i < c->n; i++)
+    if (c->bytes[i] < vmax && c->bytes[i] > second) second = c->bytes[i];
+  double cut = vmax / 32.0;
+  return second > 0 && second < cut ? second : cut;
+}
+
+/* [Note: the large-message regime] A curve measured on a shaped or shared
+ * link is not one line: small messages ride a token bucket's burst (tc
+ * tbf), eager protocols or caches and come out many times faster per byte
+ * than the sustained rate, which is what a step's back-to-back unit
+ * gathers and reductions see.  A single fit weighted by 1/t^2 (equal
+ * relative error per point) let the many small points set the bandwidth:
+ * on the emulated 1 Gbit/s link it came out 24x the sustained 28 MB/s.  So
+ * the bandwidth is the slope of a plain least-squares line (absolute error:
+ * the largest messages weigh most) through the large-message regime alone
+ * (LargeRegimeCut; fsdp-probe measures up to the plan's largest unit, so
+ * the regime is the one the step's messages fall in), and the latency is
+ * what the small messages leave over that slope (t - v/b, weighted 1/t^2,
+ * at least 0: a burst makes it negative).  A curve whose large regime does
+ * not rise (all latency) is fitted as one line over every point, as
+ * before. */
 void FsdpProfileFit(FsdpProfileCurve *c)
 {
   double a = 0, s = 0;
-  FitLine(c, &a, &s);
+  double cut = LargeRegimeCut(c);
+  double n = 0, sv = 0, st = 0, svv = 0, svt = 0;
+  for (int i = 0; i < c->n; i++) {
+    if (c->bytes[i] < cut) continue;
+    double v = c->bytes[i], t = c->seconds[i];
+    n += 1;
+    sv += v;
+    st += t;
+    svv += v * v;
+    svt += v * t;
+  }
+  double det = n * svv - sv * sv;
+  double slope = n >= 2 && det > 1e-12 * n * svv ? (n * svt - sv * st) / det : 0.0;
+  if (!(slope > 0)) {
+    FitLine(c, &a, &s);
+  } else {
+    s = slope;
+    double sw = 0, sr = 0;
+    for (int i = 0; i < c->n; i++) {
+      double t = c->seconds[i];
+      if (c->bytes[i] >= cut || !(t > 0)) continue;
+      sw += 1.0 / (t * t);
+      sr += (t - c->bytes[i] * s) / (t * t);
+    }
+    a = sw > 0 ? sr / sw : (st - s * sv) / n;
+    if (a < 0) a = 0;
+  }
   c->latency_s = a;
   c->bandwidth = s > 0 ? 1.0 / s : 0.0;
 }
@@ -146,6 +204,22 @@ static int WriteFile(const FsdpProfile *p, const char *tmp)
   FSDP_HDF5_GOTO(WriteArray(g, "gemm_C", H5T_NATIVE_INT64, C, p->ngemm));
   FSDP_HDF5_GOTO(WriteArray(g, "gemm_OC", H5T_NATIVE_INT64, OC, p->ngemm));
   FSDP_HDF5_GOTO(WriteArray(g, "gemm_flops_per_s", H5T_NATIVE_DOUBLE, rate, p->ngemm));
+  FSDP_HDF5_GOTO(FsdpHdf5AttrWriteInt64(g, "stage_seq_len", p->stage_seq_len));
+  FSDP_HDF5_GOTO(FsdpHdf5AttrWriteInt64(g, "stage_params", p->stage_params));
+  FSDP_HDF5_GOTO(WriteArray(g, "stage_batch", H5T_NATIVE_INT, p->stage_batch, p->nstage_batches));
+  {
+    /* [nstage_batches * nstages], batch-major */
+    static double fw[FSDP_PROFILE_MAX_STAGE_BATCHES * FSDP_PROFILE_MAX_STAGES];
+    static double bw[FSDP_PROFILE_MAX_STAGE_BATCHES * FSDP_PROFILE_MAX_STAGES];
+    for (int b = 0; b < p->nstage_batches; b++)
+      for (int i = 0; i < p->nstages; i++) {
+        fw[b * p->nstages + i] = p->stage_fwd_s[b][i];
+        bw[b * p->nstages + i] = p->stage_bwd_s[b][i];
+      }
+    int n = p->nstage_batches * p->nstages;
+    FSDP_HDF5_GOTO(WriteArray(g, "stage_forward_s", H5T_NATIVE_DOUBLE, fw, n));
+    FSDP_HDF5_GOTO(WriteArray(g, "stage_backward_s", H5T_NATIVE_DOUBLE, bw, n));
+  }
   FsdpHdf5Close(&g);
 
   FSDP_HDF5_GOTO(g = H5Gcreate2(f, "collectives", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
@@ -317,6 +391,33 @@ int FsdpProfileRead(const char *path, FsdpProfile *p)
       p->gemm[i].C = C[i];
       p->gemm[i].OC = OC[i];
       p->gemm[i].flops_per_s = rate[i];
+    }
+    /* the stages measured (absent in files of before them: none) */
+    if (H5Lexists(g, "stage_forward_s", H5P_DEFAULT) > 0) {
+      static double fw[FSDP_PROFILE_MAX_STAGE_BATCHES * FSDP_PROFILE_MAX_STAGES];
+      static double bw[FSDP_PROFILE_MAX_STAGE_BATCHES * FSDP_PROFILE_MAX_STAGES];
+      const int max = FSDP_PROFILE_MAX_STAGE_BATCHES * FSDP_PROFILE_MAX_STAGES;
+      int64_t sl = 0;
+      int nf = 0, nb = 0, nsb = 0;
+      READ_OR_FAIL(FsdpHdf5AttrReadInt64(g, "stage_seq_len", &sl), "/compute stage_seq_len");
+      READ_OR_FAIL(FsdpHdf5AttrReadInt64(g, "stage_params", &p->stage_params),
+                   "/compute stage_params");
+      READ_OR_FAIL(ReadArray(g, "stage_batch", H5T_NATIVE_INT, p->stage_batch,
+                             FSDP_PROFILE_MAX_STAGE_BATCHES, &nsb), "/compute/stage_batch");
+      READ_OR_FAIL(ReadArray(g, "stage_forward_s", H5T_NATIVE_DOUBLE, fw, max, &nf),
+                   "/compute/stage_forward_s");
+      READ_OR_FAIL(ReadArray(g, "stage_backward_s", H5T_NATIVE_DOUBLE, bw, max, &nb),
+                   "/compute/stage_backward_s");
+      READ_OR_FAIL(nf == nb && (nsb == 0 ? nf == 0 : nf % nsb == 0 && nf / nsb <= FSDP_PROFILE_MAX_STAGES)
+                       ? 0 : -1, "/compute stage arrays of one length per micro-batch");
+      p->nstage_batches = nsb;
+      p->nstages = nsb > 0 ? nf / nsb : 0;
+      p->stage_seq_len = (int)sl;
+      for (int b = 0; b < nsb; b++)
+        for (int i = 0; i < p->nstages; i++) {
+          p->stage_fwd_s[b][i] = fw[b * p->nstages + i];
+          p->stage_bwd_s[b][i] = bw[b * p->nstages + i];
+        }
     }
   }
   FsdpHdf5Close(&g);

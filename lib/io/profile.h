@@ -15,7 +15,10 @@
  *     v the volume a rank receives ([Note: byte accounting] in coll.h), so
  *     the fit applies directly to the byte counters fsdp-plan computes;
  *   - the memory a rank can allocate (MemAvailable / ranks on the node on
- *     CPU).
+ *     CPU);
+ *   - the probe's model itself, each stage's forward and backward timed on
+ *     one rank (what the rates above leave out: LayerNorm, GELU, softmax,
+ *     the loss), for fsdp-plan's compute when it plans that model.
  * A level a job does not have (cross with one node, node with one rank
  * per node) has size 0 and no curve.
  * A profile may also be described instead of measured (fsdp-probe
@@ -32,6 +35,8 @@
 
 #define FSDP_PROFILE_MAX_SIZES 32
 #define FSDP_PROFILE_MAX_GEMMS 16
+#define FSDP_PROFILE_MAX_STAGES 256
+#define FSDP_PROFILE_MAX_STAGE_BATCHES 6
 #define FSDP_PROFILE_FORMAT_VERSION 1
 
 typedef enum {
@@ -72,6 +77,16 @@ typedef struct {
   double attention_flops_per_s; /* causal attention forward + backward */
   double stream_bytes_per_s;    /* residual add: 3 * 4 bytes per element */
   double adamw_bytes_per_s;     /* AdamW: 4 arrays read, 3 written, fp32 */
+  /* the probe's model run stage by stage on one rank (every rank at once)
+   * at each micro-batch stage_batch[b] (sequences of stage_seq_len): median
+   * seconds of each stage's forward and backward, slowest rank ([Note:
+   * stages measured] in fsdp-probe.c); nstages 0: not measured (a
+   * described profile, a model too large for one rank, an older file) */
+  int nstages, nstage_batches, stage_seq_len;
+  int stage_batch[FSDP_PROFILE_MAX_STAGE_BATCHES];
+  int64_t stage_params; /* the model's parameter count (with its name: which model) */
+  double stage_fwd_s[FSDP_PROFILE_MAX_STAGE_BATCHES][FSDP_PROFILE_MAX_STAGES];
+  double stage_bwd_s[FSDP_PROFILE_MAX_STAGE_BATCHES][FSDP_PROFILE_MAX_STAGES];
   /* collectives; level_size[l] == 0: not measured.  Rank 0's group of
    * each level, by where its members are: peers on rank 0's node and
    * elsewhere (what the level measures: node links, or the network) */
@@ -80,11 +95,14 @@ typedef struct {
   FsdpProfileCurve coll[FSDP_PROFILE_NLEVELS][FSDP_COLL_NKINDS];
 } FsdpProfile;
 
-/* Not collective.  Least-squares fit of c's points to t = a + v / b,
- * each point weighted by 1/t^2 (relative error: small messages count as
- * much as large ones).  A negative a or b (noise) refits the other term
- * alone (a = 0, or b = infinity).  Sets c->latency_s and c->bandwidth
- * (0 = infinite, latency-only). */
+/* Not collective.  Fits c's points to t = a + v / b: b from the
+ * large-message regime (the points within 32x of the largest, plain least
+ * squares), a from the smaller messages over that slope (weighted 1/t^2,
+ * at least 0) ([Note: the large-message regime] in profile.c).  A curve
+ * that does not rise is one least-squares line over all points weighted
+ * 1/t^2, a negative a or b (noise) refitting the other term alone (a = 0,
+ * or b = infinity).  Sets c->latency_s and c->bandwidth (0 = infinite,
+ * latency-only). */
 void FsdpProfileFit(FsdpProfileCurve *c);
 
 /* Not collective.  Predicted seconds of one call moving `bytes` (received

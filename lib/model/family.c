@@ -35,11 +35,11 @@ static int64_t GptParamCountDesc(const FsdpModelDesc *desc)
 
 /* What GptModelSetUp allocates: gpt.c's own count. */
 static uint64_t GptActivationBytesDesc(const FsdpModelDesc *desc, int wrap, int B, int T,
-                                       int recompute)
+                                       int recompute, FsdpAttention attention)
 {
   GptConfig c;
   if (GptConfigFromDesc(desc, "description", &c)) return 0;
-  return GptActivationBytes(&c, wrap, B, T, recompute);
+  return GptActivationBytes(&c, wrap, B, T, recompute, attention);
 }
 
 /* qkv, attention projection, fc, fc projection, head (in, out). */
@@ -81,6 +81,7 @@ static int GptSetBatchV(void *m, const int *in, const int *tg)
 static double GptLossV(void *m) { return GptModelLoss((GptModel)m); }
 static uint64_t GptModelActBytesV(void *m) { return GptModelActivationBytes((GptModel)m); }
 static int GptSetRecomputeV(void *m, int r) { return GptModelSetRecompute((GptModel)m, r); }
+static int GptSetAttentionV(void *m, FsdpAttention a) { return GptModelSetAttention((GptModel)m, a); }
 static int GptLogitsV(void *m, int b, int t, float *out)
 {
   return GptModelLogits((GptModel)m, b, t, out);
@@ -101,6 +102,7 @@ const FsdpModelFamily FsdpGptFamily = {
     .activation_bytes = GptActivationBytesDesc,
     .model_activation_bytes = GptModelActBytesV,
     .set_recompute = GptSetRecomputeV,
+    .set_attention = GptSetAttentionV,
     .matmul_shapes = GptMatmulShapes,
     .create = GptCreateDesc,
     .destroy = GptDestroyV,
@@ -236,6 +238,11 @@ int FsdpModelSetRecompute(FsdpModel m, int recompute)
 {
   return m->fam->set_recompute(m->impl, recompute);
 }
+int FsdpModelSetAttention(FsdpModel m, FsdpAttention attention)
+{
+  if (!m->fam->set_attention) return FSDP_SUCCESS;
+  return m->fam->set_attention(m->impl, attention);
+}
 uint64_t FsdpModelActivationBytes(FsdpModel m) { return m->fam->model_activation_bytes(m->impl); }
 
 int FsdpModelDescMatmulShapes(const FsdpModelDesc *desc, int64_t shape[][2], int max)
@@ -245,10 +252,10 @@ int FsdpModelDescMatmulShapes(const FsdpModelDesc *desc, int64_t shape[][2], int
 }
 
 uint64_t FsdpModelDescActivationBytes(const FsdpModelDesc *desc, int wrap, int B, int T,
-                                      int recompute)
+                                      int recompute, FsdpAttention attention)
 {
   const FsdpModelFamily *fam = FsdpModelFamilyFind(desc->family);
-  return fam ? fam->activation_bytes(desc, wrap, B, T, recompute) : 0;
+  return fam ? fam->activation_bytes(desc, wrap, B, T, recompute, attention) : 0;
 }
 int FsdpModelSetBatch(FsdpModel m, const int *inputs, const int *targets)
 {

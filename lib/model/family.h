@@ -32,13 +32,17 @@ typedef struct {
   /* Bytes of activations and backward scratch set_up allocates for B
    * sequences of T tokens, -wrap and -recompute (fsdp-plan's memory plan),
    * and what a model's set_up did allocate (the summary). */
-  uint64_t (*activation_bytes)(const FsdpModelDesc *desc, int wrap, int B, int T, int recompute);
+  uint64_t (*activation_bytes)(const FsdpModelDesc *desc, int wrap, int B, int T, int recompute,
+                               FsdpAttention attention);
   uint64_t (*model_activation_bytes)(void *model);
   /* Activation recomputation ([Note: activation recomputation] in
    * runtime/fsdp.h): before the table is registered and before set_up.
    * A family whose stages give no recompute callback keeps everything
    * (the runtime then has nothing to recompute). */
   int (*set_recompute)(void *model, int recompute);
+  /* -attention: which attention kernels the blocks call (FsdpAttention,
+   * kernels.h); before set_up.  NULL: the family has one kind. */
+  int (*set_attention)(void *model, FsdpAttention attention);
   /* The distinct matmul shapes of a forward, (in, out) channels with B*T
    * rows, at most max (fsdp-plan's bf16 scratch); returns the count. */
   int (*matmul_shapes)(const FsdpModelDesc *desc, int64_t shape[][2], int max);
@@ -83,10 +87,11 @@ int FsdpModelDestroy(FsdpModel *m);
 const FsdpModelTable *FsdpModelGetTable(FsdpModel m);
 int FsdpModelSetUp(FsdpModel m);
 int FsdpModelSetRecompute(FsdpModel m, int recompute);
+int FsdpModelSetAttention(FsdpModel m, FsdpAttention attention);
 uint64_t FsdpModelActivationBytes(FsdpModel m);
 /* The plan's count for a description (0 for an unknown family). */
 uint64_t FsdpModelDescActivationBytes(const FsdpModelDesc *desc, int wrap, int B, int T,
-                                      int recompute);
+                                      int recompute, FsdpAttention attention);
 int FsdpModelSetBatch(FsdpModel m, const int *inputs, const int *targets);
 double FsdpModelLoss(FsdpModel m);
 int FsdpModelLogits(FsdpModel m, int b, int t, float *out);

@@ -43,7 +43,7 @@ typedef struct {
   float *ln1, *ln1_mean, *ln1_rstd; /* (B,T,C) (B,T) (B,T) */
   float *qkv;                       /* (B,T,3C) */
   float *atty;                      /* (B,T,C) */
-  float *preatt, *att;              /* (B,NH,T,T) */
+  float *preatt, *att;              /* naive: (B,NH,T,T); flash: preatt is lse (B,NH,T), att NULL */
   float *res2;                      /* (B,T,C) x + attn */
   float *ln2, *ln2_mean, *ln2_rstd; /* (B,T,C) (B,T) (B,T) */
   float *fch, *fch_gelu;            /* (B,T,4C) */
@@ -83,11 +83,12 @@ struct GptModel_ {
   float *dln;      /* (B,T,C) */
   float *datty;    /* (B,T,C) */
   float *dqkv;     /* (B,T,3C) */
-  float *dpreatt, *datt; /* (B,NH,T,T) */
+  float *dpreatt, *datt; /* naive: (B,NH,T,T); flash: dpreatt (B,NH,T), datt NULL */
   float *dfch, *dfch_gelu; /* (B,T,4C) */
   float *dlogits;  /* (B,T,V), only without a fused classifier */
   /* [Note: GPT recomputation] */
   int recompute;   /* GptModelSetRecompute */
+  FsdpAttention attention; /* GptModelSetAttention; default (0) flash */
   BlockActs *ws;   /* working set: one unit's blocks, res3 excluded; NULL without */
   int nws;         /* its blocks: min(wrap, n_layer) */
   int ws_stage;    /* the stage whose activations the working set holds, -1 */
@@ -381,25 +382,44 @@ static int Alloc(GptModel m, float **p, size_t n)
  * its backward.  Recomputing also rewrites the unit's res3 buffers with
  * the same values: by then the blocks that read them as input have run
  * their backward.  Bytes: GptActivationBytes. */
-uint64_t GptActivationBytes(const GptConfig *c, int wrap, int B, int T, int recompute)
+uint64_t GptActivationBytes(const GptConfig *c, int wrap, int B, int T, int recompute,
+                            FsdpAttention attention)
 {
   uint64_t BT = (uint64_t)B * T, C = (uint64_t)c->n_embd, V = (uint64_t)c->vocab_size;
-  uint64_t att = (uint64_t)B * c->n_head * T * T, L = (uint64_t)c->n_layer;
+  uint64_t L = (uint64_t)c->n_layer;
+  /* attention's own buffers, per block and again as backward scratch:
+   * naive preatt and att (B,NH,T,T) each; flash the lse (B,NH,T) alone
+   * ([Note: flash attention] in kernels/cpu/attention.c) */
+  uint64_t att = attention == FSDP_ATTENTION_NAIVE ? 2 * (uint64_t)B * c->n_head * T * T
+                                                   : (uint64_t)B * c->n_head * T;
   /* a block: res3 (BT C) and the rest: ln1 qkv atty res2 ln2 fch fch_gelu
-   * (15 BT C), four (B,T) statistics, preatt and att */
-  uint64_t rest = 15 * BT * C + 4 * BT + 2 * att;
+   * (15 BT C), four (B,T) statistics, attention's */
+  uint64_t rest = 15 * BT * C + 4 * BT + att;
   uint64_t blocks = L * (BT * C + rest);
   if (recompute) blocks = L * BT * C + (uint64_t)(wrap < c->n_layer ? wrap : c->n_layer) * rest;
   /* shared: encoded lnf dres dln datty (5 BT C) dqkv (3) dfch dfch_gelu
-   * (4 + 4); lnf_mean lnf_rstd losses; logits; dpreatt datt.  probs and
-   * dlogits are not needed with the fused classifier, which both back-ends
-   * have ([Note: fused classifier] in kernels.h); a table without it (as
-   * fsdp-sample's) allocates 2 BT V more than this says. */
-  uint64_t shared = 16 * BT * C + 3 * BT + BT * V + 2 * att;
+   * (4 + 4); lnf_mean lnf_rstd losses; logits; attention's scratch
+   * (dpreatt datt, or flash's row sums).  probs and dlogits are not needed
+   * with the fused classifier, which both back-ends have ([Note: fused
+   * classifier] in kernels.h); a table without it (as fsdp-sample's)
+   * allocates 2 BT V more than this says. */
+  uint64_t shared = 16 * BT * C + 3 * BT + BT * V + att;
   return 4 * (blocks + shared);
 }
 
 uint64_t GptModelActivationBytes(GptModel m) { return m->act_bytes; }
+
+int GptModelSetAttention(GptModel m, FsdpAttention attention)
+{
+  if (m->acts) FSDP_ERROR(FSDP_ERR_STATE, "GptModelSetAttention after GptModelSetUp");
+  if (attention != FSDP_ATTENTION_FLASH && attention != FSDP_ATTENTION_NAIVE)
+    FSDP_ERROR(FSDP_ERR_USAGE, "attention kind %d is neither flash nor naive", (int)attention);
+  if (attention == FSDP_ATTENTION_FLASH && !m->k->flash_attention_forward)
+    FSDP_ERROR(FSDP_ERR_USAGE, "option -attention flash: the %s kernels have no flash attention",
+               m->k->name);
+  m->attention = attention;
+  return FSDP_SUCCESS;
+}
 
 int GptModelSetRecompute(GptModel m, int recompute)
 {
@@ -420,8 +440,12 @@ static int AllocBlockRest(GptModel m, BlockActs *a)
   FSDP_CALL(Alloc(m, &a->ln1_rstd, BT));
   FSDP_CALL(Alloc(m, &a->qkv, BT * 3 * C));
   FSDP_CALL(Alloc(m, &a->atty, BT * C));
-  FSDP_CALL(Alloc(m, &a->preatt, B * NH * T * T));
-  FSDP_CALL(Alloc(m, &a->att, B * NH * T * T));
+  if (m->attention == FSDP_ATTENTION_NAIVE) {
+    FSDP_CALL(Alloc(m, &a->preatt, B * NH * T * T));
+    FSDP_CALL(Alloc(m, &a->att, B * NH * T * T));
+  } else {
+    FSDP_CALL(Alloc(m, &a->preatt, B * NH * T)); /* lse */
+  }
   FSDP_CALL(Alloc(m, &a->res2, BT * C));
   FSDP_CALL(Alloc(m, &a->ln2, BT * C));
   FSDP_CALL(Alloc(m, &a->ln2_mean, BT));
@@ -465,8 +489,12 @@ int GptModelSetUp(GptModel m)
   FSDP_CALL(Alloc(m, &m->dln, BT * C));
   FSDP_CALL(Alloc(m, &m->datty, BT * C));
   FSDP_CALL(Alloc(m, &m->dqkv, BT * 3 * C));
-  FSDP_CALL(Alloc(m, &m->dpreatt, B * NH * T * T));
-  FSDP_CALL(Alloc(m, &m->datt, B * NH * T * T));
+  if (m->attention == FSDP_ATTENTION_NAIVE) {
+    FSDP_CALL(Alloc(m, &m->dpreatt, B * NH * T * T));
+    FSDP_CALL(Alloc(m, &m->datt, B * NH * T * T));
+  } else {
+    FSDP_CALL(Alloc(m, &m->dpreatt, B * NH * T)); /* flash backward's row sums */
+  }
   FSDP_CALL(Alloc(m, &m->dfch, BT * 4 * C));
   FSDP_CALL(Alloc(m, &m->dfch_gelu, BT * 4 * C));
   if (!m->k->crossentropy_fused) FSDP_CALL(Alloc(m, &m->dlogits, BT * V));
@@ -601,7 +629,10 @@ static void BlockForward(GptModel m, int l, float *const *p)
   size_t nC = (size_t)BT * C; /* [Note: 64-bit element counts] in kernels.h */
   k->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p[BLK_LN1W], p[BLK_LN1B], BT, C);
   k->matmul_forward(a->qkv, a->ln1, p[BLK_QKVW], p[BLK_QKVB], BT, C, 3 * C);
-  k->attention_forward(a->atty, a->preatt, a->att, a->qkv, B, T, C, NH);
+  if (m->attention == FSDP_ATTENTION_NAIVE)
+    k->attention_forward(a->atty, a->preatt, a->att, a->qkv, B, T, C, NH);
+  else
+    k->flash_attention_forward(a->atty, a->preatt, a->qkv, B, T, C, NH);
   /* attproj goes straight into res2, then x is added: saves a buffer */
   k->matmul_forward(a->res2, a->atty, p[BLK_ATTPROJW], p[BLK_ATTPROJB], BT, C, C);
   if (k->residual_layernorm_forward) { /* [Note: fused residual and LayerNorm] */
@@ -647,7 +678,11 @@ static int BlockBackward(GptModel m, int l, float *const *p, float *const *g)
   FSDP_CALL(k->zero(m->dln, nC * sizeof(float)));
   k->matmul_backward(m->datty, g[BLK_ATTPROJW], g[BLK_ATTPROJB], m->dres, a->atty,
                      p[BLK_ATTPROJW], BT, C, C);
-  k->attention_backward(m->dqkv, m->dpreatt, m->datt, m->datty, a->qkv, a->att, B, T, C, NH);
+  if (m->attention == FSDP_ATTENTION_NAIVE)
+    k->attention_backward(m->dqkv, m->dpreatt, m->datt, m->datty, a->qkv, a->att, B, T, C, NH);
+  else
+    k->flash_attention_backward(m->dqkv, m->dpreatt, m->datty, a->qkv, a->atty, a->preatt, B, T,
+                                C, NH);
   k->matmul_backward(m->dln, g[BLK_QKVW], g[BLK_QKVB], m->dqkv, a->ln1, p[BLK_QKVW], BT, C, 3 * C);
   k->layernorm_backward(m->dres, g[BLK_LN1W], g[BLK_LN1B], m->dln, x, p[BLK_LN1W], a->ln1_mean,
                         a->ln1_rstd, BT, C);

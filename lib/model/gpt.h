@@ -71,11 +71,19 @@ int GptModelSetUp(GptModel m);
  * without its recompute is FSDP_ERR_STATE). */
 int GptModelSetRecompute(GptModel m, int recompute);
 
+/* Not collective.  Which attention kernels the blocks call (-attention,
+ * [Note: flash attention] in kernels/cpu/attention.c): flash (the default)
+ * keeps a (B,NH,T) log-sum-exp per block, naive the (B,NH,T,T) scores and
+ * probabilities.  Before GptModelSetUp; a usage error when the kernel
+ * table has no flash attention. */
+int GptModelSetAttention(GptModel m, FsdpAttention attention);
+
 /* Bytes of activations and backward scratch GptModelSetUp allocates for
  * cfg, wrap, B sequences of T, with or without recomputation: a pure
  * function, for fsdp-plan.  GptModelActivationBytes: what SetUp did
  * allocate (counted at each allocation). */
-uint64_t GptActivationBytes(const GptConfig *cfg, int wrap, int B, int T, int recompute);
+uint64_t GptActivationBytes(const GptConfig *cfg, int wrap, int B, int T, int recompute,
+                            FsdpAttention attention);
 uint64_t GptModelActivationBytes(GptModel m);
 
 /* Set the micro-batch (B*T token ids each) the next forward/backward uses. */

@@ -44,7 +44,7 @@ static const char *const kBlockParamNames[BLK_NPARAMS] = {
 typedef struct {
   float *ln1, *rstd1;   /* (B,T,C) (B,T) */
   float *qkv;           /* (B,T,3C) after RoPE, kv heads repeated */
-  float *preatt, *att;  /* (B,NH,T,T) */
+  float *preatt, *att;  /* naive: (B,NH,T,T); flash: preatt is lse (B,NH,T), att NULL */
   float *atty;          /* (B,T,C) */
   float *res2;          /* (B,T,C) */
   float *ln2, *rstd2;   /* (B,T,C) (B,T) */
@@ -66,6 +66,7 @@ struct LlamaModel_ {
   int *inputs, *targets;
   BlockActs *acts;
   int recompute;  /* [Note: Llama recomputation] */
+  FsdpAttention attention; /* SetAttention; default (0) flash */
   float *encoded, *zero_pos, *dpos; /* (B,T,C) (T,C) (T,C): see EmbedForward */
   float *lnf, *rstdf, *logits, *probs, *losses, *losses_host;
   double loss;
@@ -403,11 +404,17 @@ typedef struct {
   size_t n;
 } Buf;
 
-static int ListBuffers(LlamaModel m, const LlamaConfig *c, int Bi, int Ti, Buf *out)
+static int ListBuffers(LlamaModel m, const LlamaConfig *c, int Bi, int Ti, FsdpAttention attn,
+                       Buf *out)
 {
   size_t B = (size_t)Bi, T = (size_t)Ti, C = (size_t)c->n_embd, NH = (size_t)c->n_head;
   size_t V = (size_t)c->vocab_size, H = (size_t)c->ffn_hidden, BT = B * T;
-  size_t KC = (size_t)c->n_kv_head * (C / NH), att = B * NH * T * T;
+  size_t KC = (size_t)c->n_kv_head * (C / NH);
+  /* naive: preatt and att (B,NH,T,T), and the same as backward scratch;
+   * flash ([Note: flash attention], kernels/cpu/attention.c): preatt is
+   * the lse (B,NH,T), dpreatt the row sums, att and datt empty (NULL) */
+  size_t pre = attn == FSDP_ATTENTION_NAIVE ? B * NH * T * T : B * NH * T;
+  size_t att = attn == FSDP_ATTENTION_NAIVE ? B * NH * T * T : 0;
   int n = 0;
 #define BUF(ptr, count) (out[n++] = (Buf){m ? (ptr) : NULL, (count)})
   for (int l = 0; l < c->n_layer; l++) {
@@ -415,7 +422,7 @@ static int ListBuffers(LlamaModel m, const LlamaConfig *c, int Bi, int Ti, Buf *
     BUF(&a->ln1, BT * C);
     BUF(&a->rstd1, BT);
     BUF(&a->qkv, 3 * BT * C);
-    BUF(&a->preatt, att);
+    BUF(&a->preatt, pre);
     BUF(&a->att, att);
     BUF(&a->atty, BT * C);
     BUF(&a->res2, BT * C);
@@ -443,7 +450,7 @@ static int ListBuffers(LlamaModel m, const LlamaConfig *c, int Bi, int Ti, Buf *
   BUF(&m->dln, BT * C);
   BUF(&m->datty, BT * C);
   BUF(&m->dqkv, 3 * BT * C);
-  BUF(&m->dpreatt, att);
+  BUF(&m->dpreatt, pre);
   BUF(&m->datt, att);
   BUF(&m->dqr, BT * C);
   BUF(&m->dkr, BT * KC);
@@ -470,13 +477,14 @@ static int ListBuffers(LlamaModel m, const LlamaConfig *c, int Bi, int Ti, Buf *
  * stage's recompute callback, UnitForward) right before its backward. */
 static int NumSlots(const LlamaConfig *c, int wrap) { return wrap < c->n_layer ? wrap : c->n_layer; }
 
-uint64_t LlamaActivationBytes(const LlamaConfig *c, int wrap, int B, int T, int recompute)
+uint64_t LlamaActivationBytes(const LlamaConfig *c, int wrap, int B, int T, int recompute,
+                              FsdpAttention attention)
 {
   /* per layer the same sizes: count one layer and the shared ones */
   LlamaConfig one = *c;
   one.n_layer = 1;
   Buf bufs[NLAYER_BUFS + NSHARED_BUFS];
-  int n = ListBuffers(NULL, &one, B, T, bufs);
+  int n = ListBuffers(NULL, &one, B, T, attention, bufs);
   uint64_t layer = 0, shared = 0, res3 = bufs[NLAYER_BUFS - 1].n;
   for (int i = 0; i < n; i++) *(i < NLAYER_BUFS ? &layer : &shared) += bufs[i].n;
   uint64_t L = (uint64_t)c->n_layer;
@@ -489,7 +497,7 @@ static int ForEachBuffer(LlamaModel m, int alloc)
   int nb = m->cfg.n_layer * NLAYER_BUFS + NSHARED_BUFS;
   Buf *bufs = malloc((size_t)nb * sizeof *bufs);
   FSDP_CHECK_ALLOC(bufs, (size_t)nb * sizeof *bufs);
-  int n = ListBuffers(m, &m->cfg, m->B, m->T, bufs), err = FSDP_SUCCESS;
+  int n = ListBuffers(m, &m->cfg, m->B, m->T, m->attention, bufs), err = FSDP_SUCCESS;
   int nlayer = m->cfg.n_layer * NLAYER_BUFS, slots = NumSlots(&m->cfg, m->wrap);
   for (int i = 0; i < n && !err; i++) {
     int l = i / NLAYER_BUFS, k = i % NLAYER_BUFS;
@@ -645,7 +653,10 @@ static void BlockForward(LlamaModel m, int l, float *const *p)
   k->rope_forward(m->qr, m->q, B, T, NH, HD, theta);
   k->rope_forward(m->kr, m->kk, B, T, KVH, HD, theta);
   k->gqa_pack_forward(a->qkv, m->qr, m->kr, m->v, B, T, NH, KVH, HD);
-  k->attention_forward(a->atty, a->preatt, a->att, a->qkv, B, T, C, NH);
+  if (m->attention == FSDP_ATTENTION_NAIVE)
+    k->attention_forward(a->atty, a->preatt, a->att, a->qkv, B, T, C, NH);
+  else
+    k->flash_attention_forward(a->atty, a->preatt, a->qkv, B, T, C, NH);
   k->matmul_forward(a->res2, a->atty, p[BLK_O], NULL, BT, C, C);
   k->residual_forward(a->res2, a->res2, x, nC);
   k->rmsnorm_forward(a->ln2, a->rstd2, a->res2, p[BLK_LN2], BT, C, eps);
@@ -688,7 +699,11 @@ static int BlockBackward(LlamaModel m, int l, float *const *p, float *const *g)
   FSDP_CALL(k->zero(m->dk, nK * sizeof(float)));
   FSDP_CALL(k->zero(m->dln, nC * sizeof(float)));
   k->matmul_backward(m->datty, g[BLK_O], NULL, m->dres, a->atty, p[BLK_O], BT, C, C);
-  k->attention_backward(m->dqkv, m->dpreatt, m->datt, m->datty, a->qkv, a->att, B, T, C, NH);
+  if (m->attention == FSDP_ATTENTION_NAIVE)
+    k->attention_backward(m->dqkv, m->dpreatt, m->datt, m->datty, a->qkv, a->att, B, T, C, NH);
+  else
+    k->flash_attention_backward(m->dqkv, m->dpreatt, m->datty, a->qkv, a->atty, a->preatt, B, T,
+                                C, NH);
   k->gqa_pack_backward(m->dqr, m->dkr, m->dv, m->dqkv, B, T, NH, KVH, HD);
   k->rope_backward(m->dq, m->dqr, B, T, NH, HD, theta);
   k->rope_backward(m->dk, m->dkr, B, T, KVH, HD, theta);
@@ -765,11 +780,13 @@ static int64_t ParamCount(const FsdpModelDesc *desc)
   return LlamaConfigFromDesc(desc, "description", &c) ? 0 : LlamaConfigParamCount(&c);
 }
 
-static uint64_t ActBytes(const FsdpModelDesc *desc, int wrap, int B, int T, int recompute)
+static uint64_t ActBytes(const FsdpModelDesc *desc, int wrap, int B, int T, int recompute,
+                         FsdpAttention attention)
 {
   LlamaConfig c;
-  return LlamaConfigFromDesc(desc, "description", &c) ? 0
-                                                      : LlamaActivationBytes(&c, wrap, B, T, recompute);
+  return LlamaConfigFromDesc(desc, "description", &c)
+             ? 0
+             : LlamaActivationBytes(&c, wrap, B, T, recompute, attention);
 }
 
 /* q and o projections, k and v, gate and up, down, head (in, out). */
@@ -786,7 +803,8 @@ static int MatmulShapes(const FsdpModelDesc *desc, int64_t shape[][2], int max)
 static uint64_t ModelActBytes(void *model)
 {
   LlamaModel m = (LlamaModel)model;
-  return m->acts ? LlamaActivationBytes(&m->cfg, m->wrap, m->B, m->T, m->recompute) : 0;
+  return m->acts ? LlamaActivationBytes(&m->cfg, m->wrap, m->B, m->T, m->recompute, m->attention)
+                 : 0;
 }
 
 static int SetRecompute(void *model, int recompute)
@@ -796,6 +814,23 @@ static int SetRecompute(void *model, int recompute)
   m->recompute = recompute != 0;
   for (int s = 1; s < m->nunits; s++) m->stages[s].recompute = m->recompute ? UnitRecompute : NULL;
   return FSDP_SUCCESS;
+}
+
+int LlamaModelSetAttention(LlamaModel m, FsdpAttention attention)
+{
+  if (m->acts) FSDP_ERROR(FSDP_ERR_STATE, "LlamaModelSetAttention after LlamaModelSetUp");
+  if (attention != FSDP_ATTENTION_FLASH && attention != FSDP_ATTENTION_NAIVE)
+    FSDP_ERROR(FSDP_ERR_USAGE, "attention kind %d is neither flash nor naive", (int)attention);
+  if (attention == FSDP_ATTENTION_FLASH && !m->k->flash_attention_forward)
+    FSDP_ERROR(FSDP_ERR_USAGE, "option -attention flash: the %s kernels have no flash attention",
+               m->k->name);
+  m->attention = attention;
+  return FSDP_SUCCESS;
+}
+
+static int SetAttention(void *model, FsdpAttention attention)
+{
+  return LlamaModelSetAttention((LlamaModel)model, attention);
 }
 
 static int Create(const FsdpModelDesc *desc, int wrap, int B, int T, const FsdpKernelOps *ops,
@@ -842,6 +877,7 @@ const FsdpModelFamily FsdpLlamaFamily = {
     .activation_bytes = ActBytes,
     .model_activation_bytes = ModelActBytes,
     .set_recompute = SetRecompute,
+    .set_attention = SetAttention,
     .matmul_shapes = MatmulShapes,
     .create = Create,
     .destroy = Destroy,

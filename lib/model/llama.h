@@ -83,7 +83,12 @@ int LlamaModelLogits(LlamaModel m, int b, int t, float *out);
 void LlamaModelSetLossScale(LlamaModel m, float scale);
 /* Bytes LlamaModelSetUp allocates for wrap, B, T, with or without
  * recomputation ([Note: Llama recomputation] in llama.c). */
-uint64_t LlamaActivationBytes(const LlamaConfig *cfg, int wrap, int B, int T, int recompute);
+uint64_t LlamaActivationBytes(const LlamaConfig *cfg, int wrap, int B, int T, int recompute,
+                              FsdpAttention attention);
+/* As GptModelSetAttention (gpt.h): -attention flash (default) or naive;
+ * before LlamaModelSetUp.  Grouped-query attention reaches either kernel
+ * through gqa_pack (the kv heads repeated into qkv). */
+int LlamaModelSetAttention(LlamaModel m, FsdpAttention attention);
 int LlamaParamDecays(const char *name, int decay_embeddings);
 
 #endif

@@ -12,6 +12,7 @@
 #include "comm/flight.h"
 
 const char *const FsdpUnitStateNames[FSDP_UNIT_NSTATES] = {"SHARDED", "GATHERING", "UNSHARDED"};
+const char *const FsdpAttentionNames[FSDP_NATTENTION + 1] = {"flash", "naive", NULL};
 const char *const FsdpPrefetchNames[FSDP_NPREFETCH + 1] = {"none", "backward", "both", NULL};
 const char *const FsdpTailNames[FSDP_NTAIL + 1] = {"none", "poll", "stream", NULL};
 
@@ -169,6 +170,14 @@ int FsdpRuntimeOptionsFromDb(FsdpOpts db, FsdpRuntimeOptions *o)
                             "and compute its forward again inside its backward (less activation "
                             "memory, one more forward per step)",
                             0, &o->recompute));
+  /* [Note: flash attention] (kernels/cpu/attention.c); names in
+   * FsdpAttention's order */
+  FSDP_CALL(FsdpOptsGetEnum(db, "FSDP", "attention",
+                            "attention kernels: flash (tiled, online softmax; keeps a (B,NH,T) "
+                            "log-sum-exp per layer) or naive (keeps the (B,NH,T,T) scores and "
+                            "probabilities per layer)",
+                            FsdpAttentionNames, 0, &idx));
+  o->attention = (FsdpAttention)idx;
   return FSDP_SUCCESS;
 }
 

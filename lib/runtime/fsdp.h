@@ -116,6 +116,8 @@ typedef enum { FSDP_PREFETCH_NONE, FSDP_PREFETCH_BACKWARD, FSDP_PREFETCH_BOTH, F
 /* Names as accepted by -prefetch and written in summaries, indexed by
  * FsdpPrefetch, NULL-terminated. */
 extern const char *const FsdpPrefetchNames[FSDP_NPREFETCH + 1];
+/* -attention's names, indexed by FsdpAttention (kernels.h), NULL-terminated. */
+extern const char *const FsdpAttentionNames[FSDP_NATTENTION + 1];
 
 typedef struct {
   int reshard_after_forward; /* -reshard_after_forward 0/1 (default 1) */
@@ -128,6 +130,7 @@ typedef struct {
   int grad_accum;            /* -grad_accum K micro-steps per optimizer step */
   int accum_comm;            /* -accum_comm 1: reduce every micro-step; 0: once */
   int recompute;             /* -recompute 1: stages recompute their forward in backward */
+  FsdpAttention attention;   /* -attention flash|naive: the model's attention kernels */
 } FsdpRuntimeOptions;
 
 /* Not collective.  Reads the options above (group "FSDP"). */
