@@ -379,11 +379,12 @@ static int PredictFromProfile(const PlanOptions *po, const FsdpProfile *p, const
   int K = po->t.fsdp.grad_accum > 0 ? po->t.fsdp.grad_accum : 1;
   double *unit_s = calloc((size_t)nu, sizeof *unit_s), *gather_s = calloc((size_t)nu, sizeof *gather_s);
   double *reduce_s = calloc((size_t)nu, sizeof *reduce_s);
+  double *optim_unit_s = calloc((size_t)nu, sizeof *optim_unit_s);
   double *fwd_s = calloc((size_t)nstages + 1, sizeof *fwd_s), *bwd_s = calloc((size_t)nstages + 1, sizeof *bwd_s);
   int *nst = calloc((size_t)nu, sizeof *nst), *last = calloc((size_t)nu, sizeof *last);
   int *is_root = calloc((size_t)nu, sizeof *is_root);
   int err = FSDP_SUCCESS;
-  if (!unit_s || !gather_s || !reduce_s || !fwd_s || !bwd_s || !nst || !last || !is_root) {
+  if (!unit_s || !gather_s || !reduce_s || !optim_unit_s || !fwd_s || !bwd_s || !nst || !last || !is_root) {
     err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_MEM, "out of memory predicting a step");
     goto done;
   }
@@ -417,6 +418,7 @@ static int PredictFromProfile(const PlanOptions *po, const FsdpProfile *p, const
     out->gemm_s += gemm;
     is_root[i] = u[i].is_root;
     int64_t P = FlatParamPaddedNumel(u[i].fp), S = FlatParamShardNumel(u[i].fp);
+    if (p->adamw_bytes_per_s > 0) optim_unit_s[i] = 28.0 * (double)S / p->adamw_bytes_per_s;
     if (po->F > 1) {
       gather_s[i] = CallSeconds(p, FSDP_COLL_ALL_GATHER, shard, P, po->param_dt);
       reduce_s[i] = CallSeconds(p, FSDP_COLL_REDUCE_SCATTER, shard, P, po->reduce_dt) +
@@ -501,7 +503,15 @@ static int PredictFromProfile(const PlanOptions *po, const FsdpProfile *p, const
                        : out->gemm_s + out->attention_s + out->memory_s + out->optimizer_s +
                              out->recompute_s;
   FsdpStepTimeInput in = {&po->t.fsdp, po->F, po->R, nu, nstages, is_root, stage_unit, fwd_s,
-                          bwd_s, gather_s, reduce_s, out->optimizer_s, gather_slots, grad_slots};
+                          bwd_s, gather_s, reduce_s, out->optimizer_s, gather_slots, grad_slots,
+                          0, 0, NULL};
+  /* [Note: the gradient tail] (runtime/optim.c): AdamW per unit as the
+   * reductions land when nothing gates it, in the unit's share of the
+   * optimizer (its shard's elements) */
+  in.tail = po->t.optim_overlap;
+  in.tail_early = !(po->t.optim.grad_clip > 0) && po->t.fsdp.param_dtype != FSDP_DTYPE_FP16 &&
+                  po->t.fsdp.reduce_dtype != FSDP_DTYPE_FP16 && !po->t.device_cuda;
+  in.optim_unit_s = optim_unit_s;
   int max_ev = want_events ? 8 * K * (nstages + nu) + 8 : 0;
   if (max_ev) {
     out->events = calloc((size_t)max_ev, sizeof *out->events);
@@ -512,6 +522,7 @@ done:
   free(unit_s);
   free(gather_s);
   free(reduce_s);
+  free(optim_unit_s);
   free(fwd_s);
   free(bwd_s);
   free(nst);

@@ -50,7 +50,7 @@ static void Run(FsdpPrefetch pf, int raf, int L, int K, int accum_comm, int gath
   o.accum_comm = accum_comm;
   o.param_dtype = o.reduce_dtype = FSDP_DTYPE_FP32;
   FsdpStepTimeInput in = {&o,    2,       1,      3,      4,   kIsRoot, kStageUnit, kFwd,
-                          kBwd,  kGather, kReduce, 0.1, gather_slots, 2};
+                          kBwd,  kGather, kReduce, 0.1, gather_slots, 2, 0, 0, NULL};
   TCALL(FsdpStepTimeSimulate(&in, r, ev, maxev, nev));
 }
 
@@ -170,10 +170,34 @@ int main(int argc, char **argv)
     o.accum_comm = 1;
     o.param_dtype = o.reduce_dtype = FSDP_DTYPE_FP32;
     FsdpStepTimeInput in = {&o,  2,      1,      4,   5, is_root, stage_unit, fwd,
-                            bwd, gather, reduce, 0.0, 1, 2};
+                            bwd, gather, reduce, 0.0, 1, 2, 0, 0, NULL};
     TCALL(FsdpStepTimeSimulate(&in, &r, NULL, 0, &n));
     CHECK(Near(r.step_s, 27.0) && Near(r.exposed_s, 4.0) && Near(r.compute_s, 23.0),
           "gradient ring: step %g exposed %g compute %g", r.step_s, r.exposed_s, r.compute_s);
+    /* [Note: the gradient tail] the same step with an optimizer of 0.1 s
+     * per unit.  Unfused, or gated by clipping: after the last reduction
+     * (27 + 0.4).  poll: h.2's share runs after stage 1 (it landed at 12),
+     * delaying the root's backward and reduction by 0.1; h.1's and h.0's
+     * run after it while the root's reduction is in flight (ends 27.1),
+     * the root's share after that: 27.2.  stream: each share runs behind
+     * its reduction on the stream, which is idle before the root's
+     * reduction (issued at 24): only the root's share is exposed, 27.1. */
+    static const double share[4] = {0.1, 0.1, 0.1, 0.1};
+    static const struct {
+      int tail, early;
+      double step;
+    } tc[] = {{FSDP_TAIL_NONE, 1, 27.4}, {FSDP_TAIL_POLL, 0, 27.4}, {FSDP_TAIL_POLL, 1, 27.2},
+              {FSDP_TAIL_STREAM, 1, 27.1}, {FSDP_TAIL_STREAM, 0, 27.4}};
+    for (size_t i = 0; i < sizeof tc / sizeof tc[0]; i++) {
+      in.optimizer_s = 0.4;
+      in.tail = tc[i].tail;
+      in.tail_early = tc[i].early;
+      in.optim_unit_s = share;
+      TCALL(FsdpStepTimeSimulate(&in, &r, NULL, 0, &n));
+      CHECK(Near(r.step_s, tc[i].step) && Near(r.compute_s, 23.4),
+            "gradient tail %s early %d: step %g (want %g), compute %g (want 23.4)",
+            FsdpTailNames[tc[i].tail], tc[i].early, r.step_s, tc[i].step, r.compute_s);
+    }
   }
 
   int st = test_finish("test_steptime");

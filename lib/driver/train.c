@@ -115,6 +115,14 @@ int FsdpTrainOptionsFromDb(FsdpOpts db, FsdpTrainOptions *o)
   FSDP_CALL(FsdpOptsGetInt(db, "FSDP", "scaler_growth_interval",
                            "steps without overflow before the loss scale doubles", 200, 1,
                            INT64_MAX / 4, &o->scaler_growth_interval));
+  FSDP_CALL(FsdpOptsGetEnum(db, "Optimizer", "optim_overlap",
+                            "per-unit optimizer under the gradient tail: as each unit's gradient "
+                            "reduction lands, its sum of squares, overflow check and (with "
+                            "-grad_clip 0 and no fp16 scaler) its AdamW run while the other "
+                            "reductions are in flight, on the compute thread between backward "
+                            "stages (poll) or as a task on the reduce stream (stream); none: all "
+                            "after the last reduction.  Results are bit-identical (CPU only)",
+                            FsdpTailNames, FSDP_TAIL_POLL, &o->optim_overlap));
   FSDP_CALL(FsdpCkptOptionsFromDb(db, &o->ckpt));
   FSDP_CALL(FsdpMetricsOptionsFromDb(db, &o->metrics));
   FSDP_CALL(FsdpPreemptOptionsFromDb(db, &o->preempt));
@@ -243,6 +251,11 @@ int FsdpTrainerCreate(MPI_Comm comm, const FsdpTrainOptions *o, FsdpTrainer *out
   FSDP_CALL(FsdpRuntimeSetTrace(tr->rt, tr->trace));
   tr->scaler_on = o->fsdp.param_dtype == FSDP_DTYPE_FP16 || o->fsdp.reduce_dtype == FSDP_DTYPE_FP16;
   tr->scale = tr->scaler_on ? o->loss_scale : 1.0;
+  /* [Note: the gradient tail] (runtime/optim.c); on a GPU the hook's
+   * kernels would need the reductions' device events: not done there */
+  if (o->optim_overlap && FsdpDeviceGetKind() == FSDP_DEVICE_CPU)
+    FSDP_CALL(FsdpRuntimeSetGradReady(tr->rt, FsdpOptimUnitLanded, tr->optim,
+                                      (FsdpTailWhere)o->optim_overlap));
   /* resume: shards, moments and position from a checkpoint written at any
    * (W, F); validated before anything is modified */
   char path[4096];
@@ -334,6 +347,9 @@ int FsdpTrainerStep(FsdpTrainer tr, double *loss)
                                tr->rank, tr->W, tr->inputs, tr->targets));
     FSDP_CALL(FsdpModelSetBatch(tr->model, tr->inputs, tr->targets));
     FsdpModelSetLossScale(tr->model, (float)(tr->scale / K));
+    /* [Note: the gradient tail] the last micro-step's reductions are final */
+    if (m == K - 1 && tr->o.optim_overlap && FsdpDeviceGetKind() == FSDP_DEVICE_CPU)
+      FSDP_CALL(FsdpOptimBeginTail(tr->optim, tr->step, tr->scaler_on));
     FSDP_CALL(FsdpRuntimeForwardBackward(tr->rt, FsdpModelGetTable(tr->model)->ctx, m, K));
     l += FsdpModelLoss(tr->model) / K;
   }

@@ -37,6 +37,7 @@ typedef struct {
   double coll_timeout;        /* -coll_timeout S: hang watchdog (0 = off; comm/flight.h) */
   double loss_scale;          /* -loss_scale: initial fp16 loss scale */
   int64_t scaler_growth_interval; /* -scaler_growth_interval: good steps before doubling */
+  int optim_overlap;          /* -optim_overlap (FsdpTailWhere): [Note: the gradient tail] (runtime/optim.c) */
   FsdpCkptOptions ckpt;       /* -checkpoint_dir -checkpoint_every -checkpoint_keep -resume */
   const char *metrics;        /* -metrics FILE: HDF5 run file */
   FsdpPreemptOptions preempt; /* -preempt_signals ([Note: preemption]) */

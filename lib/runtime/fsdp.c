@@ -14,6 +14,7 @@
 const char *const FsdpUnitStateNames[FSDP_UNIT_NSTATES] = {"SHARDED", "GATHERING", "UNSHARDED"};
 const char *const FsdpAttentionNames[FSDP_NATTENTION + 1] = {"flash", "naive", NULL};
 const char *const FsdpPrefetchNames[FSDP_NPREFETCH + 1] = {"none", "backward", "both", NULL};
+const char *const FsdpTailNames[FSDP_NTAIL + 1] = {"none", "poll", "stream", NULL};
 
 #define MAX_STAGES 4096
 #define GRAD_SLOTS 2
@@ -47,6 +48,7 @@ typedef struct {
   GradSlot *gslot;           /* gradient slot in use, NULL none */
   FsdpUnitState state;
   FsdpEvent gather_ev;
+  FsdpEvent reduce_ev;       /* the last task of its final reduction ([Note: the gradient tail]) */
   int first_fwd_stage, last_fwd_stage;
   float **param_views, **grad_views;
 } Unit;
@@ -99,6 +101,14 @@ struct FsdpRuntime_ {
   uint64_t live_params, live_grads, peak_params, peak_grads;
   uint64_t grad_buffer_bytes; /* everything allocated under FSDP_MEM_REDUCE */
   FsdpPhase phase;
+  /* [Note: the gradient tail] units whose final reduction is issued, in
+   * issue order (= completion order: one FIFO stream); [tail_head, tail_n)
+   * not yet handed to the hook */
+  FsdpGradReadyFn ready_fn;
+  void *ready_ctx;
+  FsdpTailWhere ready_where;
+  int *tail_q;
+  int tail_head, tail_n;
 };
 
 int FsdpRuntimeOptionsFromDb(FsdpOpts db, FsdpRuntimeOptions *o)
@@ -232,6 +242,7 @@ int FsdpRuntimeDestroy(FsdpRuntime *prt)
   free(rt->rslots);
   free(rt->units);
   free(rt->order);
+  free(rt->tail_q);
   free(rt);
   *prt = NULL;
   return err;
@@ -474,6 +485,8 @@ int FsdpRuntimeSetUp(FsdpRuntime rt)
     }
   }
   rt->order = calloc((size_t)rt->nunits + 1, sizeof *rt->order);
+  rt->tail_q = calloc((size_t)rt->nunits + 1, sizeof *rt->tail_q);
+  FSDP_CHECK_ALLOC(rt->tail_q, sizeof *rt->tail_q);
   FSDP_CHECK_ALLOC(rt->order, sizeof *rt->order);
   for (int s = 0; s < rt->nstages; s++) /* the forward order: fixed by the table */
     if (rt->units[rt->stages[s].unit].first_fwd_stage == s) rt->order[rt->norder++] = rt->stages[s].unit;
@@ -796,6 +809,84 @@ static int UnitAcquireGrad(FsdpRuntime rt, int u, int micro)
   return SetViews(x);
 }
 
+/* [Note: the gradient tail] (optim.c) The runtime's part: after the last
+ * micro-step's final reduction of a unit is issued, its last event is
+ * queued; the compute thread hands each queued unit whose event completed
+ * to the grad-ready hook -- without blocking after every backward stage
+ * (the hook's work then overlaps the remaining backward and the
+ * reductions in flight), and in FsdpRuntimeFinishGradients waiting for
+ * each in turn (those waits are the "wait gradients" of the trace, one per
+ * unit, shortened by the hook's work done between them).  The hook runs on
+ * the compute thread, never beside a collective of its own (it uses no
+ * communicator), and a landed unit's gradient shard, parameter shard and
+ * moments are touched by nothing else until the next step: the unit's
+ * stream work for this step ended with that event, and it is not gathered
+ * again in this step's backward.  CPU only: on a GPU the driver installs
+ * no hook. */
+typedef struct {
+  FsdpRuntime rt;
+  int unit;
+} TailTask;
+
+/* FSDP_TAIL_STREAM: the hook on the reduce stream's thread; its writes
+ * reach the compute thread through the stream's event (a mutex). */
+static int TailTaskRun(void *arg)
+{
+  TailTask *t = arg;
+  int updated = 0;
+  return t->rt->ready_fn(t->rt->ready_ctx, t->unit, &updated);
+}
+
+static int TailQueue(FsdpRuntime rt, int u, FsdpEvent ev)
+{
+  if (!rt->ready_fn) return FSDP_SUCCESS;
+  if (rt->ready_where == FSDP_TAIL_STREAM) {
+    TailTask t = {rt, u};
+    TagTasks(rt, rt->stream, u);
+    return FsdpStreamEnqueue(rt->stream, "optim_tail", TailTaskRun, &t, sizeof t, NULL);
+  }
+  rt->units[u].reduce_ev = ev;
+  rt->tail_q[rt->tail_n++] = u;
+  return FSDP_SUCCESS;
+}
+
+/* Hand landed units to the hook; block: wait for every queued one. */
+static int TailPoll(FsdpRuntime rt, int block)
+{
+  while (rt->tail_head < rt->tail_n) {
+    int u = rt->tail_q[rt->tail_head];
+    Unit *x = &rt->units[u];
+    int done = 1;
+    FSDP_CALL(FsdpEventQuery(x->reduce_ev, &done));
+    if (!done && !block) break;
+    int err = TimedWait(rt, x->reduce_ev, "wait gradients", x->index);
+    if (err) FSDP_ERROR(err, "the gradient reduction of unit %d (%s) failed", u, x->name);
+    rt->tail_head++;
+    double b = rt->trace ? FsdpTraceNow(rt->trace) : 0.0;
+    int updated = 0;
+    FSDP_CALL(rt->ready_fn(rt->ready_ctx, u, &updated));
+    if (FsdpTraceEnabled(rt->trace)) {
+      char name[96];
+      snprintf(name, sizeof name, "%s %s", updated ? "adamw" : "grad check", x->name);
+      FsdpTraceCompute(rt->trace, name, "optim_tail", rt->step, x->index, b, FsdpTraceNow(rt->trace));
+    }
+  }
+  return FSDP_SUCCESS;
+}
+
+int FsdpRuntimeSetGradReady(FsdpRuntime rt, FsdpGradReadyFn fn, void *ctx, FsdpTailWhere where)
+{
+  if (rt->tail_head < rt->tail_n)
+    FSDP_ERROR(FSDP_ERR_STATE, "FsdpRuntimeSetGradReady inside a step (%d units not handed over)",
+               rt->tail_n - rt->tail_head);
+  if (where == FSDP_TAIL_NONE) fn = NULL;
+  rt->ready_where = where;
+  rt->ready_fn = fn;
+  rt->ready_ctx = ctx;
+  rt->tail_head = rt->tail_n = 0;
+  return FSDP_SUCCESS;
+}
+
 /* After the unit's last backward stage: reduce its gradient into the
  * gradient shard (reduce-scatter over the sharding group, all-reduce over
  * the replica group, both means over the world: scale 1/W once), all on
@@ -824,6 +915,7 @@ static int UnitReduceGrad(FsdpRuntime rt, int u, int micro, int nmicro)
       NoteIssue(rt, ev, FSDP_COLL_ALL_REDUCE, u, 2 * (uint64_t)(rt->R - 1) * PK / (uint64_t)rt->R);
     }
     x->full_grad = NULL;
+    if (last) FSDP_CALL(TailQueue(rt, u, ev));
     return SetViews(x);
   }
   GradSlot *s = x->gslot;
@@ -874,6 +966,7 @@ static int UnitReduceGrad(FsdpRuntime rt, int u, int micro, int nmicro)
   x->gslot = NULL;
   TrackLive(&rt->live_grads, &rt->peak_grads, -x->P * (int64_t)sizeof(float));
   x->full_grad = NULL;
+  if (last) FSDP_CALL(TailQueue(rt, u, ev));
   return SetViews(x);
 }
 
@@ -953,6 +1046,7 @@ int FsdpRuntimeForwardBackward(FsdpRuntime rt, void *model, int micro, int nmicr
   int raf = rt->opt.reshard_after_forward;
   int fwd_prefetch = rt->opt.prefetch == FSDP_PREFETCH_BOTH;
   int bwd_prefetch = rt->opt.prefetch != FSDP_PREFETCH_NONE;
+  if (micro == 0) rt->tail_head = rt->tail_n = 0; /* [Note: the gradient tail] */
   /* forward: stages in order */
   rt->phase = FSDP_PHASE_FORWARD;
   FsdpFlightSetPhase(rt->phase);
@@ -982,6 +1076,7 @@ int FsdpRuntimeForwardBackward(FsdpRuntime rt, void *model, int micro, int nmicr
       FSDP_CALL(UnitReduceGrad(rt, u, micro, nmicro));
       FSDP_CALL(UnitReshard(rt, u));
     }
+    FSDP_CALL(TailPoll(rt, 0)); /* [Note: the gradient tail] what landed meanwhile */
   }
   return FSDP_SUCCESS;
 }
@@ -1029,6 +1124,11 @@ int FsdpRuntimeDrainStreams(FsdpRuntime rt)
 
 int FsdpRuntimeFinishGradients(FsdpRuntime rt)
 {
+  if (rt->setup) {
+    int terr = TailPoll(rt, 1); /* [Note: the gradient tail] */
+    rt->tail_head = rt->tail_n = 0;
+    FSDP_CALL(terr);
+  }
   double b = rt->trace ? FsdpTraceNow(rt->trace) : 0.0;
   int err = FsdpRuntimeDrainStreams(rt);
   if (rt->trace) FsdpTraceWait(rt->trace, "wait gradients", rt->step, -1, b, FsdpTraceNow(rt->trace));

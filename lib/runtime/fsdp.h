@@ -201,6 +201,29 @@ int FsdpRuntimeFinishGradients(FsdpRuntime rt);
  * same stream collectives, so the wait always ends. */
 int FsdpRuntimeDrainStreams(FsdpRuntime rt);
 
+/* [Note: the gradient tail] (fsdp.c, optim.c) A hook called on the
+ * compute thread once per optimizer step for each unit, as soon as the
+ * last micro-step's reduction of its gradient has landed in the gradient
+ * shard (between backward stages, or inside FsdpRuntimeFinishGradients,
+ * which returns after every unit was handed over).  It may read the
+ * unit's gradient shard and write its parameter shard (nothing else uses
+ * them until the next step); it must not communicate.  *updated = 1: it
+ * updated the parameters (the trace names the span "adamw UNIT", else
+ * "grad check UNIT", category optim_tail).  A non-zero return fails the
+ * step. */
+typedef int (*FsdpGradReadyFn)(void *ctx, int unit, int *updated);
+/* Where the hook runs: FSDP_TAIL_POLL on the compute thread, which polls
+ * the landed reductions between backward stages and waits for the rest in
+ * FsdpRuntimeFinishGradients; FSDP_TAIL_STREAM as a task ("optim_tail") on
+ * the reduce stream right after the unit's reduction, in FIFO order with
+ * the reductions (the next unit's reduction starts after it). */
+typedef enum { FSDP_TAIL_NONE, FSDP_TAIL_POLL, FSDP_TAIL_STREAM, FSDP_NTAIL } FsdpTailWhere;
+/* -optim_overlap's names, indexed by FsdpTailWhere, NULL-terminated. */
+extern const char *const FsdpTailNames[FSDP_NTAIL + 1];
+/* Not collective.  Install (fn NULL or FSDP_TAIL_NONE: remove) the hook;
+ * between steps. */
+int FsdpRuntimeSetGradReady(FsdpRuntime rt, FsdpGradReadyFn fn, void *ctx, FsdpTailWhere where);
+
 /* Zero the gradient shards (start of an optimizer step). */
 int FsdpRuntimeZeroGradShards(FsdpRuntime rt);
 

@@ -24,6 +24,15 @@ struct FsdpOptim_ {
   int64_t t; /* AdamW steps taken (bias correction) */
   double grad_scale; /* gradients in the shards are this times the true ones */
   uint64_t state_bytes;
+  /* [Note: the gradient tail] per-unit work done as reductions land */
+  int tail;           /* FsdpOptimBeginTail armed this step */
+  int tail_early;     /* AdamW may run per unit before the last lands */
+  int tail_scaler;    /* check each landed unit for inf/NaN */
+  int64_t tail_step;  /* the step being prepared */
+  double *sumsq;      /* [nunits] sum of squares of the landed gradient shard */
+  int *nonfinite;     /* [nunits] 1: an inf or NaN in it (gradient scaler) */
+  char *landed, *updated; /* [nunits] */
+  int nlanded;
 };
 
 int FsdpOptimOptionsFromDb(FsdpOpts db, FsdpOptimOptions *o)
@@ -64,6 +73,14 @@ int FsdpOptimCreate(FsdpRuntime rt, const FsdpKernelOps *k, const FsdpOptimOptio
   opt->v = calloc((size_t)opt->nunits, sizeof(float *));
   FSDP_CHECK_ALLOC(opt->m, sizeof(float *));
   FSDP_CHECK_ALLOC(opt->v, sizeof(float *));
+  opt->sumsq = calloc((size_t)opt->nunits + 1, sizeof *opt->sumsq);
+  opt->nonfinite = calloc((size_t)opt->nunits + 1, sizeof *opt->nonfinite);
+  opt->landed = calloc((size_t)opt->nunits + 1, 1);
+  opt->updated = calloc((size_t)opt->nunits + 1, 1);
+  if (!opt->sumsq || !opt->nonfinite || !opt->landed || !opt->updated) {
+    FsdpOptimDestroy(&opt);
+    FSDP_ERROR(FSDP_ERR_MEM, "out of memory for the optimizer's per-unit state (%d units)", opt->nunits);
+  }
   opt->gshard = calloc((size_t)opt->nunits + 1, sizeof(float *));
   opt->gnumel = calloc((size_t)opt->nunits + 1, sizeof(size_t));
   FSDP_CHECK_ALLOC(opt->gshard, sizeof(float *));
@@ -88,6 +105,10 @@ int FsdpOptimDestroy(FsdpOptim *popt)
   }
   free(opt->m);
   free(opt->v);
+  free(opt->sumsq);
+  free(opt->nonfinite);
+  free(opt->landed);
+  free(opt->updated);
   free(opt->gshard);
   free(opt->gnumel);
   free(opt);
@@ -130,6 +151,27 @@ static const float *const *GradShards(FsdpOptim opt)
   return opt->gshard;
 }
 
+/* Sum of squares of unit u's gradient shard, through the same device call
+ * as the whole norm ([Note: one readback per step]): that call adds the
+ * per-buffer sums in buffer order from 0, so adding these per-unit sums
+ * in unit order gives the same double ([Note: the gradient tail]). */
+static int UnitSumSquares(FsdpOptim opt, int u, double *sq)
+{
+  const float *x = FsdpRuntimeUnitGradShard(opt->rt, u);
+  size_t n = (size_t)FlatParamShardNumel(FsdpRuntimeUnitFlatParam(opt->rt, u));
+  return FsdpDeviceSumSquaresMany(&x, &n, 1, sq);
+}
+
+/* The local squared norm summed over the sharding group. */
+static int ReduceNorm(FsdpOptim opt, double sq, double *norm)
+{
+  /* [Note: gradient norm over the sharding group] */
+  FSDP_CALL(FsdpCollScalarSum(FsdpRuntimeColl(opt->rt), FsdpTopoShard(FsdpRuntimeTopo(opt->rt)),
+                              &sq, 1));
+  *norm = sqrt(sq) / opt->grad_scale;
+  return FSDP_SUCCESS;
+}
+
 int FsdpOptimGradNorm(FsdpOptim opt, double *norm)
 {
   /* reductions still in flight write the shards and use the sharding comm */
@@ -140,55 +182,137 @@ int FsdpOptimGradNorm(FsdpOptim opt, double *norm)
   double sq = 0.0;
   FSDP_CALL(FsdpDeviceSumSquaresMany(GradShards(opt), opt->gnumel, opt->nunits, &sq));
   FSDP_CALL(OptimDeviceCheck("the gradient norm (sum of squares)"));
-  /* [Note: gradient norm over the sharding group] */
-  FSDP_CALL(FsdpCollScalarSum(FsdpRuntimeColl(opt->rt), FsdpTopoShard(FsdpRuntimeTopo(opt->rt)),
-                              &sq, 1));
-  *norm = sqrt(sq) / opt->grad_scale;
-  return FSDP_SUCCESS;
+  return ReduceNorm(opt, sq, norm);
 }
 
 void FsdpOptimSetGradScale(FsdpOptim opt, double scale) { opt->grad_scale = scale; }
+
+static int UnitNonFinite(FsdpOptim opt, int u, int *bad)
+{
+  return FsdpDeviceAnyNonFinite(FsdpRuntimeUnitGradShard(opt->rt, u),
+                                (size_t)FlatParamShardNumel(FsdpRuntimeUnitFlatParam(opt->rt, u)), bad);
+}
+
+/* AdamW on unit u's shard with the step's rate, factor and count. */
+static int UnitAdamW(FsdpOptim opt, int u, double lr, float scale, int64_t t)
+{
+  FlatParam fp = FsdpRuntimeUnitFlatParam(opt->rt, u);
+  float *p = FsdpRuntimeUnitShard(opt->rt, u), *g = FsdpRuntimeUnitGradShard(opt->rt, u);
+  const FlatParamPiece *pc;
+  int np;
+  FSDP_CALL(FlatParamShardPieces(fp, FlatParamShardRank(fp), &pc, &np));
+  /* each piece gets its parameter's weight-decay rule */
+  for (int i = 0; i < np; i++) {
+    const FsdpParamSpec *spec = FlatParamSpec(fp, pc[i].param);
+    float wd = opt->rule(spec->name, opt->o.decay_embeddings) ? (float)opt->o.weight_decay : 0.0f;
+    int64_t off = pc[i].shard_offset;
+    opt->k->adamw_update(p + off, g + off, opt->m[u] + off, opt->v[u] + off, (size_t)pc[i].count,
+                         (float)lr, (float)opt->o.beta1, (float)opt->o.beta2, (float)opt->o.eps,
+                         wd, scale, (int)t);
+  }
+  return FSDP_SUCCESS;
+}
+
+/* Whether the tail saw every unit land (the armed step's last micro-step
+ * ran and FsdpRuntimeFinishGradients handed every unit over). */
+static int TailComplete(FsdpOptim opt) { return opt->tail && opt->nlanded == opt->nunits; }
 
 int FsdpOptimCheckOverflow(FsdpOptim opt, int *overflow)
 {
   FSDP_CALL(FsdpRuntimeDrainStreams(opt->rt)); /* the shards must be final */
   /* a failed launch is an error, not an overflow to skip the step for */
   FSDP_CALL(OptimDeviceCheck("the gradient phase (casts, landing reduced gradients)"));
-  int b = 0; /* [Note: one readback per step] (device.h): all units, one wait */
-  FSDP_CALL(FsdpDeviceAnyNonFiniteMany(GradShards(opt), opt->gnumel, opt->nunits, &b));
-  double bad = b;
+  double bad = 0.0;
+  if (TailComplete(opt) && opt->tail_scaler) { /* every unit was checked as it landed */
+    for (int u = 0; u < opt->nunits && bad == 0.0; u++) bad = opt->nonfinite[u];
+  } else {
+    int b = 0; /* [Note: one readback per step] (device.h): all units, one wait */
+    FSDP_CALL(FsdpDeviceAnyNonFiniteMany(GradShards(opt), opt->gnumel, opt->nunits, &b));
+    bad = b;
+  }
   FSDP_CALL(OptimDeviceCheck("the overflow check"));
   FSDP_CALL(FsdpCollScalarMax(FsdpRuntimeColl(opt->rt), FsdpTopoWorld(FsdpRuntimeTopo(opt->rt)),
                               &bad, 1));
   *overflow = bad > 0.0;
+  if (*overflow) opt->tail = 0; /* the step is skipped (nothing was updated early: scaler) */
+  return FSDP_SUCCESS;
+}
+
+/* [Note: the gradient tail] The update of a unit's shard depends on the
+ * rest of the step only through one factor, scale = clip / grad_scale:
+ * clip needs the global norm (every unit, every rank), and with the
+ * gradient scaler an overflow in any unit skips every unit's update.  So
+ * the exact schedule is: as each unit's reduction lands (the runtime's
+ * FsdpRuntimeSetGradReady hook, on the compute thread between backward
+ * stages and in FsdpRuntimeFinishGradients), compute its sum of squares
+ * and its inf/NaN check; when the factor is known in advance -- no
+ * clipping (-grad_clip 0) and no scaler -- also run its AdamW right there.
+ * Otherwise AdamW waits for the last unit: FsdpOptimCheckOverflow only
+ * combines the per-unit flags, FsdpOptimStep only adds the per-unit sums
+ * (in unit order: the same double as the unfused sum), reduces the scalar
+ * and updates.  Clipping keeps AdamW behind the last reduction: that is
+ * the price of results bit-identical to the unfused step (clipping with
+ * the previous step's norm would free it but change the trajectory; not
+ * offered).  Each unit is updated with the unfused loop's lr, factor and
+ * step count and touches only its own shard and moments, so the order of
+ * units does not matter: parameters and moments are bit-identical. */
+int FsdpOptimBeginTail(FsdpOptim opt, int64_t step, int scaler_on)
+{
+  opt->tail = 1;
+  opt->tail_step = step;
+  opt->tail_scaler = scaler_on;
+  opt->tail_early = !scaler_on && !(opt->o.grad_clip > 0) && opt->grad_scale == 1.0;
+  opt->nlanded = 0;
+  memset(opt->landed, 0, (size_t)opt->nunits);
+  memset(opt->updated, 0, (size_t)opt->nunits);
+  memset(opt->nonfinite, 0, (size_t)opt->nunits * sizeof *opt->nonfinite);
+  return FSDP_SUCCESS;
+}
+
+int FsdpOptimUnitLanded(void *ctx, int u, int *updated)
+{
+  FsdpOptim opt = ctx;
+  *updated = 0;
+  if (!opt->tail) return FSDP_SUCCESS;
+  if (u < 0 || u >= opt->nunits || opt->landed[u])
+    FSDP_ERROR(FSDP_ERR_STATE, "optimizer: unit %d handed over twice or out of range in step %lld",
+               u, (long long)opt->tail_step + 1);
+  FSDP_CALL(UnitSumSquares(opt, u, &opt->sumsq[u]));
+  if (opt->tail_scaler) FSDP_CALL(UnitNonFinite(opt, u, &opt->nonfinite[u]));
+  opt->landed[u] = 1;
+  opt->nlanded++;
+  if (opt->tail_early) {
+    FSDP_CALL(UnitAdamW(opt, u, FsdpOptimLearningRate(&opt->o, opt->tail_step), 1.0f, opt->t + 1));
+    opt->updated[u] = 1;
+    *updated = 1;
+  }
   return FSDP_SUCCESS;
 }
 
 int FsdpOptimStep(FsdpOptim opt, int64_t step, double *grad_norm, double *lr_out)
 {
   double norm = 0.0;
-  FSDP_CALL(FsdpOptimGradNorm(opt, &norm));
+  int tail = TailComplete(opt) && opt->tail_step == step;
+  if (opt->tail && !tail && opt->nlanded > 0 && opt->tail_early)
+    FSDP_ERROR(FSDP_ERR_STATE, "optimizer: step %lld with only %d of %d units landed, some updated",
+               (long long)step + 1, opt->nlanded, opt->nunits);
+  if (tail) { /* [Note: the gradient tail] the per-unit sums are in */
+    FSDP_CALL(FsdpRuntimeDrainStreams(opt->rt));
+    FSDP_CALL(OptimDeviceCheck("the gradient norm (sum of squares as reductions landed)"));
+    double sq = 0.0;
+    for (int u = 0; u < opt->nunits; u++) sq += opt->sumsq[u];
+    FSDP_CALL(ReduceNorm(opt, sq, &norm));
+  } else {
+    FSDP_CALL(FsdpOptimGradNorm(opt, &norm));
+  }
   double clip = 1.0;
   if (opt->o.grad_clip > 0 && norm > opt->o.grad_clip) clip = opt->o.grad_clip / (norm + 1e-6);
   float scale = (float)(clip / opt->grad_scale); /* unscale and clip in one factor */
   double lr = FsdpOptimLearningRate(&opt->o, step);
   opt->t++;
-  for (int u = 0; u < opt->nunits; u++) {
-    FlatParam fp = FsdpRuntimeUnitFlatParam(opt->rt, u);
-    float *p = FsdpRuntimeUnitShard(opt->rt, u), *g = FsdpRuntimeUnitGradShard(opt->rt, u);
-    const FlatParamPiece *pc;
-    int np;
-    FSDP_CALL(FlatParamShardPieces(fp, FlatParamShardRank(fp), &pc, &np));
-    /* each piece gets its parameter's weight-decay rule */
-    for (int i = 0; i < np; i++) {
-      const FsdpParamSpec *spec = FlatParamSpec(fp, pc[i].param);
-      float wd = opt->rule(spec->name, opt->o.decay_embeddings) ? (float)opt->o.weight_decay : 0.0f;
-      int64_t off = pc[i].shard_offset;
-      opt->k->adamw_update(p + off, g + off, opt->m[u] + off, opt->v[u] + off,
-                           (size_t)pc[i].count, (float)lr, (float)opt->o.beta1,
-                           (float)opt->o.beta2, (float)opt->o.eps, wd, scale, (int)opt->t);
-    }
-  }
+  for (int u = 0; u < opt->nunits; u++)
+    if (!tail || !opt->updated[u]) FSDP_CALL(UnitAdamW(opt, u, lr, scale, opt->t));
+  opt->tail = 0;
   FSDP_CALL(OptimDeviceCheck("the optimizer step (AdamW)"));
   if (grad_norm) *grad_norm = norm;
   if (lr_out) *lr_out = lr;

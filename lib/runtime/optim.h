@@ -64,6 +64,21 @@ void FsdpOptimSetGradScale(FsdpOptim opt, double scale);
  * the runtime's streams first, like FsdpOptimGradNorm. */
 int FsdpOptimCheckOverflow(FsdpOptim opt, int *overflow);
 
+/* [Note: the gradient tail] (optim.c) -- the optimizer's per-unit work
+ * as each unit's reduction lands.  Not collective.  Arm it before the last
+ * micro-step's FsdpRuntimeForwardBackward of step `step` (scaler_on: the
+ * fp16 gradient scaler will check this step for overflow), with
+ * FsdpOptimUnitLanded installed as the runtime's grad-ready hook
+ * (FsdpRuntimeSetGradReady, ctx = opt).  FsdpOptimCheckOverflow and
+ * FsdpOptimStep then use what the hook computed; results are
+ * bit-identical to the unarmed step.  A skipped step (overflow) disarms
+ * it. */
+int FsdpOptimBeginTail(FsdpOptim opt, int64_t step, int scaler_on);
+/* The hook (FsdpGradReadyFn): unit u's gradient shard is final.  Sum of
+ * squares, the inf/NaN check (scaler), and AdamW when nothing gates it
+ * (-grad_clip 0, no scaler): then *updated = 1. */
+int FsdpOptimUnitLanded(void *opt, int u, int *updated);
+
 /* Bytes of optimizer state on this rank. */
 uint64_t FsdpOptimStateBytes(FsdpOptim opt);
 /* Moments of a unit's shard (for checkpoints). */

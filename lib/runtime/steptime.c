@@ -19,6 +19,7 @@ typedef struct {
   int holds_grad;    /* has an unsharded gradient buffer */
   int grad_slot;     /* gradient ring slot (-2: the root's, -1: none) */
   int first_fwd, last_fwd; /* its first and last forward stage */
+  double reduce_end; /* when its final reduction ends ([Note: the gradient tail]) */
 } SimUnit;
 
 typedef struct {
@@ -36,7 +37,34 @@ typedef struct {
   FsdpStepEvent *ev;
   int max_ev, nev;
   int micro;
+  int *tail_q;          /* [Note: the gradient tail], poll: units not yet handed over */
+  int tail_head, tail_n;
+  double tail_done_s;   /* optimizer seconds run in the tail this step */
 } Sim;
+
+/* Whether AdamW runs per unit in the tail (TailQueue in fsdp.c). */
+static int TailEarly(const FsdpStepTimeInput *in)
+{
+  return in->optim_unit_s && in->tail_early &&
+         (in->tail == FSDP_TAIL_POLL || in->tail == FSDP_TAIL_STREAM);
+}
+
+/* TailPoll: hand landed units' shares to the compute thread; block: all. */
+static void TailPoll(Sim *s, int block)
+{
+  while (s->tail_head < s->tail_n) {
+    int u = s->tail_q[s->tail_head];
+    if (!block && s->u[u].reduce_end > s->tc) break;
+    if (s->u[u].reduce_end > s->tc) {
+      s->exposed += s->u[u].reduce_end - s->tc;
+      s->tc = s->u[u].reduce_end;
+    }
+    s->tail_head++;
+    s->tc += s->in->optim_unit_s[u];
+    s->tail_done_s += s->in->optim_unit_s[u];
+    if (s->record) s->compute += s->in->optim_unit_s[u];
+  }
+}
 
 static void Note(Sim *s, FsdpStepEventKind kind, int unit, double t)
 {
@@ -155,6 +183,20 @@ static void AcquireGrad(Sim *s, int u)
   }
 }
 
+/* TailQueue in fsdp.c, for the last micro-step's reductions */
+static void TailQueue(Sim *s, int u, int micro, int nmicro, double landed)
+{
+  if (micro != nmicro - 1 || !TailEarly(s->in)) return;
+  s->u[u].reduce_end = landed;
+  if (s->in->tail == FSDP_TAIL_STREAM) { /* a task behind the reduction */
+    s->tr = (s->tr > landed ? s->tr : landed) + s->in->optim_unit_s[u];
+    s->tail_done_s += s->in->optim_unit_s[u];
+    if (s->record) s->compute += s->in->optim_unit_s[u];
+  } else {
+    s->tail_q[s->tail_n++] = u;
+  }
+}
+
 /* UnitReduceGrad */
 static void ReduceGrad(Sim *s, int u, int micro, int nmicro)
 {
@@ -162,7 +204,10 @@ static void ReduceGrad(Sim *s, int u, int micro, int nmicro)
   const FsdpRuntimeOptions *o = s->in->opt;
   x->holds_grad = 0;
   if (!o->accum_comm && micro != nmicro - 1) return; /* accumulate locally */
-  if (GradIsShard(s->in) && s->in->R == 1) return;    /* nothing to reduce */
+  if (GradIsShard(s->in) && s->in->R == 1) { /* nothing to reduce */
+    TailQueue(s, u, micro, nmicro, s->tc); /* the shard is the gradient: landed now */
+    return;
+  }
   double start = s->tc > s->tr ? s->tc : s->tr;
   s->tr = start + s->in->reduce_s[u];
   if (s->record) s->rbusy += s->in->reduce_s[u];
@@ -170,6 +215,7 @@ static void ReduceGrad(Sim *s, int u, int micro, int nmicro)
   if (x->grad_slot == -2) s->root_rslot_done = s->tr;
   else if (x->grad_slot >= 0) s->rslot_done[x->grad_slot] = s->tr;
   x->grad_slot = -1;
+  TailQueue(s, u, micro, nmicro, s->tr);
 }
 
 static void RunStage(Sim *s, int st, int backward)
@@ -206,6 +252,7 @@ static int ForwardBackward(Sim *s, int micro)
       ReduceGrad(s, u, micro, in->opt->grad_accum > 0 ? in->opt->grad_accum : 1);
       Reshard(s, u);
     }
+    TailPoll(s, 0);
   }
   return FSDP_SUCCESS;
 }
@@ -225,15 +272,16 @@ int FsdpStepTimeSimulate(const FsdpStepTimeInput *in, FsdpStepTimeResult *out,
   s.u = calloc((size_t)in->nunits, sizeof *s.u);
   s.gslot_owner = malloc((size_t)gslots * sizeof *s.gslot_owner);
   s.rslot_done = calloc((size_t)rslots, sizeof *s.rslot_done);
+  s.tail_q = malloc((size_t)(in->nunits + 1) * sizeof *s.tail_q);
   int err = FSDP_SUCCESS;
-  if (!s.u || !s.gslot_owner || !s.rslot_done) {
+  if (!s.u || !s.gslot_owner || !s.rslot_done || !s.tail_q) {
     err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_MEM,
                          "out of memory replaying a step of %d units", in->nunits);
     goto done;
   }
   for (int i = 0; i < gslots; i++) s.gslot_owner[i] = -1;
   for (int u = 0; u < in->nunits; u++) {
-    s.u[u] = (SimUnit){SHARDED, 0.0, -1, 0, 0, -1, -1, -1};
+    s.u[u] = (SimUnit){SHARDED, 0.0, -1, 0, 0, -1, -1, -1, 0.0};
   }
   for (int st = 0; st < in->nstages; st++) {
     SimUnit *x = &s.u[in->stage_unit[st]];
@@ -245,12 +293,18 @@ int FsdpStepTimeSimulate(const FsdpStepTimeInput *in, FsdpStepTimeResult *out,
     s.record = step == 1;
     s.t0 = s.tc;
     if (s.record) s.max_in_flight = 0;
+    s.tail_head = s.tail_n = 0;
+    s.tail_done_s = 0.0;
     for (int m = 0; m < K && !err; m++) err = ForwardBackward(&s, m);
-    /* FsdpRuntimeFinishGradients, then the optimizer */
+    /* FsdpRuntimeFinishGradients (the tail's remaining units), then the
+     * optimizer: what the tail did not run */
+    TailPoll(&s, 1);
     WaitUntil(&s, s.tr);
-    s.tc += in->optimizer_s;
+    double rest = in->optimizer_s - s.tail_done_s;
+    if (rest < 0) rest = 0;
+    s.tc += rest;
     if (s.record) {
-      s.compute += in->optimizer_s;
+      s.compute += rest;
       out->step_s = s.tc - s.t0;
     }
   }
@@ -264,5 +318,6 @@ done:
   free(s.u);
   free(s.gslot_owner);
   free(s.rslot_done);
+  free(s.tail_q);
   return err;
 }

@@ -7,7 +7,7 @@
  * gather ring, RAF/NRAF reshards, the gradient ring's waits, reductions
  * after each unit's last backward stage, -grad_accum micro-steps with or
  * without communication, then the wait for the last reductions and the
- * optimizer) with three clocks: the compute thread, the all-gather stream
+ * optimizer, per unit under the gradient tail when it may) with three clocks: the compute thread, the all-gather stream
  * and the reduce stream, each running its work in issue order.  A task
  * starts when it is issued and its stream is free; the compute thread
  * advances by each stage's compute time and, when it waits on a gather or
@@ -51,6 +51,16 @@ typedef struct {
   const double *reduce_s;        /* [nunits] one reduction (reduce-scatter + all-reduce) */
   double optimizer_s;            /* clipping and AdamW on the shards */
   int gather_slots, grad_slots;  /* the rings (FsdpGatherRingPlan, [Note: gather memory]) */
+  /* [Note: the gradient tail] (runtime/optim.c): where AdamW runs when it
+   * may run per unit as reductions land (FsdpTailWhere: -optim_overlap;
+   * tail_early: -grad_clip 0 and no fp16 scaler, else it stays after the
+   * last reduction), and each unit's share of optimizer_s ([nunits]; NULL:
+   * no tail).  poll: the compute thread runs a landed unit's share after
+   * the backward stage in which it landed, and waits for the rest in
+   * turn; stream: the share runs on the reduce stream right after the
+   * unit's reduction, delaying the next one. */
+  int tail, tail_early;
+  const double *optim_unit_s;
 } FsdpStepTimeInput;
 
 typedef struct {
