@@ -5,9 +5,11 @@
 #include "kernels/kernels.h"
 #include "kernels/cpu/kernels_cpu.h"
 
-/* One row: p = softmax(z); returns log(sum e^(z - max)) + max. */
+/* One row: p = softmax(z); returns log(sum e^(z - max)) + max.  p may be z
+ * (the fused classifier works in place: element v is read before it is
+ * written, so no restrict; the simd pragmas vectorize without it). */
 FSDP_CPU_CLONES
-static float softmax_row(float *restrict p, const float *restrict z, int V)
+static float softmax_row(float *p, const float *z, int V)
 {
   float mx = -INFINITY;
   #pragma omp simd reduction(max:mx)
@@ -61,30 +63,20 @@ void crossentropy_softmax_backward_cpu(float *dlogits, const float *probs,
                          targets[n], dloss, V);
 }
 
-/* [Note: fused classifier] (kernels.h): one row in place, the arithmetic
- * of softmax_row and softmax_backward_row (p = e / sum, dz = p dloss, the
- * target's minus dloss), so it matches the unfused pair up to the order of
- * the vectorized sums. */
+/* [Note: fused classifier] (kernels.h): one row in place, softmax_row's
+ * arithmetic then softmax_backward_row's (dz = p dloss, the target's minus
+ * dloss), so it matches the unfused pair up to the order of the
+ * vectorized sums. */
 FSDP_CPU_CLONES
 static float fused_row(float *restrict z, int target, float dloss, int V, int Vp)
 {
   float zt = z[target]; /* before it is overwritten */
-  float mx = -INFINITY;
-  #pragma omp simd reduction(max:mx)
-  for (int v = 0; v < V; v++) mx = z[v] > mx ? z[v] : mx;
-  float sum = 0.0f;
-  #pragma omp simd reduction(+:sum)
-  for (int v = 0; v < V; v++) {
-    float e = expf_fast_cpu(z[v] - mx);
-    z[v] = e;
-    sum += e;
-  }
-  float inv = 1.0f / sum;
+  float lse = softmax_row(z, z, V);
   #pragma omp simd
-  for (int v = 0; v < V; v++) z[v] = (z[v] * inv) * dloss;
+  for (int v = 0; v < V; v++) z[v] *= dloss;
   z[target] -= dloss;
   for (int v = V; v < Vp; v++) z[v] = 0.0f; /* padding: nothing flows back */
-  return logf(sum) + mx - zt;
+  return lse - zt;
 }
 
 void crossentropy_fused_cpu(float *losses, float *logits, const int *targets, float dloss,

@@ -819,11 +819,7 @@ static int SetRecompute(void *model, int recompute)
 int LlamaModelSetAttention(LlamaModel m, FsdpAttention attention)
 {
   if (m->acts) FSDP_ERROR(FSDP_ERR_STATE, "LlamaModelSetAttention after LlamaModelSetUp");
-  if (attention != FSDP_ATTENTION_FLASH && attention != FSDP_ATTENTION_NAIVE)
-    FSDP_ERROR(FSDP_ERR_USAGE, "attention kind %d is neither flash nor naive", (int)attention);
-  if (attention == FSDP_ATTENTION_FLASH && !m->k->flash_attention_forward)
-    FSDP_ERROR(FSDP_ERR_USAGE, "option -attention flash: the %s kernels have no flash attention",
-               m->k->name);
+  FSDP_CALL(FsdpModelCheckAttention(m->k, attention));
   m->attention = attention;
   return FSDP_SUCCESS;
 }

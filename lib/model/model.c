@@ -133,3 +133,13 @@ void FsdpModelDescFormat(const FsdpModelDesc *d, char *buf, size_t size)
     n += (size_t)snprintf(buf + n, size - n, "%s%s %s", i ? ", " : "", d->attr[i].name, v);
   }
 }
+
+int FsdpModelCheckAttention(const FsdpKernelOps *k, FsdpAttention a)
+{
+  if (a != FSDP_ATTENTION_FLASH && a != FSDP_ATTENTION_NAIVE)
+    FSDP_ERROR(FSDP_ERR_USAGE, "attention kind %d is neither flash nor naive", (int)a);
+  if (a == FSDP_ATTENTION_FLASH && !k->flash_attention_forward)
+    FSDP_ERROR(FSDP_ERR_USAGE, "option -attention flash: the %s kernels have no flash attention",
+               k->name);
+  return FSDP_SUCCESS;
+}

@@ -64,6 +64,10 @@ int FsdpModelDescCompare(const FsdpModelDesc *have, const FsdpModelDesc *want, c
 void FsdpModelAttrValueString(const FsdpModelAttr *a, char *buf, size_t size);
 /* "n_layer 2, n_embd 32, ..." in the description's order. */
 void FsdpModelDescFormat(const FsdpModelDesc *d, char *buf, size_t size);
+/* [Note: flash attention] Whether kernel table k can run attention kind a
+ * (usage error naming -attention otherwise); every family's set-attention
+ * calls it before any buffer is sized. */
+int FsdpModelCheckAttention(const FsdpKernelOps *k, FsdpAttention a);
 
 /* ---- table: units, parameter specs, stages ------------------------------ */
 
