@@ -363,14 +363,16 @@ static int MpiReduceScatter(void *state, const FsdpGroup *g, void *send, void *r
   return FSDP_SUCCESS;
 }
 
-/* [Note: all-reduce blocks] All-reduces keep the blocking MPI_Allreduce
- * whatever FSDP_COMM_WAIT says.  Open MPI 4.1's MPI_Iallreduce (libnbc,
- * whose default for an in-place sum on few ranks is, as we read its
- * selection, a binomial reduce and broadcast rather than the blocking
- * call's reduce-scatter + all-gather) measured slower, and splitting it
- * ourselves into MPI_Ireduce_scatter_block + MPI_Iallgather chunks too
- * (F = 1 at W = 2, where every gradient is all-reduced: 1320 and 1365 ms a
- * step against 1205 ms blocking, bench/README.md "Communication threads"). */
+/* [Note: all-reduce blocks] All-reduces below the ring's size ([Note:
+ * ring all-reduce]) keep the blocking MPI_Allreduce whatever
+ * FSDP_COMM_WAIT says (the ring's exchanges wait as it says).  Open MPI
+ * 4.1's MPI_Iallreduce (libnbc, whose default for an in-place sum on few
+ * ranks is, as we read its selection, a binomial reduce and broadcast
+ * rather than the blocking call's reduce-scatter + all-gather) measured
+ * slower, and splitting it ourselves into MPI_Ireduce_scatter_block +
+ * MPI_Iallgather chunks too (F = 1 at W = 2, where every gradient is
+ * all-reduced: 1320 and 1365 ms a step against 1205 ms blocking,
+ * bench/README.md "Communication threads"). */
 /* [Note: ring all-reduce] The same ring for an all-reduce ([Note: ring
  * reduce-scatter]): W - 1 steps reduce chunk c of ceil(count / W)
  * elements (the last chunk shorter or empty) along one path so that rank r
