@@ -286,9 +286,12 @@ static int MpiRingExchange(const CollMpi *m, const FsdpGroup *g, const void *out
  * from rank r - 1 straight into its place, in segments as the
  * reduce-scatter ring.  Each rank sends (W - 1)/W of the buffer, and the
  * ring crosses a node boundary only where consecutive ranks do, while
- * Open MPI 4.1's MPI_Allgather across 2 emulated nodes moved a block's
- * gather at a third of the rate of our reduce-scatter ring of the same
- * size (bench/README.md, "Reduce-scatter"). */
+ * Open MPI 4.1's MPI_Allgather across 2 emulated nodes (1 Gbit/s) took
+ * 2.4-2.7x the ring's time, which fills the link.  Inside a node
+ * MPI_Allgather (shared memory) is as fast or faster (W = 2: 0.97-1.14 of
+ * the ring; W = 4 on 2 cores: 0.5-0.95), so under FSDP_COLL_ALGO=auto only
+ * groups with peers on other nodes take the ring (bench/README.md,
+ * "Reduce-scatter"). */
 static int MpiAllGatherRing(const CollMpi *m, const FsdpGroup *g, const void *send, void *recv,
                             size_t count, FsdpDtype dt)
 {
@@ -319,7 +322,8 @@ static int MpiAllGather(void *state, const FsdpGroup *g, const void *send, void 
   int in_place = send == (const char *)recv + (size_t)g->rank * count * k;
   int err = MPI_SUCCESS;
   if (g->size > 1 && count > 0 &&
-      (m->algo == RING_ALWAYS || (m->algo == RING_AUTO && count * k >= RS_RING_MIN_BYTES)))
+      (m->algo == RING_ALWAYS ||
+       (m->algo == RING_AUTO && g->peers_inter > 0 && count * k >= RS_RING_MIN_BYTES)))
     return MpiAllGatherRing(m, g, send, recv, count, dt);
   if (count <= m->max_count) {
     COLL_MPI_RUN(m, err, MPI_Allgather, MPI_Iallgather, in_place ? MPI_IN_PLACE : send,
