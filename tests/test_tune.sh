@@ -50,9 +50,10 @@ import json, sys
 rows = []
 for line in open(sys.argv[1]):
     f = line.split()
-    if len(f) == 12 and f[0].isdigit():
+    if len(f) == 14 and f[0].isdigit():
         rows.append(dict(F=int(f[1]), wrap=int(f[2]), prefetch=f[3], raf=int(f[4]), rc=int(f[5]), B=int(f[6]),
-                         K=int(f[7]), step=float(f[8]), exposed=float(f[9]), tps=float(f[10]), gib=float(f[11])))
+                         K=int(f[7]), ac=int(f[8]), L=int(f[9]), step=float(f[10]), exposed=float(f[11]),
+                         tps=float(f[12]), gib=float(f[13])))
 head = [l for l in open(sys.argv[1]) if l.startswith("fsdp-plan -tune:")][0]
 limit = float(head.split(" fit ")[1].split()[0])
 bad = []
@@ -61,11 +62,17 @@ if any(rows[i]["tps"] < rows[i + 1]["tps"] for i in range(len(rows) - 1)): bad.a
 if any(r["gib"] > limit + 1e-3 for r in rows): bad.append("a candidate over the memory limit")
 if any(r["B"] * r["K"] != 8 for r in rows): bad.append("B x K is not the 8 sequences per rank")
 if {r["F"] for r in rows} - {1, 2, 4, 8, 16}: bad.append("an F that splits a node unevenly")
+# -accum_comm searched where K > 1 (both listed), fixed (the default 1) where K = 1;
+# -limit_all_gathers 1, 2, 4 where gathers are prefetched, else as given (the default 2)
+if {r["ac"] for r in rows if r["K"] > 1} != {0, 1}: bad.append("-accum_comm 0 and 1 not both listed for K > 1")
+if {r["ac"] for r in rows if r["K"] == 1} - {1}: bad.append("-accum_comm searched at K = 1")
+if {r["L"] for r in rows if r["F"] > 1 and r["prefetch"] != "none"} != {1, 2, 4}: bad.append("L 1, 2, 4 not all listed")
+if {r["L"] for r in rows if r["F"] == 1 or r["prefetch"] == "none"} - {2}: bad.append("L searched without prefetched gathers")
 w = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])
 top = rows[0]
 got = (w["sharding_factor"], w["wrap"], w["prefetch"], w["reshard_after_forward"], int(w["recompute"]),
-       w["batch_size"], w["grad_accum"])
-if got != (top["F"], top["wrap"], top["prefetch"], top["raf"], top["rc"], top["B"], top["K"]):
+       w["batch_size"], w["grad_accum"], w["accum_comm"], w["limit_all_gathers"])
+if got != (top["F"], top["wrap"], top["prefetch"], top["raf"], top["rc"], top["B"], top["K"], top["ac"], top["L"]):
     bad.append("the options file gives %r, the listing's first row %r" % (got, top))
 p = w["predicted"]
 def close(a, b, rel=2e-4): return abs(a - b) <= rel * abs(b)
@@ -89,15 +96,15 @@ fi
 # candidate left recomputes
 limit=$(python3 - "$tmp/tune.out" <<'PY'
 import sys
-rows = [l.split() for l in open(sys.argv[1]) if len(l.split()) == 12 and l.split()[0].isdigit()]
-print(int(min(float(r[11]) for r in rows if r[5] == "0") * 2**30 * 0.999))
+rows = [l.split() for l in open(sys.argv[1]) if len(l.split()) == 14 and l.split()[0].isdigit()]
+print(int(min(float(r[13]) for r in rows if r[5] == "0") * 2**30 * 0.999))
 PY
 )
 # shellcheck disable=SC2086
 if "$BIN/fsdp-plan" $common -profile "$tmp/fast.h5" -tune -tune_top 1000 -memory_limit "$limit" \
      >"$tmp/rc.out" 2>&1; then
-  n0=$(awk 'NF == 12 && $1 ~ /^[0-9]+$/ && $6 == "0"' "$tmp/rc.out" | wc -l)
-  n1=$(awk 'NF == 12 && $1 ~ /^[0-9]+$/ && $6 == "1"' "$tmp/rc.out" | wc -l)
+  n0=$(awk 'NF == 14 && $1 ~ /^[0-9]+$/ && $6 == "0"' "$tmp/rc.out" | wc -l)
+  n1=$(awk 'NF == 14 && $1 ~ /^[0-9]+$/ && $6 == "1"' "$tmp/rc.out" | wc -l)
   [ "$n0" -eq 0 ] && [ "$n1" -gt 0 ] || fail "memory limit $limit: $n0 candidates without and $n1 with recomputation listed"
 else
   fail "fsdp-plan -tune -memory_limit $limit failed"; tail -n 3 "$tmp/rc.out"
@@ -106,7 +113,7 @@ fi
 # ---- 3. a slow network keeps the groups inside a node ----------------------------
 # shellcheck disable=SC2086
 if "$BIN/fsdp-plan" $common -profile "$tmp/slow.h5" -tune -tune_top 1 >"$tmp/slow.out" 2>&1; then
-  F=$(awk '$1 == "1" && NF == 12 {print $2}' "$tmp/slow.out")
+  F=$(awk '$1 == "1" && NF == 14 {print $2}' "$tmp/slow.out")
   [ -n "$F" ] && [ "$F" -le 8 ] || { fail "slow network: the winner has F '$F', expected <= 8"; cat "$tmp/slow.out"; }
 else
   fail "fsdp-plan -tune (slow network) failed"; tail -n 3 "$tmp/slow.out"

@@ -20,6 +20,20 @@
  * the same events in a -trace of fsdp-train with the same options
  * (tests/test_steptime.sh).  A change to the runtime's schedule changes
  * that order and fails the test until this file follows.
+ *
+ * [Note: contended compute] A stream thread in a blocking collective is
+ * not idle: MPI polls, and the kernel moves the bytes.  Where the ranks'
+ * compute threads already fill a node's cores (ranks per node x OpenMP
+ * threads >= cores), that CPU comes from the compute thread: on 2 ranks
+ * over 2 cores, micro-step 2 of -grad_accum 2 ran its stages 21-31% slower
+ * while micro-step 1's all-reduce ran beside it (bench/README.md).  The
+ * probe times the model's stages with an all-reduce looping on a stream
+ * thread beside them; their time over the time alone is `contended` here.
+ * The replay keeps each stream's busy intervals (a task runs from its
+ * start to its end) and runs a stage at 1/contended of its rate while
+ * either stream is busy, at full rate otherwise: only compute that
+ * overlaps communication pays, and exposed waits are unchanged.  The
+ * collectives' own times are as measured alone.
  */
 #ifndef FSDP_STEPTIME_H
 #define FSDP_STEPTIME_H
@@ -61,11 +75,15 @@ typedef struct {
    * unit's reduction, delaying the next one. */
   int tail, tail_early;
   const double *optim_unit_s;
+  /* [Note: contended compute]: a stage's time over its time alone while
+   * a stream is busy (<= 1: communication takes no compute CPU) */
+  double contended;
 } FsdpStepTimeInput;
 
 typedef struct {
   double step_s;        /* one steady-state step */
-  double compute_s;     /* stage compute + optimizer */
+  double compute_s;     /* stage compute + optimizer (contended stages at their longer time) */
+  double contention_s;  /* of compute_s: the stages' time lost to streams beside them */
   double exposed_s;     /* compute thread waiting on communication */
   double gather_busy_s, reduce_busy_s; /* stream busy time in the step */
   int max_in_flight;    /* most gathers issued ahead of the unit computing at once */
