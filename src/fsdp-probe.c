@@ -53,6 +53,8 @@ typedef struct {
   const char *backend, *host, *device;
   double gemm_flops, attention_flops, stream_bw, adamw_bw, mem;
   double node_latency, node_bw, net_latency, net_bw_per_node;
+  double contended; /* [Note: contended compute] */
+  int64_t cores;
 } Description;
 
 typedef struct {
@@ -103,6 +105,11 @@ static int DescriptionFromDb(FsdpOpts db, Description *d)
   FSDP_CALL(FsdpOptsGetDouble(db, g, "describe_net_bw_per_node", "bandwidth of a node's links "
                               "to the other nodes, bytes/s, shared by its ranks", 0, 0, 1e16,
                               &d->net_bw_per_node));
+  FSDP_CALL(FsdpOptsGetDouble(db, g, "describe_contended_factor", "a stage's time beside a "
+                              "collective over its time alone, where the ranks fill a node's "
+                              "cores (0: not known, taken as 1)", 0, 0, 100, &d->contended));
+  FSDP_CALL(FsdpOptsGetInt(db, g, "describe_cores_per_node", "cores a node's ranks share (0: not "
+                           "known)", 0, 0, 1 << 20, &d->cores));
   return FSDP_SUCCESS;
 }
 
@@ -822,6 +829,8 @@ static void DescribeProfile(const ProbeOptions *po, FsdpProfile *p)
   p->attention_flops_per_s = d->attention_flops > 0 ? d->attention_flops : d->gemm_flops;
   p->stream_bytes_per_s = d->stream_bw;
   p->adamw_bytes_per_s = d->adamw_bw > 0 ? d->adamw_bw : d->stream_bw;
+  p->contended_factor = d->contended;
+  p->cores_per_node = (int)d->cores;
   int G = p->ranks_per_node, N = p->nodes;
   double net = d->net_bw_per_node / G;
   const struct {

@@ -142,9 +142,12 @@ static int BusyAt(Sim *s, double t, double *next)
 static double ContendedSeconds(Sim *s, double alone)
 {
   double t = s->tc, rem = alone, f = s->in->contended;
+  int slowed = 0;
   while (rem > 0) {
     double next;
-    double rate = BusyAt(s, t, &next) ? 1.0 / f : 1.0;
+    int busy = BusyAt(s, t, &next);
+    double rate = busy ? 1.0 / f : 1.0;
+    slowed |= busy;
     if (next == HUGE_VAL || (next - t) * rate >= rem) {
       t += rem / rate;
       break;
@@ -152,7 +155,8 @@ static double ContendedSeconds(Sim *s, double alone)
     rem -= (next - t) * rate;
     t = next;
   }
-  return t - s->tc;
+  /* alone when nothing ran beside it (t - tc would carry rounding) */
+  return slowed ? t - s->tc : alone;
 }
 
 /* GradIsShard in fsdp.c: F = 1 with fp32 reductions, no per-micro-step sums. */
