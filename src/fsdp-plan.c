@@ -359,6 +359,7 @@ typedef struct {
   int nevents;
   double peak;            /* the profile's peak FLOP/s of a rank (0: unknown) */
   double contended;       /* [Note: contended compute] factor charged (1: none) */
+  double contended_comm;  /* and the collectives' beside compute */
   const char *contended_why; /* why that factor */
 } ProfilePrediction;
 
@@ -378,6 +379,21 @@ static double ContendedFactor(const PlanOptions *po, const FsdpProfile *p, const
   }
   *why = "measured; the ranks' threads fill the node's cores";
   return p->contended_factor > 1.0 ? p->contended_factor : 1.0;
+}
+
+/* The other side (runtime/steptime.h): the all-reduce the probe ran beside
+ * the stages against the world all-reduce curve alone, where
+ * ContendedFactor applies (> 1); else 1. */
+static double ContendedCommFactor(const PlanOptions *po, const FsdpProfile *p)
+{
+  const char *why;
+  const FsdpProfileCurve *c = &p->coll[FSDP_PROFILE_WORLD][FSDP_COLL_ALL_REDUCE];
+  if (ContendedFactor(po, p, &why) <= 1.0 || !(p->contended_allreduce_s > 0) ||
+      p->level_size[FSDP_PROFILE_WORLD] == 0 || c->n == 0)
+    return 1.0;
+  double alone = FsdpProfileCurveSeconds(c, p->contended_allreduce_bytes);
+  double f = alone > 0 ? p->contended_allreduce_s / alone : 1.0;
+  return f > 1.0 ? f : 1.0;
 }
 
 /* Seconds of traffic on group g, split into the intra-node part
@@ -570,8 +586,9 @@ static int PredictFromProfile(const PlanOptions *po, const FsdpProfile *p, const
                              out->recompute_s;
   FsdpStepTimeInput in = {&po->t.fsdp, po->F, po->R, nu, nstages, is_root, stage_unit, fwd_s,
                           bwd_s, gather_s, reduce_s, out->optimizer_s, gather_slots, grad_slots,
-                          0, 0, NULL, 1.0};
+                          0, 0, NULL, 1.0, 1.0};
   out->contended = in.contended = ContendedFactor(po, p, &out->contended_why);
+  out->contended_comm = in.comm_contended = ContendedCommFactor(po, p);
   /* [Note: the gradient tail] (runtime/optim.c): AdamW per unit as the
    * reductions land when nothing gates it, in the unit's share of the
    * optimizer (its shard's elements) */
@@ -864,6 +881,7 @@ static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutco
         FsdpJsonBool(j, "stages_measured", pp.stages_measured);
         FsdpJsonReal(j, "contended_factor", pp.contended);
         FsdpJsonString(j, "contended_factor_from", pp.contended_why);
+        FsdpJsonReal(j, "contended_comm_factor", pp.contended_comm);
         FsdpJsonReal(j, "gemm_s", pp.gemm_s);
         FsdpJsonReal(j, "attention_s", pp.attention_s);
         FsdpJsonReal(j, "memory_bound_s", pp.memory_s);
@@ -946,8 +964,9 @@ static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutco
              pp.sim.step_s > 0 ? tokens_per_step / pp.sim.step_s : 0.0,
              pp.peak > 0 && pp.sim.step_s > 0 ? 100.0 * flop * K / (pp.sim.step_s * pp.peak) : 0.0);
     if (use_profile)
-      printf("compute beside communication: x%.3f (%s), %.4g ms of the step\n", pp.contended,
-             pp.contended_why, 1e3 * pp.sim.contention_s);
+      printf("compute beside communication: x%.3f (%s), %.4g ms of the step; communication "
+             "beside compute: x%.3f\n", pp.contended, pp.contended_why, 1e3 * pp.sim.contention_s,
+             pp.contended_comm);
     if (predict)
       printf("predicted step: compute %.4g s + intra-node %.4g s + inter-node %.4g s = %.4g s "
              "without overlap, %.4g s with full overlap\n",
@@ -1126,7 +1145,8 @@ static int Tune(FsdpOpts db, const PlanOptions *po0)
              limit / 1073741824.0);
       const char *why = NULL;
       double f = ContendedFactor(&po, prof, &why);
-      printf("fsdp-plan -tune: compute beside communication x%.3f (%s)\n", f, why);
+      printf("fsdp-plan -tune: compute beside communication x%.3f (%s), communication beside "
+             "compute x%.3f\n", f, why, ContendedCommFactor(&po, prof));
       printf("%4s %5s %4s %-8s %4s %4s %4s %4s %3s %3s %12s %12s %14s %10s\n", "rank", "F",
              "wrap", "prefetch", "RAF", "rc", "B", "K", "ac", "L", "step ms", "exposed ms",
              "tokens/s", "GiB/rank");

@@ -432,6 +432,8 @@ typedef struct {
   float *buf;
   size_t elems;
   atomic_int *stop;
+  double *seconds; /* the calls' time, summed (read after the stream is synchronized) */
+  int *calls;
 } Beside;
 
 static int BesideLoop(void *arg)
@@ -439,9 +441,12 @@ static int BesideLoop(void *arg)
   const Beside *b = arg;
   for (;;) {
     b->buf[0] = atomic_load(b->stop) ? 1.0f : 0.0f;
+    double t0 = MPI_Wtime();
     FSDP_CALL(FsdpCollAllReduce(b->coll, b->g, b->buf, b->elems, FSDP_DTYPE_FP32,
                                 1.0f / (float)b->g->size));
-    if (b->buf[0] > 0.0f) return FSDP_SUCCESS;
+    if (b->buf[0] > 0.0f) return FSDP_SUCCESS; /* the last call: the stages had ended */
+    *b->seconds += MPI_Wtime() - t0;
+    (*b->calls)++;
   }
 }
 
@@ -450,7 +455,10 @@ typedef struct {
   FsdpColl coll;
   FsdpGroup g;
   float *buf;
+  size_t elems;
   atomic_int stop;
+  double seconds;
+  int calls;
 } BesideState;
 
 static int BesideStart(const ProbeOptions *po, BesideState *bs)
@@ -469,7 +477,8 @@ static int BesideStart(const ProbeOptions *po, BesideState *bs)
   for (size_t i = 0; i < elems; i++) bs->buf[i] = 1.0f;
   FSDP_CALL(FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &bs->coll));
   FSDP_CALL(FsdpStreamCreate("probe-beside", 4, &bs->stream));
-  Beside arg = {bs->coll, &bs->g, bs->buf, elems, &bs->stop};
+  bs->elems = elems;
+  Beside arg = {bs->coll, &bs->g, bs->buf, elems, &bs->stop, &bs->seconds, &bs->calls};
   return FsdpStreamEnqueue(bs->stream, "all_reduce", BesideLoop, &arg, sizeof arg, NULL);
 }
 
@@ -488,7 +497,7 @@ static int BesideStop(BesideState *bs)
  * number (0: more than the profile holds, not timed).  beside: with a
  * collective looping on a stream thread ([Note: contended compute]). */
 static int ProbeStagesAt(const ProbeOptions *po, int B, int beside, double *fwd, double *bwd,
-                         int *ns_out)
+                         int *ns_out, double *beside_s, double *beside_bytes)
 {
   const FsdpModelDesc *desc = &po->t.model;
   int T = (int)FsdpModelDescInt(desc, "seq_len");
@@ -552,6 +561,14 @@ static int ProbeStagesAt(const ProbeOptions *po, int B, int beside, double *fwd,
   if (beside) {
     int e = BesideStop(&bs);
     if (!err) err = e;
+    /* [Note: contended compute] the all-reduce beside the stages: its mean
+     * time (the slowest rank's) and the volume a rank received */
+    double mean = bs.calls > 0 ? bs.seconds / bs.calls : 0.0;
+    if (!err) err = WorldMax(&mean);
+    uint64_t vol = 0, intra = 0, inter = 0;
+    FsdpCollVolume(FSDP_COLL_ALL_REDUCE, &bs.g, bs.elems, 4, &vol, &intra, &inter);
+    *beside_s = mean;
+    *beside_bytes = (double)vol;
   }
   for (int i = 0; !err && i < 2 * ns; i++) {
     double med = Median(&t[(size_t)i * po->reps], po->reps);
@@ -594,7 +611,7 @@ static int ProbeStages(const ProbeOptions *po, FsdpProfile *p)
   for (int b = B; b >= 1 && p->nstage_batches < FSDP_PROFILE_MAX_STAGE_BATCHES; b--) {
     if (B % b) continue;
     int k = p->nstage_batches, ns = 0;
-    FSDP_CALL(ProbeStagesAt(po, b, 0, p->stage_fwd_s[k], p->stage_bwd_s[k], &ns));
+    FSDP_CALL(ProbeStagesAt(po, b, 0, p->stage_fwd_s[k], p->stage_bwd_s[k], &ns, NULL, NULL));
     if (ns == 0) break;
     p->nstages = ns;
     p->stage_batch[k] = b;
@@ -607,7 +624,8 @@ static int ProbeStages(const ProbeOptions *po, FsdpProfile *p)
   if (p->nstage_batches > 0) {
     static double cf[FSDP_PROFILE_MAX_STAGES], cb[FSDP_PROFILE_MAX_STAGES];
     int ns = 0;
-    FSDP_CALL(ProbeStagesAt(po, p->stage_batch[0], 1, cf, cb, &ns));
+    FSDP_CALL(ProbeStagesAt(po, p->stage_batch[0], 1, cf, cb, &ns, &p->contended_allreduce_s,
+                            &p->contended_allreduce_bytes));
     double alone = 0, beside = 0;
     for (int i = 0; i < ns && ns == p->nstages; i++) {
       alone += p->stage_fwd_s[0][i] + p->stage_bwd_s[0][i];

@@ -11,7 +11,8 @@
  *     regime] in io/profile.c);
  *   - FsdpProfileCurveSeconds is a + v / b;
  *   - a profile written and read back is the same in every field (with
- *     the stages' contended factor and the cores per node);
+ *     the stages' contended factor, the cores per node and the all-reduce
+ *     timed beside the stages);
  *   - a profile of before the contended factor (its two attributes
  *     deleted) still loads, with factor 0 (not measured) and 0 cores; a
  *     negative factor is refused naming it;
@@ -158,6 +159,8 @@ static void TestFile(void)
     }
   p.contended_factor = 1.27;
   p.cores_per_node = 48;
+  p.contended_allreduce_s = 0.0123;
+  p.contended_allreduce_bytes = 8388608;
   p.level_size[FSDP_PROFILE_NODE] = 8;
   p.level_size[FSDP_PROFILE_CROSS] = 2;
   p.level_size[FSDP_PROFILE_WORLD] = 16;

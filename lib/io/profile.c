@@ -222,6 +222,9 @@ static int WriteFile(const FsdpProfile *p, const char *tmp)
   }
   FSDP_HDF5_GOTO(FsdpHdf5AttrWriteDouble(g, "contended_factor", p->contended_factor));
   FSDP_HDF5_GOTO(FsdpHdf5AttrWriteInt64(g, "cores_per_node", p->cores_per_node));
+  FSDP_HDF5_GOTO(FsdpHdf5AttrWriteDouble(g, "contended_allreduce_s", p->contended_allreduce_s));
+  FSDP_HDF5_GOTO(FsdpHdf5AttrWriteDouble(g, "contended_allreduce_bytes",
+                                         p->contended_allreduce_bytes));
   FsdpHdf5Close(&g);
 
   FSDP_HDF5_GOTO(g = H5Gcreate2(f, "collectives", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
@@ -431,6 +434,13 @@ int FsdpProfileRead(const char *path, FsdpProfile *p)
       READ_OR_FAIL(p->contended_factor >= 0 && cores >= 0 ? 0 : -1,
                    "/compute contended_factor and cores_per_node of at least 0");
       p->cores_per_node = (int)cores;
+    }
+    if (H5Aexists(g, "contended_allreduce_s") > 0) {
+      READ_OR_FAIL(FsdpHdf5AttrReadDouble(g, "contended_allreduce_s", &p->contended_allreduce_s),
+                   "/compute contended_allreduce_s");
+      READ_OR_FAIL(FsdpHdf5AttrReadDouble(g, "contended_allreduce_bytes",
+                                          &p->contended_allreduce_bytes),
+                   "/compute contended_allreduce_bytes");
     }
   }
   FsdpHdf5Close(&g);

@@ -100,6 +100,11 @@ typedef struct {
    * fewest any rank sees; 0: not recorded) */
   double contended_factor;
   int cores_per_node;
+  /* and the other side: the mean seconds of the world all-reduce that ran
+   * beside those stages, and the volume a rank received in it (fsdp-plan
+   * sets it against the world all-reduce curve measured alone); 0: not
+   * measured */
+  double contended_allreduce_s, contended_allreduce_bytes;
   /* collectives; level_size[l] == 0: not measured.  Rank 0's group of
    * each level, by where its members are: peers on rank 0's node and
    * elsewhere (what the level measures: node links, or the network) */

@@ -167,8 +167,15 @@ static int GradIsShard(const FsdpStepTimeInput *in)
          (o->grad_accum <= 1 || !o->accum_comm);
 }
 
-/* UnitIssueGather */
-static int IssueGather(Sim *s, int u)
+/* [Note: contended compute] a stream task's seconds: beside compute (the
+ * compute thread goes on), at the contended rate */
+static double TaskSeconds(const Sim *s, double alone, int beside)
+{
+  return beside && s->in->comm_contended > 1.0 ? alone * s->in->comm_contended : alone;
+}
+
+/* UnitIssueGather; beside: prefetched (compute goes on) */
+static int IssueGather(Sim *s, int u, int beside)
 {
   SimUnit *x = &s->u[u];
   x->state = GATHERING;
@@ -183,11 +190,11 @@ static int IssueGather(Sim *s, int u)
       x->slot = s->next_gslot;
       s->next_gslot = (s->next_gslot + 1) % s->in->gather_slots;
     }
-    double start = s->tc > s->tg ? s->tc : s->tg;
-    x->gather_end = start + s->in->gather_s[u];
+    double start = s->tc > s->tg ? s->tc : s->tg, d = TaskSeconds(s, s->in->gather_s[u], beside);
+    x->gather_end = start + d;
     s->tg = x->gather_end;
     BusyAdd(s, 0, start, x->gather_end);
-    if (s->record) s->gbusy += s->in->gather_s[u];
+    if (s->record) s->gbusy += d;
     Note(s, FSDP_STEP_EV_GATHER, u, s->tc);
   }
   x->ahead = 1;
@@ -207,7 +214,7 @@ static void WaitGather(Sim *s, int u)
 static int Unshard(Sim *s, int u)
 {
   SimUnit *x = &s->u[u];
-  if (x->state == SHARDED) FSDP_CALL(IssueGather(s, u));
+  if (x->state == SHARDED) FSDP_CALL(IssueGather(s, u, 0));
   if (x->state == GATHERING) WaitGather(s, u);
   if (x->ahead) {
     x->ahead = 0;
@@ -228,7 +235,7 @@ static int TopUp(Sim *s, int st, int dir)
     if (s->u[v].state != SHARDED) continue;
     if (L > 0 && s->nahead >= L) break;
     if (!in->unit_is_root[v] && s->gslot_owner[s->next_gslot] >= 0) break;
-    FSDP_CALL(IssueGather(s, v));
+    FSDP_CALL(IssueGather(s, v, 1));
   }
   return FSDP_SUCCESS;
 }
@@ -277,8 +284,8 @@ static void TailQueue(Sim *s, int u, int micro, int nmicro, double landed)
   }
 }
 
-/* UnitReduceGrad */
-static void ReduceGrad(Sim *s, int u, int micro, int nmicro)
+/* UnitReduceGrad; beside: backward stages follow in the step */
+static void ReduceGrad(Sim *s, int u, int micro, int nmicro, int beside)
 {
   SimUnit *x = &s->u[u];
   const FsdpRuntimeOptions *o = s->in->opt;
@@ -288,10 +295,10 @@ static void ReduceGrad(Sim *s, int u, int micro, int nmicro)
     TailQueue(s, u, micro, nmicro, s->tc); /* the shard is the gradient: landed now */
     return;
   }
-  double start = s->tc > s->tr ? s->tc : s->tr;
-  s->tr = start + s->in->reduce_s[u];
+  double start = s->tc > s->tr ? s->tc : s->tr, d = TaskSeconds(s, s->in->reduce_s[u], beside);
+  s->tr = start + d;
   BusyAdd(s, 1, start, s->tr);
-  if (s->record) s->rbusy += s->in->reduce_s[u];
+  if (s->record) s->rbusy += d;
   Note(s, FSDP_STEP_EV_REDUCE, u, s->tc);
   if (x->grad_slot == -2) s->root_rslot_done = s->tr;
   else if (x->grad_slot >= 0) s->rslot_done[x->grad_slot] = s->tr;
@@ -335,7 +342,8 @@ static int ForwardBackward(Sim *s, int micro)
     AcquireGrad(s, u);
     RunStage(s, st, 1);
     if (st == s->u[u].first_fwd) {
-      ReduceGrad(s, u, micro, in->opt->grad_accum > 0 ? in->opt->grad_accum : 1);
+      int K = in->opt->grad_accum > 0 ? in->opt->grad_accum : 1;
+      ReduceGrad(s, u, micro, K, st > 0 || micro < K - 1);
       Reshard(s, u);
     }
     TailPoll(s, 0);

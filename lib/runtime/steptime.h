@@ -33,7 +33,14 @@
  * start to its end) and runs a stage at 1/contended of its rate while
  * either stream is busy, at full rate otherwise: only compute that
  * overlaps communication pays, and exposed waits are unchanged.  The
- * collectives' own times are as measured alone.
+ * collective beside compute is slower too (the probe times the all-reduce
+ * it ran beside the stages against its curve alone: comm_contended): a
+ * task the compute thread does not wait for at once (a prefetched gather,
+ * a reduction with backward stages after it) takes that much longer; an
+ * on-demand gather and the step's last reduction run alone.  (A task is
+ * timed when issued; a prefetched gather that is waited for after all is
+ * charged in full: the replay does not share a core's time event by
+ * event.)
  */
 #ifndef FSDP_STEPTIME_H
 #define FSDP_STEPTIME_H
@@ -78,6 +85,12 @@ typedef struct {
   /* [Note: contended compute]: a stage's time over its time alone while
    * a stream is busy (<= 1: communication takes no compute CPU) */
   double contended;
+  /* the other side: a collective's time beside compute over its time
+   * alone (<= 1: as alone).  Charged to the tasks issued for the compute
+   * thread to go on computing (prefetched gathers, reductions but the
+   * step's last); an on-demand gather and the last reduction are waited
+   * for, alone. */
+  double comm_contended;
 } FsdpStepTimeInput;
 
 typedef struct {
