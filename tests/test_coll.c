@@ -666,6 +666,57 @@ static void run_wait_modes(const FsdpGroup *world)
   unsetenv("FSDP_COMM_WAIT");
 }
 
+/* [Note: ring reduce-scatter] (coll_mpi.c): FSDP_COLL_REDUCE_SCATTER=ring
+ * runs every reduce-scatter of run_factor -- fp32 integer sums exact,
+ * bf16 on 2 ranks bit for bit, fp16 means, async, hybrid -- through the
+ * ring, alone and with FSDP_COLL_MAX_COUNT=97 (segments cut at 97
+ * elements, so each step takes many exchanges and a short last one).
+ * The default (auto) takes the ring from 256 KiB per rank: one exact
+ * reduce-scatter above that size and one below checks both sides of the
+ * switch, and FSDP_COLL_REDUCE_SCATTER=mpi the other path at the large
+ * size.  A bad value is a usage error naming the variable and the value. */
+static void run_rs_modes(const FsdpGroup *world)
+{
+  FsdpColl c = NULL;
+  const char *bad[] = {"Ring", "rings", "0"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    setenv("FSDP_COLL_REDUCE_SCATTER", bad[i], 1);
+    int err = FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &c);
+    CHECK(err == FSDP_ERR_USAGE && c == NULL, "FSDP_COLL_REDUCE_SCATTER=%s: create gave %d", bad[i],
+          err);
+    CHECK(strstr(FsdpErrorLastMessage(), "FSDP_COLL_REDUCE_SCATTER") != NULL &&
+              strstr(FsdpErrorLastMessage(), bad[i]) != NULL,
+          "message '%s' names neither the variable nor '%s'", FsdpErrorLastMessage(), bad[i]);
+  }
+  setenv("FSDP_COLL_REDUCE_SCATTER", "ring", 1);
+  TCALL(FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &c));
+  for (int F = 1; F <= g_wsize; F++)
+    if (g_wsize % F == 0) run_factor(c, F, world);
+  TCALL(FsdpCollDestroy(&c));
+  setenv("FSDP_COLL_MAX_COUNT", "97", 1);
+  TCALL(FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &c));
+  unsetenv("FSDP_COLL_MAX_COUNT");
+  run_factor(c, g_wsize, world);
+  TCALL(FsdpCollDestroy(&c));
+  const char *sized[] = {"auto", "mpi"};
+  for (size_t i = 0; i < sizeof sized / sizeof sized[0]; i++) {
+    setenv("FSDP_COLL_REDUCE_SCATTER", sized[i], 1);
+    TCALL(FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &c));
+    Groups gr;
+    groups_create(g_wsize, &gr);
+    FsdpCommCounters e;
+    memset(&e, 0, sizeof e);
+    FsdpCollResetCounters(c);
+    check_rs_exact(c, &gr.shard, FSDP_DTYPE_FP32, 70001, 1.0f / (float)g_wsize, &e); /* 280 KB */
+    check_rs_exact(c, &gr.shard, FSDP_DTYPE_BF16, 140003, 1.0f, &e);                /* 280 KB */
+    check_rs_exact(c, &gr.shard, FSDP_DTYPE_FP32, 60000, 1.0f, &e);                 /* 240 KB */
+    check_counters(c, &e, "after large reduce-scatters");
+    groups_destroy(&gr);
+    TCALL(FsdpCollDestroy(&c));
+  }
+  unsetenv("FSDP_COLL_REDUCE_SCATTER");
+}
+
 int main(int argc, char **argv)
 {
   TCALL(FsdpInitialize(&argc, &argv));
@@ -697,6 +748,7 @@ int main(int argc, char **argv)
 
   run_chunked(&world);
   run_wait_modes(&world);
+  run_rs_modes(&world);
 
   /* [Note: MPI staging of device buffers] (coll_staged.c): with the CPU
    * device the staged back-end copies through the device interface into

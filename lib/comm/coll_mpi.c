@@ -64,6 +64,7 @@ typedef struct {
   MPI_Op sum_bf16, sum_fp16, sum_fp32; /* sum_fp32: chunked collectives only */
   size_t max_count; /* most elements per rank in one MPI call ([Note: chunked collectives]) */
   CollWait wait;    /* [Note: waiting for a collective] */
+  int rs_mode;      /* [Note: ring reduce-scatter]: RS_AUTO, RS_RING or RS_MPI */
 } CollMpi;
 
 /* Complete *req the way m->wait says; returns an MPI error code. */
@@ -240,6 +241,96 @@ static int MpiAllGather(void *state, const FsdpGroup *g, const void *send, void 
   return FSDP_SUCCESS;
 }
 
+/* [Note: ring reduce-scatter] Open MPI 4.1's MPI_Reduce_scatter_block is
+ * slow for the large buffers FSDP reduces: on 2 ranks of one node a
+ * 158 MB fp32 buffer (GPT-2's root unit) took 135-160 ms, 1.6x a full
+ * MPI_Allreduce of the same buffer (90-95 ms), which moves twice the data
+ * (MPI_Reduce_scatter and MPI_Ireduce_scatter_block alike; bench/README.md,
+ * "Reduce-scatter").  So reductions of at least RS_RING_MIN_BYTES per rank
+ * run as a ring, the bandwidth-optimal schedule: W - 1 steps; at step s
+ * rank r sends its running sum of chunk (r - s - 1) mod W to rank r + 1,
+ * receives the running sum of chunk (r - s - 2) mod W from rank r - 1 into
+ * recv and adds its own contribution; after the last step recv holds the
+ * sum of chunk r.  Each rank sends (W - 1)/W of the buffer, the ring
+ * crosses a node boundary only where consecutive ranks do, and nothing is
+ * allocated: running sums build in place in send (scratch by contract,
+ * coll.h) and recv is the landing buffer of every step.  Each chunk is
+ * summed along one fixed path, ((x[c+1] + x[c+2]) + ...) + x[c], so the
+ * result is the same on every run (on 2 ranks it is x[peer] + x[r], the
+ * same bits as any order).  Steps move in segments of at most
+ * RS_RING_SEGMENT elements (and m->max_count: [Note: chunked
+ * collectives]), each summed while still in cache; the segments' transfers
+ * wait the way FSDP_COMM_WAIT says.  Smaller reductions keep
+ * MPI_Reduce_scatter_block: their cost is latency, where MPI's algorithms
+ * take fewer steps.  FSDP_COLL_REDUCE_SCATTER=auto (that, the default),
+ * ring (the ring at every size: how test_coll checks it on small buffers)
+ * or mpi (MPI_Reduce_scatter_block at every size). */
+enum { RS_AUTO, RS_RING, RS_MPI };
+static const char *const rs_mode_names[] = {"auto", "ring", "mpi", NULL};
+#define RS_RING_MIN_BYTES ((size_t)256 << 10)
+#define RS_RING_SEGMENT ((size_t)1 << 18)
+
+/* inout[i] = round(in[i] + inout[i]), computed in fp32 as the user ops do. */
+static void CollAddInto(FsdpDtype dt, const void *in, void *inout, size_t n)
+{
+  if (dt == FSDP_DTYPE_FP32) {
+    const float *a = in;
+    float *b = inout;
+    for (size_t i = 0; i < n; i++) b[i] = a[i] + b[i];
+  } else if (dt == FSDP_DTYPE_BF16) {
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (size_t i = 0; i < n; i++) b[i] = FsdpFloatToBf16(FsdpBf16ToFloat(a[i]) + FsdpBf16ToFloat(b[i]));
+  } else {
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (size_t i = 0; i < n; i++) b[i] = FsdpFloatToFp16(FsdpFp16ToFloat(a[i]) + FsdpFp16ToFloat(b[i]));
+  }
+}
+
+/* One segment's exchange: send n elements to `to`, receive n from `from`. */
+static int MpiRingExchange(const CollMpi *m, const FsdpGroup *g, const void *out, void *in,
+                           size_t n, FsdpDtype dt, int to, int from)
+{
+  MPI_Datatype t = MpiType(m, dt);
+  if (m->wait == COLL_WAIT_BLOCK)
+    return MPI_Sendrecv(out, (int)n, t, to, 0, in, (int)n, t, from, 0, g->comm, MPI_STATUS_IGNORE);
+  MPI_Request rq[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  int err = MPI_Irecv(in, (int)n, t, from, 0, g->comm, &rq[0]);
+  if (err == MPI_SUCCESS) err = MPI_Isend(out, (int)n, t, to, 0, g->comm, &rq[1]);
+  for (int i = 0; i < 2; i++) {
+    int e = rq[i] == MPI_REQUEST_NULL ? MPI_SUCCESS : MpiWaitRequest(m, &rq[i]);
+    if (err == MPI_SUCCESS) err = e;
+  }
+  return err;
+}
+
+static int MpiReduceScatterRing(const CollMpi *m, const FsdpGroup *g, void *send, void *recv,
+                                size_t count, FsdpDtype dt)
+{
+  const int W = g->size, r = g->rank, right = (r + 1) % W, left = (r + W - 1) % W;
+  const size_t k = FsdpDtypeSize(dt);
+  size_t seg = RS_RING_SEGMENT < m->max_count ? RS_RING_SEGMENT : m->max_count;
+  char *acc = send;
+  for (int step = 0; step < W - 1; step++) {
+    size_t out_chunk = (size_t)((r - step - 1 + 2 * W) % W);
+    size_t in_chunk = (size_t)((r - step - 2 + 2 * W) % W);
+    for (size_t off = 0; off < count; off += seg) {
+      size_t n = count - off < seg ? count - off : seg;
+      char *landing = (char *)recv + off * k;
+      int err = MpiRingExchange(m, g, acc + (out_chunk * count + off) * k, landing, n, dt, right, left);
+      COLL_CALL_MPI(FSDP_COLL_REDUCE_SCATTER, g, "MPI_Sendrecv (ring reduce-scatter)", err);
+      /* the running sum goes on in send, except at the last step, where
+       * the chunk is ours and lands in recv */
+      if (step < W - 2)
+        CollAddInto(dt, landing, acc + (in_chunk * count + off) * k, n);
+      else
+        CollAddInto(dt, acc + (in_chunk * count + off) * k, landing, n);
+    }
+  }
+  return FSDP_SUCCESS;
+}
+
 static int MpiReduceScatter(void *state, const FsdpGroup *g, void *send, void *recv,
                               size_t count, FsdpDtype dt, float scale)
 {
@@ -249,7 +340,10 @@ static int MpiReduceScatter(void *state, const FsdpGroup *g, void *send, void *r
   size_t k = FsdpDtypeSize(dt);
   CollScaleInplace(send, (size_t)g->size * count, dt, pre);
   int err = MPI_SUCCESS;
-  if (count <= m->max_count) {
+  int ring = m->rs_mode == RS_RING || (m->rs_mode == RS_AUTO && count * k >= RS_RING_MIN_BYTES);
+  if (ring && g->size > 1) {
+    FSDP_CALL(MpiReduceScatterRing(m, g, send, recv, count, dt));
+  } else if (count <= m->max_count) {
     COLL_MPI_RUN(m, err, MPI_Reduce_scatter_block, MPI_Ireduce_scatter_block, send, recv,
                  (int)count, MpiType(m, dt), MpiSum(m, dt, 0), g->comm);
     COLL_CALL_MPI(FSDP_COLL_REDUCE_SCATTER, g, "MPI_Reduce_scatter_block", err);
@@ -336,6 +430,24 @@ static int CollWaitFromEnv(CollWait *out)
              env, coll_wait_names[COLL_WAIT_DEFAULT]);
 }
 
+/* FSDP_COLL_REDUCE_SCATTER: see [Note: ring reduce-scatter]. */
+static int CollReduceScatterFromEnv(int *mode)
+{
+  *mode = RS_AUTO;
+  const char *env = getenv("FSDP_COLL_REDUCE_SCATTER");
+  if (!env || !env[0]) return FSDP_SUCCESS;
+  for (int i = 0; rs_mode_names[i]; i++)
+    if (strcmp(env, rs_mode_names[i]) == 0) {
+      *mode = i;
+      return FSDP_SUCCESS;
+    }
+  FSDP_ERROR(FSDP_ERR_USAGE,
+             "environment variable FSDP_COLL_REDUCE_SCATTER: '%s' is not auto, ring or mpi (how "
+             "reduce-scatters run: auto = our ring of MPI_Sendrecv from 256 KiB per rank, "
+             "MPI_Reduce_scatter_block below; default auto)",
+             env);
+}
+
 /* Frees what MpiCreate made; every object is freed even after a
  * failure, the first failure is returned. */
 static int MpiDestroy(void *state)
@@ -362,6 +474,7 @@ static int MpiSetup(CollMpi *m)
   FSDP_CALL_MPI(MPI_Op_create(mpi_sum_fp32, 1, &m->sum_fp32));
   FSDP_CALL(CollMaxCountFromEnv(&m->max_count));
   FSDP_CALL(CollWaitFromEnv(&m->wait));
+  FSDP_CALL(CollReduceScatterFromEnv(&m->rs_mode));
   return FSDP_SUCCESS;
 }
 
