@@ -2,7 +2,8 @@
  * world, side by side ([Note: ring reduce-scatter], lib/comm/coll_mpi.c):
  * MPI_Allreduce of the whole buffer (moves twice the data: the yardstick),
  * MPI_Reduce_scatter_block, and FsdpCollReduceScatter with the ring
- * (FSDP_COLL_REDUCE_SCATTER=ring) and with the MPI call (=mpi), each the
+ * (FSDP_COLL_REDUCE_SCATTER=ring) and with the MPI call (=mpi), and
+ * FsdpCollAllReduce with the ring ([Note: ring all-reduce]), each the
  * median of REPS calls, fp32, for a few buffer sizes (elements of the
  * whole buffer; the sizes of the benches' units).  make
  * bench/reduce_scatter_bench; run under the bench lock as
@@ -84,8 +85,9 @@ int main(int argc, char **argv)
    * bench's block (1.77 M) and root (3.2 M) */
   const size_t sizes[] = {1769472, 3194880, 7087872, 39403008};
   if (rank == 0)
-    printf("W %d, median of %d calls, fp32, ms\n%12s %12s %12s %12s %12s %10s\n", W, reps,
-           "elements", "allreduce", "MPI_RS_block", "fsdp ring", "fsdp mpi", "mpi/ring");
+    printf("W %d, median of %d calls, fp32, ms\n%12s %12s %12s %12s %12s %10s %12s %10s\n", W, reps,
+           "elements", "allreduce", "MPI_RS_block", "fsdp ring", "fsdp mpi", "mpi/ring",
+           "fsdp AR ring", "MPI/ring");
   int bad = 0;
   for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
     size_t n = sizes[s] / (size_t)W * (size_t)W, count = n / (size_t)W;
@@ -94,9 +96,9 @@ int main(int argc, char **argv)
       fprintf(stderr, "reduce_scatter_bench: out of memory (%zu floats)\n", n);
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    double t[4][1000];
+    double t[5][1000];
     for (int r = 0; r < reps; r++) {
-      for (int way = 0; way < 4; way++) {
+      for (int way = 0; way < 5; way++) {
         Fill(send, n, g->rank);
         MPI_Barrier(g->comm);
         double t0 = MPI_Wtime();
@@ -104,21 +106,25 @@ int main(int argc, char **argv)
           MPI_Allreduce(MPI_IN_PLACE, send, (int)n, MPI_FLOAT, MPI_SUM, g->comm);
         else if (way == 1)
           MPI_Reduce_scatter_block(send, recv, (int)count, MPI_FLOAT, MPI_SUM, g->comm);
-        else
+        else if (way < 4)
           BENCH_CALL(FsdpCollReduceScatter(way == 2 ? ring : mpi, g, send, recv, count,
                                            FSDP_DTYPE_FP32, 1.0f));
+        else
+          BENCH_CALL(FsdpCollAllReduce(ring, g, send, n, FSDP_DTYPE_FP32, 1.0f));
         t[way][r] = (MPI_Wtime() - t0) * 1e3;
-        if (way == 0) bad |= Check(send + (size_t)g->rank * count, count, (size_t)g->rank * count, W, "allreduce");
+        if (way == 0 || way == 4)
+          bad |= Check(send, n, 0, W, way == 0 ? "allreduce" : "ring allreduce");
         else bad |= Check(recv, count, (size_t)g->rank * count, W, way == 1 ? "MPI_RS_block" : way == 2 ? "ring" : "mpi");
       }
     }
-    double m[4];
-    for (int way = 0; way < 4; way++) {
+    double m[5];
+    for (int way = 0; way < 5; way++) {
       MPI_Allreduce(MPI_IN_PLACE, t[way], reps, MPI_DOUBLE, MPI_MAX, g->comm); /* slowest rank */
       m[way] = Median(t[way], reps);
     }
     if (rank == 0)
-      printf("%12zu %12.1f %12.1f %12.1f %12.1f %10.2f\n", n, m[0], m[1], m[2], m[3], m[3] / m[2]);
+      printf("%12zu %12.1f %12.1f %12.1f %12.1f %10.2f %12.1f %10.2f\n", n, m[0], m[1], m[2], m[3],
+             m[3] / m[2], m[4], m[0] / m[4]);
     free(send);
     free(recv);
   }

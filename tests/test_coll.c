@@ -671,10 +671,12 @@ static void run_wait_modes(const FsdpGroup *world)
  * bf16 on 2 ranks bit for bit, fp16 means, async, hybrid -- through the
  * ring, alone and with FSDP_COLL_MAX_COUNT=97 (segments cut at 97
  * elements, so each step takes many exchanges and a short last one).
- * The default (auto) takes the ring from 256 KiB per rank: one exact
- * reduce-scatter above that size and one below checks both sides of the
- * switch, and FSDP_COLL_REDUCE_SCATTER=mpi the other path at the large
- * size.  A bad value is a usage error naming the variable and the value. */
+ * The same for all-reduces ([Note: ring all-reduce]): run_factor's
+ * counts 777, 513, 301, 100 leave chunks short or empty.  The default
+ * (auto) takes the ring from 256 KiB per rank: one exact reduce-scatter
+ * above that size and one below checks both sides of the switch, two
+ * large all-reduces the all-reduce ring, and FSDP_COLL_REDUCE_SCATTER=mpi
+ * the MPI calls at the same sizes.  A bad value is a usage error naming the variable and the value. */
 static void run_rs_modes(const FsdpGroup *world)
 {
   FsdpColl c = NULL;
@@ -710,6 +712,9 @@ static void run_rs_modes(const FsdpGroup *world)
     check_rs_exact(c, &gr.shard, FSDP_DTYPE_FP32, 70001, 1.0f / (float)g_wsize, &e); /* 280 KB */
     check_rs_exact(c, &gr.shard, FSDP_DTYPE_BF16, 140003, 1.0f, &e);                /* 280 KB */
     check_rs_exact(c, &gr.shard, FSDP_DTYPE_FP32, 60000, 1.0f, &e);                 /* 240 KB */
+    /* all-reduces: the ring from W x 256 KiB, a count W need not divide */
+    check_all_reduce(c, &gr.shard, FSDP_DTYPE_FP32, 70001 * (size_t)g_wsize + 3, 1.0f, &e);
+    check_all_reduce(c, &gr.shard, FSDP_DTYPE_BF16, 140001 * (size_t)g_wsize, 0.5f, &e);
     check_counters(c, &e, "after large reduce-scatters");
     groups_destroy(&gr);
     TCALL(FsdpCollDestroy(&c));

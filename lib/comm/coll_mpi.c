@@ -363,14 +363,79 @@ static int MpiReduceScatter(void *state, const FsdpGroup *g, void *send, void *r
   return FSDP_SUCCESS;
 }
 
-/* [Note: all-reduce blocks] All-reduces keep the blocking MPI_Allreduce
- * whatever FSDP_COMM_WAIT says.  Open MPI 4.1's MPI_Iallreduce (libnbc,
- * whose default for an in-place sum on few ranks is, as we read its
- * selection, a binomial reduce and broadcast rather than the blocking
- * call's reduce-scatter + all-gather) measured slower, and splitting it
- * ourselves into MPI_Ireduce_scatter_block + MPI_Iallgather chunks too
- * (F = 1 at W = 2, where every gradient is all-reduced: 1320 and 1365 ms a
- * step against 1205 ms blocking, bench/README.md "Communication threads"). */
+/* [Note: all-reduce blocks] All-reduces below the ring's size ([Note:
+ * ring all-reduce]) keep the blocking MPI_Allreduce whatever
+ * FSDP_COMM_WAIT says (the ring's exchanges wait as it says).  Open MPI
+ * 4.1's MPI_Iallreduce (libnbc, whose default for an in-place sum on few
+ * ranks is, as we read its selection, a binomial reduce and broadcast
+ * rather than the blocking call's reduce-scatter + all-gather) measured
+ * slower, and splitting it ourselves into MPI_Ireduce_scatter_block +
+ * MPI_Iallgather chunks too (F = 1 at W = 2, where every gradient is
+ * all-reduced: 1320 and 1365 ms a step against 1205 ms blocking,
+ * bench/README.md "Communication threads"). */
+/* [Note: ring all-reduce] The same ring for an all-reduce ([Note: ring
+ * reduce-scatter]): W - 1 steps reduce chunk c of ceil(count / W)
+ * elements (the last chunk shorter or empty) along one path so that rank r
+ * holds the sum of chunk r, then W - 1 steps pass the summed chunks around
+ * (each lands in place in buf).  Every rank ends with the same bits: each
+ * chunk was summed once and then copied.  A received running sum needs a
+ * landing place that is not buf: one segment, allocated per call (plain
+ * malloc, not the tagged planner: [Note: stream ring]).  Open MPI 4.1's
+ * MPI_Allreduce measured slower than this on one node (bench/README.md,
+ * "Reduce-scatter"); FSDP_COLL_REDUCE_SCATTER chooses for both. */
+static size_t RingChunkLen(size_t count, size_t chunk, size_t c)
+{
+  size_t lo = c * chunk;
+  if (lo >= count) return 0;
+  return count - lo < chunk ? count - lo : chunk;
+}
+
+static int MpiAllReduceRing(const CollMpi *m, const FsdpGroup *g, void *buf, size_t count,
+                            FsdpDtype dt)
+{
+  const int W = g->size, r = g->rank, right = (r + 1) % W, left = (r + W - 1) % W;
+  const size_t k = FsdpDtypeSize(dt), chunk = (count + (size_t)W - 1) / (size_t)W;
+  size_t seg = RS_RING_SEGMENT < m->max_count ? RS_RING_SEGMENT : m->max_count;
+  if (seg > chunk) seg = chunk;
+  char *b = buf;
+  char *landing = malloc(seg * k);
+  if (!landing) FSDP_ERROR(FSDP_ERR_MEM, "ring all-reduce: out of memory for %zu bytes", seg * k);
+  int err = MPI_SUCCESS;
+  for (int phase = 0; phase < 2 && err == MPI_SUCCESS; phase++) {
+    for (int step = 0; step < W - 1 && err == MPI_SUCCESS; step++) {
+      /* reduce: send running sum of chunk r-step-1, receive chunk r-step-2;
+       * gather: send summed chunk r-step, receive summed chunk r-step-1 */
+      size_t out_c = (size_t)((r - step - (phase ? 0 : 1) + 2 * W) % W);
+      size_t in_c = (size_t)((r - step - (phase ? 1 : 2) + 2 * W) % W);
+      size_t out_len = RingChunkLen(count, chunk, out_c), in_len = RingChunkLen(count, chunk, in_c);
+      for (size_t off = 0; off < chunk && err == MPI_SUCCESS; off += seg) {
+        size_t ns = out_len > off ? (out_len - off < seg ? out_len - off : seg) : 0;
+        size_t nr = in_len > off ? (in_len - off < seg ? in_len - off : seg) : 0;
+        if (ns == 0 && nr == 0) break;
+        char *into = phase ? b + (in_c * chunk + off) * k : landing;
+        MPI_Datatype t = MpiType(m, dt);
+        if (m->wait == COLL_WAIT_BLOCK) {
+          err = MPI_Sendrecv(b + (out_c * chunk + off) * k, (int)ns, t, right, 0, into, (int)nr, t,
+                             left, 0, g->comm, MPI_STATUS_IGNORE);
+        } else {
+          MPI_Request rq[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+          err = MPI_Irecv(into, (int)nr, t, left, 0, g->comm, &rq[0]);
+          if (err == MPI_SUCCESS)
+            err = MPI_Isend(b + (out_c * chunk + off) * k, (int)ns, t, right, 0, g->comm, &rq[1]);
+          for (int i = 0; i < 2; i++) {
+            int e = rq[i] == MPI_REQUEST_NULL ? MPI_SUCCESS : MpiWaitRequest(m, &rq[i]);
+            if (err == MPI_SUCCESS) err = e;
+          }
+        }
+        if (err == MPI_SUCCESS && !phase) CollAddInto(dt, landing, b + (in_c * chunk + off) * k, nr);
+      }
+    }
+  }
+  free(landing);
+  COLL_CALL_MPI(FSDP_COLL_ALL_REDUCE, g, "MPI_Sendrecv (ring all-reduce)", err);
+  return FSDP_SUCCESS;
+}
+
 static int MpiAllReduce(void *state, const FsdpGroup *g, void *buf, size_t count,
                           FsdpDtype dt, float scale)
 {
@@ -379,6 +444,13 @@ static int MpiAllReduce(void *state, const FsdpGroup *g, void *buf, size_t count
   FsdpCollSplitScale(scale, &pre, &post);
   size_t k = FsdpDtypeSize(dt);
   CollScaleInplace(buf, count, dt, pre);
+  int ring = m->rs_mode == RS_RING ||
+             (m->rs_mode == RS_AUTO && count * k >= (size_t)g->size * RS_RING_MIN_BYTES);
+  if (ring && g->size > 1 && count > 0) {
+    FSDP_CALL(MpiAllReduceRing(m, g, buf, count, dt));
+    CollScaleInplace(buf, count, dt, post);
+    return FSDP_SUCCESS;
+  }
   for (size_t off = 0; off < count; off += m->max_count) { /* [Note: all-reduce blocks] */
     size_t len = count - off < m->max_count ? count - off : m->max_count;
     COLL_CALL_MPI(FSDP_COLL_ALL_REDUCE, g, "MPI_Allreduce",
