@@ -666,8 +666,8 @@ static void run_wait_modes(const FsdpGroup *world)
   unsetenv("FSDP_COMM_WAIT");
 }
 
-/* [Note: ring reduce-scatter] (coll_mpi.c): FSDP_COLL_REDUCE_SCATTER=ring
- * runs every reduce-scatter of run_factor -- fp32 integer sums exact,
+/* [Note: ring reduce-scatter] (coll_mpi.c): FSDP_COLL_ALGO=ring runs every
+ * reduce-scatter, all-reduce and all-gather of run_factor -- fp32 integer sums exact,
  * bf16 on 2 ranks bit for bit, fp16 means, async, hybrid -- through the
  * ring, alone and with FSDP_COLL_MAX_COUNT=97 (segments cut at 97
  * elements, so each step takes many exchanges and a short last one).
@@ -675,22 +675,23 @@ static void run_wait_modes(const FsdpGroup *world)
  * counts 777, 513, 301, 100 leave chunks short or empty.  The default
  * (auto) takes the ring from 256 KiB per rank: one exact reduce-scatter
  * above that size and one below checks both sides of the switch, two
- * large all-reduces the all-reduce ring, and FSDP_COLL_REDUCE_SCATTER=mpi
- * the MPI calls at the same sizes.  A bad value is a usage error naming the variable and the value. */
+ * large all-reduces the all-reduce ring, and FSDP_COLL_ALGO=mpi
+ * the MPI calls at the same sizes; the same for all-gathers ([Note: ring
+ * all-gather]), in place and not.  A bad value is a usage error naming the variable and the value. */
 static void run_rs_modes(const FsdpGroup *world)
 {
   FsdpColl c = NULL;
   const char *bad[] = {"Ring", "rings", "0"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    setenv("FSDP_COLL_REDUCE_SCATTER", bad[i], 1);
+    setenv("FSDP_COLL_ALGO", bad[i], 1);
     int err = FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &c);
-    CHECK(err == FSDP_ERR_USAGE && c == NULL, "FSDP_COLL_REDUCE_SCATTER=%s: create gave %d", bad[i],
+    CHECK(err == FSDP_ERR_USAGE && c == NULL, "FSDP_COLL_ALGO=%s: create gave %d", bad[i],
           err);
-    CHECK(strstr(FsdpErrorLastMessage(), "FSDP_COLL_REDUCE_SCATTER") != NULL &&
+    CHECK(strstr(FsdpErrorLastMessage(), "FSDP_COLL_ALGO") != NULL &&
               strstr(FsdpErrorLastMessage(), bad[i]) != NULL,
           "message '%s' names neither the variable nor '%s'", FsdpErrorLastMessage(), bad[i]);
   }
-  setenv("FSDP_COLL_REDUCE_SCATTER", "ring", 1);
+  setenv("FSDP_COLL_ALGO", "ring", 1);
   TCALL(FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &c));
   for (int F = 1; F <= g_wsize; F++)
     if (g_wsize % F == 0) run_factor(c, F, world);
@@ -702,7 +703,7 @@ static void run_rs_modes(const FsdpGroup *world)
   TCALL(FsdpCollDestroy(&c));
   const char *sized[] = {"auto", "mpi"};
   for (size_t i = 0; i < sizeof sized / sizeof sized[0]; i++) {
-    setenv("FSDP_COLL_REDUCE_SCATTER", sized[i], 1);
+    setenv("FSDP_COLL_ALGO", sized[i], 1);
     TCALL(FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &c));
     Groups gr;
     groups_create(g_wsize, &gr);
@@ -715,11 +716,13 @@ static void run_rs_modes(const FsdpGroup *world)
     /* all-reduces: the ring from W x 256 KiB, a count W need not divide */
     check_all_reduce(c, &gr.shard, FSDP_DTYPE_FP32, 70001 * (size_t)g_wsize + 3, 1.0f, &e);
     check_all_reduce(c, &gr.shard, FSDP_DTYPE_BF16, 140001 * (size_t)g_wsize, 0.5f, &e);
-    check_counters(c, &e, "after large reduce-scatters");
+    check_all_gather(c, &gr.shard, FSDP_DTYPE_FP32, pat_big, 70001, 0, &e);
+    check_all_gather(c, &gr.shard, FSDP_DTYPE_BF16, pat_small, 140003, 1, &e);
+    check_counters(c, &e, "after large collectives");
     groups_destroy(&gr);
     TCALL(FsdpCollDestroy(&c));
   }
-  unsetenv("FSDP_COLL_REDUCE_SCATTER");
+  unsetenv("FSDP_COLL_ALGO");
 }
 
 int main(int argc, char **argv)

@@ -64,7 +64,7 @@ typedef struct {
   MPI_Op sum_bf16, sum_fp16, sum_fp32; /* sum_fp32: chunked collectives only */
   size_t max_count; /* most elements per rank in one MPI call ([Note: chunked collectives]) */
   CollWait wait;    /* [Note: waiting for a collective] */
-  int rs_mode;      /* [Note: ring reduce-scatter]: RS_AUTO, RS_RING or RS_MPI */
+  int algo;         /* [Note: ring reduce-scatter]: RING_AUTO, RING_ALWAYS or RING_NEVER */
 } CollMpi;
 
 /* Complete *req the way m->wait says; returns an MPI error code. */
@@ -213,34 +213,6 @@ static int MpiChunkType(const CollMpi *m, FsdpDtype dt, size_t len, size_t count
   return FSDP_SUCCESS;
 }
 
-static int MpiAllGather(void *state, const FsdpGroup *g, const void *send, void *recv,
-                          size_t count, FsdpDtype dt)
-{
-  const CollMpi *m = state;
-  MPI_Datatype t = MpiType(m, dt);
-  size_t k = FsdpDtypeSize(dt);
-  /* The FlatParameter's own shard already sits in the unsharded buffer. */
-  int in_place = send == (const char *)recv + (size_t)g->rank * count * k;
-  int err = MPI_SUCCESS;
-  if (count <= m->max_count) {
-    COLL_MPI_RUN(m, err, MPI_Allgather, MPI_Iallgather, in_place ? MPI_IN_PLACE : send,
-                 (int)count, t, recv, (int)count, t, g->comm);
-    COLL_CALL_MPI(FSDP_COLL_ALL_GATHER, g, "MPI_Allgather", err);
-    return FSDP_SUCCESS;
-  }
-  for (size_t off = 0; off < count; off += m->max_count) {
-    size_t len = count - off < m->max_count ? count - off : m->max_count;
-    MPI_Datatype chunk = MPI_DATATYPE_NULL;
-    FSDP_CALL(MpiChunkType(m, dt, len, count, &chunk));
-    COLL_MPI_RUN(m, err, MPI_Allgather, MPI_Iallgather,
-                 in_place ? MPI_IN_PLACE : (const char *)send + off * k, (int)len, t,
-                 (char *)recv + off * k, 1, chunk, g->comm);
-    MPI_Type_free(&chunk);
-    COLL_CALL_MPI(FSDP_COLL_ALL_GATHER, g, "MPI_Allgather (chunked)", err);
-  }
-  return FSDP_SUCCESS;
-}
-
 /* [Note: ring reduce-scatter] Open MPI 4.1's MPI_Reduce_scatter_block is
  * slow for the large buffers FSDP reduces: on 2 ranks of one node a
  * 158 MB fp32 buffer (GPT-2's root unit) took 135-160 ms, 1.6x a full
@@ -262,11 +234,13 @@ static int MpiAllGather(void *state, const FsdpGroup *g, const void *send, void 
  * collectives]), each summed while still in cache; the segments' transfers
  * wait the way FSDP_COMM_WAIT says.  Smaller reductions keep
  * MPI_Reduce_scatter_block: their cost is latency, where MPI's algorithms
- * take fewer steps.  FSDP_COLL_REDUCE_SCATTER=auto (that, the default),
- * ring (the ring at every size: how test_coll checks it on small buffers)
- * or mpi (MPI_Reduce_scatter_block at every size). */
-enum { RS_AUTO, RS_RING, RS_MPI };
-static const char *const rs_mode_names[] = {"auto", "ring", "mpi", NULL};
+ * take fewer steps.  FSDP_COLL_ALGO=auto (that, the default), ring (the
+ * ring at every size: how test_coll checks it on small buffers) or mpi
+ * (MPI_Reduce_scatter_block at every size); the same variable chooses for
+ * all-reduces ([Note: ring all-reduce]) and all-gathers ([Note: ring
+ * all-gather]). */
+enum { RING_AUTO, RING_ALWAYS, RING_NEVER };
+static const char *const coll_algo_names[] = {"auto", "ring", "mpi", NULL};
 #define RS_RING_MIN_BYTES ((size_t)256 << 10)
 #define RS_RING_SEGMENT ((size_t)1 << 18)
 
@@ -305,6 +279,67 @@ static int MpiRingExchange(const CollMpi *m, const FsdpGroup *g, const void *out
   return err;
 }
 
+/* [Note: ring all-gather] All-gathers of RS_RING_MIN_BYTES per rank and
+ * more run as a ring too: this rank's shard goes to its place in recv
+ * (unless it is there already, in place), then W - 1 steps each send the
+ * chunk received last (first our own) to rank r + 1 and receive the next
+ * from rank r - 1 straight into its place, in segments as the
+ * reduce-scatter ring.  Each rank sends (W - 1)/W of the buffer, and the
+ * ring crosses a node boundary only where consecutive ranks do, while
+ * Open MPI 4.1's MPI_Allgather across 2 emulated nodes moved a block's
+ * gather at a third of the rate of our reduce-scatter ring of the same
+ * size (bench/README.md, "Reduce-scatter"). */
+static int MpiAllGatherRing(const CollMpi *m, const FsdpGroup *g, const void *send, void *recv,
+                            size_t count, FsdpDtype dt)
+{
+  const int W = g->size, r = g->rank, right = (r + 1) % W, left = (r + W - 1) % W;
+  const size_t k = FsdpDtypeSize(dt);
+  size_t seg = RS_RING_SEGMENT < m->max_count ? RS_RING_SEGMENT : m->max_count;
+  char *b = recv;
+  if (send != b + (size_t)r * count * k) memcpy(b + (size_t)r * count * k, send, count * k);
+  for (int step = 0; step < W - 1; step++) {
+    size_t out_c = (size_t)((r - step + W) % W), in_c = (size_t)((r - step - 1 + 2 * W) % W);
+    for (size_t off = 0; off < count; off += seg) {
+      size_t n = count - off < seg ? count - off : seg;
+      int err = MpiRingExchange(m, g, b + (out_c * count + off) * k, b + (in_c * count + off) * k,
+                                n, dt, right, left);
+      COLL_CALL_MPI(FSDP_COLL_ALL_GATHER, g, "MPI_Sendrecv (ring all-gather)", err);
+    }
+  }
+  return FSDP_SUCCESS;
+}
+
+static int MpiAllGather(void *state, const FsdpGroup *g, const void *send, void *recv,
+                          size_t count, FsdpDtype dt)
+{
+  const CollMpi *m = state;
+  MPI_Datatype t = MpiType(m, dt);
+  size_t k = FsdpDtypeSize(dt);
+  /* The FlatParameter's own shard already sits in the unsharded buffer. */
+  int in_place = send == (const char *)recv + (size_t)g->rank * count * k;
+  int err = MPI_SUCCESS;
+  if (g->size > 1 && count > 0 &&
+      (m->algo == RING_ALWAYS || (m->algo == RING_AUTO && count * k >= RS_RING_MIN_BYTES)))
+    return MpiAllGatherRing(m, g, send, recv, count, dt);
+  if (count <= m->max_count) {
+    COLL_MPI_RUN(m, err, MPI_Allgather, MPI_Iallgather, in_place ? MPI_IN_PLACE : send,
+                 (int)count, t, recv, (int)count, t, g->comm);
+    COLL_CALL_MPI(FSDP_COLL_ALL_GATHER, g, "MPI_Allgather", err);
+    return FSDP_SUCCESS;
+  }
+  for (size_t off = 0; off < count; off += m->max_count) {
+    size_t len = count - off < m->max_count ? count - off : m->max_count;
+    MPI_Datatype chunk = MPI_DATATYPE_NULL;
+    FSDP_CALL(MpiChunkType(m, dt, len, count, &chunk));
+    COLL_MPI_RUN(m, err, MPI_Allgather, MPI_Iallgather,
+                 in_place ? MPI_IN_PLACE : (const char *)send + off * k, (int)len, t,
+                 (char *)recv + off * k, 1, chunk, g->comm);
+    MPI_Type_free(&chunk);
+    COLL_CALL_MPI(FSDP_COLL_ALL_GATHER, g, "MPI_Allgather (chunked)", err);
+  }
+  return FSDP_SUCCESS;
+}
+
 static int MpiReduceScatterRing(const CollMpi *m, const FsdpGroup *g, void *send, void *recv,
                                 size_t count, FsdpDtype dt)
 {
@@ -340,7 +375,7 @@ static int MpiReduceScatter(void *state, const FsdpGroup *g, void *send, void *r
   size_t k = FsdpDtypeSize(dt);
   CollScaleInplace(send, (size_t)g->size * count, dt, pre);
   int err = MPI_SUCCESS;
-  int ring = m->rs_mode == RS_RING || (m->rs_mode == RS_AUTO && count * k >= RS_RING_MIN_BYTES);
+  int ring = m->algo == RING_ALWAYS || (m->algo == RING_AUTO && count * k >= RS_RING_MIN_BYTES);
   if (ring && g->size > 1) {
     FSDP_CALL(MpiReduceScatterRing(m, g, send, recv, count, dt));
   } else if (count <= m->max_count) {
@@ -382,7 +417,7 @@ static int MpiReduceScatter(void *state, const FsdpGroup *g, void *send, void *r
  * landing place that is not buf: one segment, allocated per call (plain
  * malloc, not the tagged planner: [Note: stream ring]).  Open MPI 4.1's
  * MPI_Allreduce measured slower than this on one node (bench/README.md,
- * "Reduce-scatter"); FSDP_COLL_REDUCE_SCATTER chooses for both. */
+ * "Reduce-scatter"); FSDP_COLL_ALGO chooses for both. */
 static size_t RingChunkLen(size_t count, size_t chunk, size_t c)
 {
   size_t lo = c * chunk;
@@ -444,8 +479,8 @@ static int MpiAllReduce(void *state, const FsdpGroup *g, void *buf, size_t count
   FsdpCollSplitScale(scale, &pre, &post);
   size_t k = FsdpDtypeSize(dt);
   CollScaleInplace(buf, count, dt, pre);
-  int ring = m->rs_mode == RS_RING ||
-             (m->rs_mode == RS_AUTO && count * k >= (size_t)g->size * RS_RING_MIN_BYTES);
+  int ring = m->algo == RING_ALWAYS ||
+             (m->algo == RING_AUTO && count * k >= (size_t)g->size * RS_RING_MIN_BYTES);
   if (ring && g->size > 1 && count > 0) {
     FSDP_CALL(MpiAllReduceRing(m, g, buf, count, dt));
     CollScaleInplace(buf, count, dt, post);
@@ -502,21 +537,21 @@ static int CollWaitFromEnv(CollWait *out)
              env, coll_wait_names[COLL_WAIT_DEFAULT]);
 }
 
-/* FSDP_COLL_REDUCE_SCATTER: see [Note: ring reduce-scatter]. */
-static int CollReduceScatterFromEnv(int *mode)
+/* FSDP_COLL_ALGO: see [Note: ring reduce-scatter]. */
+static int CollAlgoFromEnv(int *algo)
 {
-  *mode = RS_AUTO;
-  const char *env = getenv("FSDP_COLL_REDUCE_SCATTER");
+  *algo = RING_AUTO;
+  const char *env = getenv("FSDP_COLL_ALGO");
   if (!env || !env[0]) return FSDP_SUCCESS;
-  for (int i = 0; rs_mode_names[i]; i++)
-    if (strcmp(env, rs_mode_names[i]) == 0) {
-      *mode = i;
+  for (int i = 0; coll_algo_names[i]; i++)
+    if (strcmp(env, coll_algo_names[i]) == 0) {
+      *algo = i;
       return FSDP_SUCCESS;
     }
   FSDP_ERROR(FSDP_ERR_USAGE,
-             "environment variable FSDP_COLL_REDUCE_SCATTER: '%s' is not auto, ring or mpi (how "
-             "reduce-scatters run: auto = our ring of MPI_Sendrecv from 256 KiB per rank, "
-             "MPI_Reduce_scatter_block below; default auto)",
+             "environment variable FSDP_COLL_ALGO: '%s' is not auto, ring or mpi (how "
+             "reduce-scatters, all-reduces and all-gathers run: auto = our ring of MPI_Sendrecv "
+             "from 256 KiB per rank, the MPI collective below; default auto)",
              env);
 }
 
@@ -546,7 +581,7 @@ static int MpiSetup(CollMpi *m)
   FSDP_CALL_MPI(MPI_Op_create(mpi_sum_fp32, 1, &m->sum_fp32));
   FSDP_CALL(CollMaxCountFromEnv(&m->max_count));
   FSDP_CALL(CollWaitFromEnv(&m->wait));
-  FSDP_CALL(CollReduceScatterFromEnv(&m->rs_mode));
+  FSDP_CALL(CollAlgoFromEnv(&m->algo));
   return FSDP_SUCCESS;
 }
 
