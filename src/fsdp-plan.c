@@ -127,6 +127,52 @@ static void PlanUnitsFree(PlanUnit *u, int n)
   free(u);
 }
 
+/* -tune plans thousands of candidates, most of them the same units (the
+ * model, -wrap and F decide them; building gpt-175b's table and its
+ * FlatParams is most of a plan's time): while on, the last units planned
+ * are kept for the next plan with the same key.  Only Tune turns it on. */
+static struct {
+  int on, valid, wrap, B, F, shard_rank, recompute;
+  PlanUnit *u;
+  int nu, nstages;
+  int *stage_unit;
+} gUnits;
+
+static void UnitsCacheClear(void)
+{
+  if (gUnits.valid) {
+    PlanUnitsFree(gUnits.u, gUnits.nu);
+    free(gUnits.stage_unit);
+  }
+  gUnits.valid = 0;
+}
+
+/* PlanUnits through the cache; *owned: the caller frees them. */
+static int PlanUnitsCached(const PlanOptions *po, int shard_rank, PlanUnit **u, int *nu,
+                           int **stage_unit, int *nstages, int *owned)
+{
+  *owned = !gUnits.on;
+  if (!gUnits.on) return PlanUnits(po, shard_rank, u, nu, stage_unit, nstages);
+  if (!gUnits.valid || gUnits.wrap != po->t.wrap || gUnits.B != po->t.batch_size ||
+      gUnits.F != po->F || gUnits.shard_rank != shard_rank ||
+      gUnits.recompute != po->t.fsdp.recompute) {
+    UnitsCacheClear();
+    FSDP_CALL(PlanUnits(po, shard_rank, &gUnits.u, &gUnits.nu, &gUnits.stage_unit,
+                        &gUnits.nstages));
+    gUnits.valid = 1;
+    gUnits.wrap = po->t.wrap;
+    gUnits.B = po->t.batch_size;
+    gUnits.F = po->F;
+    gUnits.shard_rank = shard_rank;
+    gUnits.recompute = po->t.fsdp.recompute;
+  }
+  *u = gUnits.u;
+  *nu = gUnits.nu;
+  *stage_unit = gUnits.stage_unit;
+  *nstages = gUnits.nstages;
+  return FSDP_SUCCESS;
+}
+
 /* My sharding and replica groups as FsdpGroup shapes (size, rank, peers on
  * my node and elsewhere): [Note: node-first sharding groups] in topo.h,
  * with nodes numbered by their smallest world rank. */
@@ -312,7 +358,43 @@ typedef struct {
   FsdpStepEvent *events;  /* its events, with -plan_schedule */
   int nevents;
   double peak;            /* the profile's peak FLOP/s of a rank (0: unknown) */
+  double contended;       /* [Note: contended compute] factor charged (1: none) */
+  double contended_comm;  /* and the collectives' beside compute */
+  const char *contended_why; /* why that factor */
 } ProfilePrediction;
+
+/* [Note: contended compute] (runtime/steptime.h): the profile's factor
+ * where the plan's ranks fill a node's cores (G ranks x the profile's
+ * threads per rank >= its cores per node), else 1; *why says which. */
+static double ContendedFactor(const PlanOptions *po, const FsdpProfile *p, const char **why)
+{
+  if (!(p->contended_factor > 0)) {
+    *why = "not in the profile (a described one, or from an fsdp-probe before it): 1";
+    return 1.0;
+  }
+  int threads = p->threads > 0 ? p->threads : 1;
+  if (p->cores_per_node <= 0 || (int64_t)po->G * threads < p->cores_per_node) {
+    *why = "an idle core per node takes the communication threads: 1";
+    return 1.0;
+  }
+  *why = "measured; the ranks' threads fill the node's cores";
+  return p->contended_factor > 1.0 ? p->contended_factor : 1.0;
+}
+
+/* The other side (runtime/steptime.h): the all-reduce the probe ran beside
+ * the stages against the world all-reduce curve alone, where
+ * ContendedFactor applies (> 1); else 1. */
+static double ContendedCommFactor(const PlanOptions *po, const FsdpProfile *p)
+{
+  const char *why;
+  const FsdpProfileCurve *c = &p->coll[FSDP_PROFILE_WORLD][FSDP_COLL_ALL_REDUCE];
+  if (ContendedFactor(po, p, &why) <= 1.0 || !(p->contended_allreduce_s > 0) ||
+      p->level_size[FSDP_PROFILE_WORLD] == 0 || c->n == 0)
+    return 1.0;
+  double alone = FsdpProfileCurveSeconds(c, p->contended_allreduce_bytes);
+  double f = alone > 0 ? p->contended_allreduce_s / alone : 1.0;
+  return f > 1.0 ? f : 1.0;
+}
 
 /* Seconds of traffic on group g, split into the intra-node part
  * (intra-node bytes at the node level's bandwidth) and the inter-node part
@@ -504,7 +586,9 @@ static int PredictFromProfile(const PlanOptions *po, const FsdpProfile *p, const
                              out->recompute_s;
   FsdpStepTimeInput in = {&po->t.fsdp, po->F, po->R, nu, nstages, is_root, stage_unit, fwd_s,
                           bwd_s, gather_s, reduce_s, out->optimizer_s, gather_slots, grad_slots,
-                          0, 0, NULL};
+                          0, 0, NULL, 1.0, 1.0};
+  out->contended = in.contended = ContendedFactor(po, p, &out->contended_why);
+  out->contended_comm = in.comm_contended = ContendedCommFactor(po, p);
   /* [Note: the gradient tail] (runtime/optim.c): AdamW per unit as the
    * reductions land when nothing gates it, in the unit's share of the
    * optimizer (its shard's elements) */
@@ -549,7 +633,8 @@ static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutco
   int nu = 0;
   FSDP_CALL(PlanGroups(&po, &shard, &replica));
   int *stage_unit = NULL, nstages = 0;
-  FSDP_CALL(PlanUnits(&po, shard.rank, &u, &nu, &stage_unit, &nstages));
+  int owned = 1;
+  FSDP_CALL(PlanUnitsCached(&po, shard.rank, &u, &nu, &stage_unit, &nstages, &owned));
 
   /* memory: [Note: gather memory], [Note: mixed precision] and [Note:
    * gradient accumulation] in fsdp.h, as FsdpRuntimeSetUp allocates it */
@@ -718,8 +803,10 @@ static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutco
     free(prof);
     if (perr) {
       free(pp.events);
-      PlanUnitsFree(u, nu);
-      free(stage_unit);
+      if (owned) {
+        PlanUnitsFree(u, nu);
+        free(stage_unit);
+      }
       return FsdpErrorTrace(__FILE__, __LINE__, __func__, perr);
     }
     predict = 1;
@@ -792,6 +879,9 @@ static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutco
       if (use_profile) {
         FsdpJsonString(j, "profile", po.profile);
         FsdpJsonBool(j, "stages_measured", pp.stages_measured);
+        FsdpJsonReal(j, "contended_factor", pp.contended);
+        FsdpJsonString(j, "contended_factor_from", pp.contended_why);
+        FsdpJsonReal(j, "contended_comm_factor", pp.contended_comm);
         FsdpJsonReal(j, "gemm_s", pp.gemm_s);
         FsdpJsonReal(j, "attention_s", pp.attention_s);
         FsdpJsonReal(j, "memory_bound_s", pp.memory_s);
@@ -810,6 +900,7 @@ static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutco
       FsdpJsonReal(j, "step_time_ms", 1e3 * pp.sim.step_s);
       FsdpJsonReal(j, "exposed_comm_ms", 1e3 * pp.sim.exposed_s);
       FsdpJsonReal(j, "compute_ms", 1e3 * pp.sim.compute_s);
+      FsdpJsonReal(j, "contention_ms", 1e3 * pp.sim.contention_s);
       FsdpJsonReal(j, "gather_stream_busy_ms", 1e3 * pp.sim.gather_busy_s);
       FsdpJsonReal(j, "reduce_stream_busy_ms", 1e3 * pp.sim.reduce_busy_s);
       FsdpJsonReal(j, "tokens_per_s", pp.sim.step_s > 0 ? tokens_per_step / pp.sim.step_s : 0.0);
@@ -872,6 +963,10 @@ static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutco
              po.profile, 1e3 * pp.sim.step_s, 1e3 * pp.sim.exposed_s, 1e3 * pp.sim.compute_s,
              pp.sim.step_s > 0 ? tokens_per_step / pp.sim.step_s : 0.0,
              pp.peak > 0 && pp.sim.step_s > 0 ? 100.0 * flop * K / (pp.sim.step_s * pp.peak) : 0.0);
+    if (use_profile)
+      printf("compute beside communication: x%.3f (%s), %.4g ms of the step; communication "
+             "beside compute: x%.3f\n", pp.contended, pp.contended_why, 1e3 * pp.sim.contention_s,
+             pp.contended_comm);
     if (predict)
       printf("predicted step: compute %.4g s + intra-node %.4g s + inter-node %.4g s = %.4g s "
              "without overlap, %.4g s with full overlap\n",
@@ -880,15 +975,17 @@ static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutco
   }
   fflush(stdout);
   free(pp.events);
-  PlanUnitsFree(u, nu);
-  free(stage_unit);
+  if (owned) {
+    PlanUnitsFree(u, nu);
+    free(stage_unit);
+  }
   return FSDP_SUCCESS;
 }
 
 /* ---- -tune: the fastest options that fit -------------------------------- */
 
 typedef struct {
-  int F, wrap, prefetch, raf, rc, B, K;
+  int F, wrap, prefetch, raf, rc, B, K, ac, L;
   PlanOutcome o;
 } Candidate;
 
@@ -915,6 +1012,8 @@ static int SetCandidate(FsdpOpts db, const Candidate *c)
   FSDP_CALL(SetInt(db, "recompute", c->rc));
   FSDP_CALL(SetInt(db, "batch_size", c->B));
   FSDP_CALL(SetInt(db, "grad_accum", c->K));
+  FSDP_CALL(SetInt(db, "accum_comm", c->ac));
+  FSDP_CALL(SetInt(db, "limit_all_gathers", c->L));
   return FSDP_SUCCESS;
 }
 
@@ -931,10 +1030,11 @@ static int WriteOptionsFile(const char *path, const PlanOptions *po, const Candi
           "# %.4g tokens/s, %.3f GiB per rank.  Use after the run's own options:\n"
           "#   fsdp-train -options_file run.opts -options_file %s\n"
           "-sharding_factor %d\n-wrap %d\n-prefetch %s\n-reshard_after_forward %d\n"
-          "-recompute %d\n-batch_size %d\n-grad_accum %d\n",
+          "-recompute %d\n-batch_size %d\n-grad_accum %d\n-accum_comm %d\n"
+          "-limit_all_gathers %d\n",
           po->t.model_name, po->W, po->G, po->profile, 1e3 * c->o.step_s, 1e3 * c->o.exposed_s,
           c->o.tokens_per_s, c->o.mem_total / 1073741824.0, path, c->F, c->wrap,
-          FsdpPrefetchNames[c->prefetch], c->raf, c->rc, c->B, c->K);
+          FsdpPrefetchNames[c->prefetch], c->raf, c->rc, c->B, c->K, c->ac, c->L);
   if (fclose(f) != 0)
     FSDP_ERROR(FSDP_ERR_IO, "-tune_options_out %s: writing failed: %s", path, strerror(errno));
   return FSDP_SUCCESS;
@@ -949,12 +1049,37 @@ static int WriteOptionsFile(const char *path, const PlanOptions *po, const Candi
  * three prefetch modes; RAF and NRAF; activation recomputation off and
  * on; the micro-batch B among the divisors
  * of the sequences per rank per step (-batch_size x -grad_accum as given),
- * with K = that / B.  -limit_all_gathers is kept as given, not searched:
- * it is the user's memory / exposed-time trade-off (1 + L gathered blocks
- * under RAF, [Note: prefetch and the limiter] in fsdp.c), and searching it
- * would multiply the candidates.  Each is planned exactly as fsdp-plan plans
- * one run and replayed on the profile; the fastest that fits the memory
- * limit wins, ties going to less memory. */
+ * with K = that / B; where K > 1, -accum_comm 1 and 0 (reduce every
+ * micro-step, under the next one's compute, or once: more memory, 1/K the
+ * communication and none beside the compute of micro-steps 2..K, which
+ * [Note: contended compute] charges where no core is idle); where a
+ * prefetch issues gathers ahead (F > 1, -prefetch backward or both),
+ * -limit_all_gathers 1, 2 and 4 (the ring's 1 + L gathered units under
+ * RAF against the gathers' head start, [Note: prefetch and the limiter]
+ * in fsdp.c; without prefetch or gathers L changes nothing but memory and
+ * stays as given).  Each is planned exactly as fsdp-plan plans one run
+ * and replayed on the profile; the fastest that fits the memory limit
+ * wins, ties going to less memory. */
+/* Plans candidate x (its outcome into x->o), counts it, keeps the one
+ * of least memory in *smallest, and appends it to *c when it fits. */
+static int TryCandidate(FsdpOpts db, const FsdpProfile *prof, double limit, Candidate *x,
+                        Candidate **c, size_t *n, size_t *cap, Candidate *smallest, int *tried)
+{
+  FSDP_CALL(SetCandidate(db, x));
+  FSDP_CALL(PlanOnce(db, 0, prof, &x->o));
+  (*tried)++;
+  if (x->o.mem_total < smallest->o.mem_total) *smallest = *x;
+  if ((double)x->o.mem_total > limit) return FSDP_SUCCESS;
+  if (*n == *cap) {
+    Candidate *more = realloc(*c, 2 * *cap * sizeof **c);
+    FSDP_CHECK_ALLOC(more, 2 * *cap * sizeof **c);
+    *c = more;
+    *cap *= 2;
+  }
+  (*c)[(*n)++] = *x;
+  return FSDP_SUCCESS;
+}
+
 static int Tune(FsdpOpts db, const PlanOptions *po0)
 {
   PlanOptions po = *po0;
@@ -974,33 +1099,26 @@ static int Tune(FsdpOpts db, const PlanOptions *po0)
   Candidate smallest = {0};
   smallest.o.mem_total = UINT64_MAX;
   int tried = 0;
+  gUnits.on = 1;
+  static const int kLimits[] = {1, 2, 4};
   for (int F = 1; !err && F <= po.W; F++) {
     if (po.W % F || (po.G % F && F % po.G)) continue;
     for (int wrap = 1; !err && wrap <= (nl < 8 ? nl : 8); wrap++) {
       if (nl % wrap) continue;
-      for (int pf = 0; !err && pf < FSDP_NPREFETCH; pf++)
-        for (int raf = 1; !err && raf >= 0; raf--)
-          for (int rc = 0; !err && rc <= 1; rc++)
-          for (int B = 1; !err && B <= per_rank; B++) {
-            if (per_rank % B) continue;
-            Candidate x = {F, wrap, pf, raf, rc, B, per_rank / B, {0}};
-            err = SetCandidate(db, &x);
-            if (!err) err = PlanOnce(db, 0, prof, &x.o);
-            if (err) break;
-            tried++;
-            if (x.o.mem_total < smallest.o.mem_total) smallest = x;
-            if ((double)x.o.mem_total > limit) continue;
-            if (n == cap) {
-              Candidate *more = realloc(c, 2 * cap * sizeof *c);
-              if (!more) {
-                err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_MEM, "out of memory");
-                break;
-              }
-              c = more;
-              cap *= 2;
+      /* B and rc outside the rest: the units planned are kept while
+       * they stay (gUnits) */
+      for (int B = 1; !err && B <= per_rank; B++)
+        for (int rc = 0; !err && rc <= 1 && per_rank % B == 0; rc++)
+          for (int pf = 0; !err && pf < FSDP_NPREFETCH; pf++)
+            for (int raf = 1; !err && raf >= 0; raf--) {
+              int K = per_rank / B, searchL = F > 1 && pf != FSDP_PREFETCH_NONE;
+              for (int li = 0; !err && li < (searchL ? 3 : 1); li++)
+                for (int ai = 0; !err && ai < (K > 1 ? 2 : 1); ai++) {
+                  Candidate x = {F, wrap, pf, raf, rc, B, K, K > 1 ? 1 - ai : po.t.fsdp.accum_comm,
+                                 searchL ? kLimits[li] : po.t.fsdp.limit_all_gathers, {0}};
+                  err = TryCandidate(db, prof, limit, &x, &c, &n, &cap, &smallest, &tried);
+                }
             }
-            c[n++] = x;
-          }
     }
   }
   if (!err && n == 0)
@@ -1008,12 +1126,13 @@ static int Tune(FsdpOpts db, const PlanOptions *po0)
                          "-tune: none of %d configurations fits the memory limit of %.0f bytes "
                          "(%.3f GiB) per rank; the smallest needs %llu bytes (%.3f GiB: "
                          "-sharding_factor %d -wrap %d -prefetch %s -reshard_after_forward %d "
-                         "-recompute %d -batch_size %d -grad_accum %d)",
+                         "-recompute %d -batch_size %d -grad_accum %d -accum_comm %d "
+                         "-limit_all_gathers %d)",
                          tried, limit, limit / 1073741824.0,
                          (unsigned long long)smallest.o.mem_total,
                          smallest.o.mem_total / 1073741824.0, smallest.F, smallest.wrap,
                          FsdpPrefetchNames[smallest.prefetch], smallest.raf, smallest.rc, smallest.B,
-                         smallest.K);
+                         smallest.K, smallest.ac, smallest.L);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   if (!err) {
@@ -1024,11 +1143,17 @@ static int Tune(FsdpOpts db, const PlanOptions *po0)
              "profile %s (%s); %d configurations, %zu fit %.3f GiB per rank\n",
              po.t.model_name, po.W, po.N, po.G, per_rank, po.profile, prof->source, tried, n,
              limit / 1073741824.0);
-      printf("%4s %5s %4s %-8s %4s %4s %4s %4s %12s %12s %14s %10s\n", "rank", "F", "wrap",
-             "prefetch", "RAF", "rc", "B", "K", "step ms", "exposed ms", "tokens/s", "GiB/rank");
+      const char *why = NULL;
+      double f = ContendedFactor(&po, prof, &why);
+      printf("fsdp-plan -tune: compute beside communication x%.3f (%s), communication beside "
+             "compute x%.3f\n", f, why, ContendedCommFactor(&po, prof));
+      printf("%4s %5s %4s %-8s %4s %4s %4s %4s %3s %3s %12s %12s %14s %10s\n", "rank", "F",
+             "wrap", "prefetch", "RAF", "rc", "B", "K", "ac", "L", "step ms", "exposed ms",
+             "tokens/s", "GiB/rank");
       for (int i = 0; i < top; i++)
-        printf("%4d %5d %4d %-8s %4d %4d %4d %4d %12.4g %12.4g %14.6g %10.3f\n", i + 1, c[i].F,
-               c[i].wrap, FsdpPrefetchNames[c[i].prefetch], c[i].raf, c[i].rc, c[i].B, c[i].K,
+        printf("%4d %5d %4d %-8s %4d %4d %4d %4d %3d %3d %12.4g %12.4g %14.6g %10.3f\n", i + 1,
+               c[i].F, c[i].wrap, FsdpPrefetchNames[c[i].prefetch], c[i].raf, c[i].rc, c[i].B,
+               c[i].K, c[i].ac, c[i].L,
                1e3 * c[i].o.step_s, 1e3 * c[i].o.exposed_s, c[i].o.tokens_per_s,
                c[i].o.mem_total / 1073741824.0);
       if (po.tune_options_out[0]) {
@@ -1038,6 +1163,8 @@ static int Tune(FsdpOpts db, const PlanOptions *po0)
       fflush(stdout);
     }
   }
+  UnitsCacheClear();
+  gUnits.on = 0;
   free(c);
   free(prof);
   return err;

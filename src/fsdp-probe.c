@@ -16,12 +16,16 @@
  *     group, the cross-node group (one rank per node, all such groups at
  *     once: the node's link is shared as in a run) and the world; each
  *     point is the median over -probe_reps of the slowest rank's time;
- *   - the memory a rank can allocate.
+ *   - the memory a rank can allocate;
+ *   - the model's stages again with an all-reduce looping on a stream
+ *     thread beside them ([Note: contended compute] in runtime/steptime.h),
+ *     and the cores of a node.
  * Rank 0 writes the profile (HDF5, atomic) and prints the fitted latency
  * and bandwidth per level and kind.
  */
 #include <errno.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +53,8 @@ typedef struct {
   const char *backend, *host, *device;
   double gemm_flops, attention_flops, stream_bw, adamw_bw, mem;
   double node_latency, node_bw, net_latency, net_bw_per_node;
+  double contended; /* [Note: contended compute] */
+  int64_t cores;
 } Description;
 
 typedef struct {
@@ -99,6 +105,11 @@ static int DescriptionFromDb(FsdpOpts db, Description *d)
   FSDP_CALL(FsdpOptsGetDouble(db, g, "describe_net_bw_per_node", "bandwidth of a node's links "
                               "to the other nodes, bytes/s, shared by its ranks", 0, 0, 1e16,
                               &d->net_bw_per_node));
+  FSDP_CALL(FsdpOptsGetDouble(db, g, "describe_contended_factor", "a stage's time beside a "
+                              "collective over its time alone, where the ranks fill a node's "
+                              "cores (0: not known, taken as 1)", 0, 0, 100, &d->contended));
+  FSDP_CALL(FsdpOptsGetInt(db, g, "describe_cores_per_node", "cores a node's ranks share (0: not "
+                           "known)", 0, 0, 1 << 20, &d->cores));
   return FSDP_SUCCESS;
 }
 
@@ -410,9 +421,83 @@ static int ProbeCompute(const ProbeOptions *po, FsdpProfile *p)
  * it plans the same model and sequence length (scaled by its micro-batch).
  * Skipped when the copy (parameters, gradients, activations) would take
  * more than half a rank's available memory. */
+/* [Note: contended compute] (runtime/steptime.h): the collective beside
+ * the stages, on a stream thread as in a run: world all-reduces of the
+ * model's largest unit (at most 16 MiB), one after another, until a rank
+ * asks to stop.  Element 0 carries the ask (the mean over ranks, > 0 once
+ * any rank set it), so every rank leaves after the same call. */
+typedef struct {
+  FsdpColl coll;
+  const FsdpGroup *g;
+  float *buf;
+  size_t elems;
+  atomic_int *stop;
+  double *seconds; /* the calls' time, summed (read after the stream is synchronized) */
+  int *calls;
+} Beside;
+
+static int BesideLoop(void *arg)
+{
+  const Beside *b = arg;
+  for (;;) {
+    b->buf[0] = atomic_load(b->stop) ? 1.0f : 0.0f;
+    double t0 = MPI_Wtime();
+    FSDP_CALL(FsdpCollAllReduce(b->coll, b->g, b->buf, b->elems, FSDP_DTYPE_FP32,
+                                1.0f / (float)b->g->size));
+    if (b->buf[0] > 0.0f) return FSDP_SUCCESS; /* the last call: the stages had ended */
+    *b->seconds += MPI_Wtime() - t0;
+    (*b->calls)++;
+  }
+}
+
+typedef struct {
+  FsdpStream stream;
+  FsdpColl coll;
+  FsdpGroup g;
+  float *buf;
+  size_t elems;
+  atomic_int stop;
+  double seconds;
+  int calls;
+} BesideState;
+
+static int BesideStart(const ProbeOptions *po, BesideState *bs)
+{
+  memset(bs, 0, sizeof *bs);
+  bs->g.comm = MPI_COMM_NULL;
+  bs->g.name = "world";
+  atomic_store(&bs->stop, 0);
+  size_t elems = (size_t)(po->max_bytes < ((int64_t)16 << 20) ? po->max_bytes : (int64_t)16 << 20) / 4;
+  if (elems < 1024) elems = 1024;
+  /* its own communicator: the compute thread's barriers stay on world */
+  FSDP_CALL_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &bs->g.comm));
+  FSDP_CALL_MPI(MPI_Comm_size(bs->g.comm, &bs->g.size));
+  FSDP_CALL_MPI(MPI_Comm_rank(bs->g.comm, &bs->g.rank));
+  FSDP_CALL(FsdpMalloc(FSDP_MEM_OTHER, elems * sizeof(float), &bs->buf));
+  for (size_t i = 0; i < elems; i++) bs->buf[i] = 1.0f;
+  FSDP_CALL(FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &bs->coll));
+  FSDP_CALL(FsdpStreamCreate("probe-beside", 4, &bs->stream));
+  bs->elems = elems;
+  Beside arg = {bs->coll, &bs->g, bs->buf, elems, &bs->stop, &bs->seconds, &bs->calls};
+  return FsdpStreamEnqueue(bs->stream, "all_reduce", BesideLoop, &arg, sizeof arg, NULL);
+}
+
+static int BesideStop(BesideState *bs)
+{
+  atomic_store(&bs->stop, 1);
+  int err = bs->stream ? FsdpStreamSynchronize(bs->stream) : FSDP_SUCCESS;
+  int e2 = FsdpStreamDestroy(&bs->stream);
+  if (bs->coll) FsdpCollDestroy(&bs->coll);
+  FsdpFree(&bs->buf);
+  if (bs->g.comm != MPI_COMM_NULL) MPI_Comm_free(&bs->g.comm);
+  return err ? err : e2;
+}
+
 /* The model at micro-batch B, its stages timed into fwd, bwd; *ns their
- * number (0: more than the profile holds, not timed). */
-static int ProbeStagesAt(const ProbeOptions *po, int B, double *fwd, double *bwd, int *ns_out)
+ * number (0: more than the profile holds, not timed).  beside: with a
+ * collective looping on a stream thread ([Note: contended compute]). */
+static int ProbeStagesAt(const ProbeOptions *po, int B, int beside, double *fwd, double *bwd,
+                         int *ns_out, double *beside_s, double *beside_bytes)
 {
   const FsdpModelDesc *desc = &po->t.model;
   int T = (int)FsdpModelDescInt(desc, "seq_len");
@@ -456,6 +541,10 @@ static int ProbeStagesAt(const ProbeOptions *po, int B, double *fwd, double *bwd
   if (!err) err = FsdpModelSetUp(m);
   if (!err) err = FsdpModelSetBatch(m, tokens, tokens + B * T);
   if (!err) FsdpModelSetLossScale(m, 1.0f);
+  BesideState bs;
+  memset(&bs, 0, sizeof bs);
+  bs.g.comm = MPI_COMM_NULL;
+  if (!err && beside) err = BesideStart(po, &bs);
   /* a warm-up pass (page faults, BLAS buffers), then the timed ones */
   for (int r = -1; !err && r < po->reps; r++) {
     int e = MPI_Barrier(MPI_COMM_WORLD);
@@ -468,6 +557,18 @@ static int ProbeStagesAt(const ProbeOptions *po, int B, double *fwd, double *bwd
         err = (pass == 0 ? sg->forward : sg->backward)(tb->ctx, st, &ut[sg->unit]);
         if (r >= 0) t[(size_t)(pass * ns + st) * po->reps + r] = MPI_Wtime() - t0;
       }
+  }
+  if (beside) {
+    int e = BesideStop(&bs);
+    if (!err) err = e;
+    /* [Note: contended compute] the all-reduce beside the stages: its mean
+     * time (the slowest rank's) and the volume a rank received */
+    double mean = bs.calls > 0 ? bs.seconds / bs.calls : 0.0;
+    if (!err) err = WorldMax(&mean);
+    uint64_t vol = 0, intra = 0, inter = 0;
+    FsdpCollVolume(FSDP_COLL_ALL_REDUCE, &bs.g, bs.elems, 4, &vol, &intra, &inter);
+    *beside_s = mean;
+    *beside_bytes = (double)vol;
   }
   for (int i = 0; !err && i < 2 * ns; i++) {
     double med = Median(&t[(size_t)i * po->reps], po->reps);
@@ -510,7 +611,7 @@ static int ProbeStages(const ProbeOptions *po, FsdpProfile *p)
   for (int b = B; b >= 1 && p->nstage_batches < FSDP_PROFILE_MAX_STAGE_BATCHES; b--) {
     if (B % b) continue;
     int k = p->nstage_batches, ns = 0;
-    FSDP_CALL(ProbeStagesAt(po, b, p->stage_fwd_s[k], p->stage_bwd_s[k], &ns));
+    FSDP_CALL(ProbeStagesAt(po, b, 0, p->stage_fwd_s[k], p->stage_bwd_s[k], &ns, NULL, NULL));
     if (ns == 0) break;
     p->nstages = ns;
     p->stage_batch[k] = b;
@@ -518,6 +619,20 @@ static int ProbeStages(const ProbeOptions *po, FsdpProfile *p)
   }
   p->stage_seq_len = T;
   p->stage_params = FsdpModelDescParamCount(desc);
+  /* [Note: contended compute] the largest micro-batch again, beside a
+   * collective: the ratio of the sums (the slowest rank's each) */
+  if (p->nstage_batches > 0) {
+    static double cf[FSDP_PROFILE_MAX_STAGES], cb[FSDP_PROFILE_MAX_STAGES];
+    int ns = 0;
+    FSDP_CALL(ProbeStagesAt(po, p->stage_batch[0], 1, cf, cb, &ns, &p->contended_allreduce_s,
+                            &p->contended_allreduce_bytes));
+    double alone = 0, beside = 0;
+    for (int i = 0; i < ns && ns == p->nstages; i++) {
+      alone += p->stage_fwd_s[0][i] + p->stage_bwd_s[0][i];
+      beside += cf[i] + cb[i];
+    }
+    p->contended_factor = alone > 0 ? beside / alone : 0.0;
+  }
   return FSDP_SUCCESS;
 }
 
@@ -681,6 +796,18 @@ static void ProbeIdentity(const ProbeOptions *po, FsdpTopo topo, FsdpProfile *p)
   p->ranks_per_node = FsdpTopoRanksPerNode(topo);
   p->nodes = FsdpTopoNumNodes(topo);
   p->threads = omp_get_max_threads();
+  /* [Note: contended compute] the CPUs a node's ranks share (not the
+   * rank's affinity mask: a bound rank sees one core) */
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  p->cores_per_node = cores > 0 ? (int)cores : 0;
+}
+
+/* [Note: contended compute] the fewest cores any rank's node has. */
+static int ProbeCores(FsdpProfile *p)
+{
+  FSDP_CALL_MPI(MPI_Allreduce(MPI_IN_PLACE, &p->cores_per_node, 1, MPI_INT, MPI_MIN,
+                              MPI_COMM_WORLD));
+  return FSDP_SUCCESS;
 }
 
 /* A curve of two points on t = latency + v / bandwidth (the fit gives
@@ -720,6 +847,8 @@ static void DescribeProfile(const ProbeOptions *po, FsdpProfile *p)
   p->attention_flops_per_s = d->attention_flops > 0 ? d->attention_flops : d->gemm_flops;
   p->stream_bytes_per_s = d->stream_bw;
   p->adamw_bytes_per_s = d->adamw_bw > 0 ? d->adamw_bw : d->stream_bw;
+  p->contended_factor = d->contended;
+  p->cores_per_node = (int)d->cores;
   int G = p->ranks_per_node, N = p->nodes;
   double net = d->net_bw_per_node / G;
   const struct {
@@ -754,6 +883,10 @@ static void PrintProfile(const FsdpProfile *p, const char *path)
     printf("  attention %.2f GFLOP/s | streaming %.2f GB/s | AdamW %.2f GB/s\n",
            p->attention_flops_per_s / 1e9, p->stream_bytes_per_s / 1e9, p->adamw_bytes_per_s / 1e9);
   printf("  memory available per rank: %.2f GiB\n", p->mem_available / 1073741824.0);
+  if (p->contended_factor > 0)
+    printf("  the stages beside an all-reduce on a stream thread: x%.3f their time alone "
+           "(%d cores per node, %d ranks x %d threads)\n", p->contended_factor,
+           p->cores_per_node, p->ranks_per_node, p->threads);
   for (int k = 0; k < p->nstage_batches; k++) {
     double f = 0, b = 0;
     for (int i = 0; i < p->nstages; i++) {
@@ -809,10 +942,11 @@ static int Run(int argc, char **argv)
   } else if (!err) {
     err = FsdpTopoCreate(MPI_COMM_WORLD, &po.t.topo, &topo);
     if (!err) ProbeIdentity(&po, topo, p);
+    if (!err) err = ProbeCores(p);
     if (!err) err = ProbeMemory(topo, p);
     if (!err && po.compute) err = ProbeCompute(&po, p);
+    if (!err) err = ProbeMaxBytes(&po); /* the stages' collective beside takes its size */
     if (!err && po.compute) err = ProbeStages(&po, p);
-    if (!err) err = ProbeMaxBytes(&po);
     if (!err) err = ProbeCollectives(&po, topo, p);
     p->peak_flops_per_s = po.peak_flops;
   }

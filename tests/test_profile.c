@@ -10,10 +10,16 @@
  *     is the large messages' sustained rate to 2% ([Note: the large-message
  *     regime] in io/profile.c);
  *   - FsdpProfileCurveSeconds is a + v / b;
- *   - a profile written and read back is the same in every field;
+ *   - a profile written and read back is the same in every field (with
+ *     the stages' contended factor, the cores per node and the all-reduce
+ *     timed beside the stages);
+ *   - a profile of before the contended factor (its two attributes
+ *     deleted) still loads, with factor 0 (not measured) and 0 cores; a
+ *     negative factor is refused naming it;
  *   - a file that is not a profile, and a missing file, are usage errors
  *     naming the file.
  */
+#include <hdf5.h>
 #include <math.h>
 #include <string.h>
 #include <unistd.h>
@@ -118,6 +124,7 @@ static void TestFile(void)
   snprintf(path, sizeof path, "%s/p.h5", dir);
   snprintf(other, sizeof other, "%s/none.h5", dir);
   static FsdpProfile p, q;
+  int err0 = 0;
   memset(&p, 0, sizeof p);
   snprintf(p.host, sizeof p.host, "node017");
   snprintf(p.cpu, sizeof p.cpu, "Some CPU @ 2.0GHz");
@@ -150,6 +157,10 @@ static void TestFile(void)
       p.stage_fwd_s[b][i] = 0.01 * (i + 1) / (b + 1);
       p.stage_bwd_s[b][i] = 0.025 * (i + 1) / (b + 1);
     }
+  p.contended_factor = 1.27;
+  p.cores_per_node = 48;
+  p.contended_allreduce_s = 0.0123;
+  p.contended_allreduce_bytes = 8388608;
   p.level_size[FSDP_PROFILE_NODE] = 8;
   p.level_size[FSDP_PROFILE_CROSS] = 2;
   p.level_size[FSDP_PROFILE_WORLD] = 16;
@@ -163,6 +174,30 @@ static void TestFile(void)
   CHECK(memcmp(&p, &q, sizeof p) == 0, "the profile read back differs from the one written");
   CHECK(strcmp(q.gemm[1].name, "root/wte") == 0 && q.gemm[1].OC == 50257, "gemm 1: %s %lld",
         q.gemm[1].name, (long long)q.gemm[1].OC);
+  CHECK(q.contended_factor == 1.27 && q.cores_per_node == 48, "contended factor %g, %d cores",
+        q.contended_factor, q.cores_per_node);
+
+  /* [Note: contended compute]: a file written before it has neither
+   * attribute; it loads as not measured.  A negative factor is damage. */
+  {
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t g = f >= 0 ? H5Gopen2(f, "compute", H5P_DEFAULT) : -1;
+    CHECK(g >= 0 && H5Adelete(g, "contended_factor") >= 0 && H5Adelete(g, "cores_per_node") >= 0,
+          "deleting the contended attributes");
+    if (g >= 0) H5Gclose(g);
+    if (f >= 0) H5Fclose(f);
+    err0 = FsdpProfileRead(path, &q);
+    CHECK(err0 == FSDP_SUCCESS && q.contended_factor == 0.0 && q.cores_per_node == 0 &&
+              q.nstages == 3 && q.stage_bwd_s[1][2] == p.stage_bwd_s[1][2],
+          "an older profile: err %d, factor %g, cores %d, %d stages", err0, q.contended_factor,
+          q.cores_per_node, q.nstages);
+    p.contended_factor = -1.0;
+    TCALL(FsdpProfileWrite(&p, path));
+    err0 = FsdpProfileRead(path, &q);
+    CHECK(err0 == FSDP_ERR_USAGE && strstr(FsdpErrorLastMessage(), "contended_factor"),
+          "a negative factor: %d %s", err0, FsdpErrorLastMessage());
+    p.contended_factor = 1.27;
+  }
 
   /* overwrite: the old file is replaced whole */
   p.nodes = 4;

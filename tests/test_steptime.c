@@ -25,6 +25,21 @@
  * waits 1 s for its slot (block 3's reduction) before its backward, which
  * delays the root's long stage: step 27 s, exposed 4 s (1 s + the last
  * reduction's 3 s); without the wait it would be 26 s.
+ * [Note: contended compute]: F = 1 with 2 replicas (an all-reduce of 0.25 s
+ * per unit after its backward), a factor of 2: block 1's backward starts
+ * as block 2's all-reduce starts, runs its first 0.25 s at half rate and
+ * ends 0.125 s late, the root's backward likewise beside block 1's: step
+ * 12.6 s (12.1 + 0.25 contention + 0.25 the root's reduction exposed),
+ * compute 12.35 s; factor 1: 12.35 s.  Without replicas (nothing
+ * reduced) 12.1 s at either factor.  -grad_accum 2: with -accum_comm 1
+ * micro-step 1's root reduction also runs under micro-step 2's first
+ * forward stage (0.125 s more), 0.625 s of contention, step 24.975 s;
+ * with -accum_comm 0 only the last micro-step's, 0.25 s: step 24.6 s;
+ * at factor 1 both are 24.35 s.  The collectives beside compute twice as
+ * long (comm x2): blocks 2 and 1 reduce in 0.5 s each, the root's last
+ * reduction alone in 0.25 s (reduce stream busy 1.25 s); at compute factor
+ * 1 they stay hidden (12.35 s); at 2 each block's backward beside them
+ * loses 0.25 s: 12.85 s.
  */
 #include <math.h>
 #include <string.h>
@@ -50,7 +65,7 @@ static void Run(FsdpPrefetch pf, int raf, int L, int K, int accum_comm, int gath
   o.accum_comm = accum_comm;
   o.param_dtype = o.reduce_dtype = FSDP_DTYPE_FP32;
   FsdpStepTimeInput in = {&o,    2,       1,      3,      4,   kIsRoot, kStageUnit, kFwd,
-                          kBwd,  kGather, kReduce, 0.1, gather_slots, 2, 0, 0, NULL};
+                          kBwd,  kGather, kReduce, 0.1, gather_slots, 2, 0, 0, NULL, 1.0, 1.0};
   TCALL(FsdpStepTimeSimulate(&in, r, ev, maxev, nev));
 }
 
@@ -125,7 +140,7 @@ int main(int argc, char **argv)
       o.accum_comm = 1;
       o.param_dtype = o.reduce_dtype = FSDP_DTYPE_FP32;
       FsdpStepTimeInput in = {&o,  2,      1,      5,   6, is_root, stage_unit, fwd,
-                              bwd, gather, reduce, 0.0, 1 + L, 2};
+                              bwd, gather, reduce, 0.0, 1 + L, 2, 0, 0, NULL, 1.0, 1.0};
       TCALL(FsdpStepTimeSimulate(&in, &r, ev, 64, &n));
       exposed[L] = r.exposed_s;
       CHECK(r.max_in_flight == L, "L %d: %d gathers in flight", L, r.max_in_flight);
@@ -170,7 +185,7 @@ int main(int argc, char **argv)
     o.accum_comm = 1;
     o.param_dtype = o.reduce_dtype = FSDP_DTYPE_FP32;
     FsdpStepTimeInput in = {&o,  2,      1,      4,   5, is_root, stage_unit, fwd,
-                            bwd, gather, reduce, 0.0, 1, 2, 0, 0, NULL};
+                            bwd, gather, reduce, 0.0, 1, 2, 0, 0, NULL, 1.0, 1.0};
     TCALL(FsdpStepTimeSimulate(&in, &r, NULL, 0, &n));
     CHECK(Near(r.step_s, 27.0) && Near(r.exposed_s, 4.0) && Near(r.compute_s, 23.0),
           "gradient ring: step %g exposed %g compute %g", r.step_s, r.exposed_s, r.compute_s);
@@ -197,6 +212,43 @@ int main(int argc, char **argv)
       CHECK(Near(r.step_s, tc[i].step) && Near(r.compute_s, 23.4),
             "gradient tail %s early %d: step %g (want %g), compute %g (want 23.4)",
             FsdpTailNames[tc[i].tail], tc[i].early, r.step_s, tc[i].step, r.compute_s);
+    }
+  }
+
+  /* [Note: contended compute] */
+  {
+    static const struct {
+      int R, K, ac;
+      double f, fb, step, compute, contention, rbusy;
+    } cc[] = {{2, 1, 1, 2.0, 1.0, 12.6, 12.35, 0.25, 0.75},
+              {2, 1, 1, 1.0, 1.0, 12.35, 12.1, 0.0, 0.75},
+              {1, 1, 1, 2.0, 1.0, 12.1, 12.1, 0.0, 0.0},
+              {1, 1, 1, 1.0, 1.0, 12.1, 12.1, 0.0, 0.0},
+              {2, 2, 1, 2.0, 1.0, 24.975, 24.725, 0.625, 1.5},
+              {2, 2, 0, 2.0, 1.0, 24.6, 24.35, 0.25, 0.75},
+              {2, 2, 1, 1.0, 1.0, 24.35, 24.1, 0.0, 1.5},
+              {2, 2, 0, 1.0, 1.0, 24.35, 24.1, 0.0, 0.75},
+              /* the reductions beside compute twice as long, the last alone */
+              {2, 1, 1, 1.0, 2.0, 12.35, 12.1, 0.0, 1.25},
+              {2, 1, 1, 2.0, 2.0, 12.85, 12.6, 0.5, 1.25}};
+    for (size_t i = 0; i < sizeof cc / sizeof cc[0]; i++) {
+      FsdpRuntimeOptions o;
+      memset(&o, 0, sizeof o);
+      o.prefetch = FSDP_PREFETCH_BACKWARD;
+      o.reshard_after_forward = 1;
+      o.grad_accum = cc[i].K;
+      o.accum_comm = cc[i].ac;
+      o.param_dtype = o.reduce_dtype = FSDP_DTYPE_FP32;
+      FsdpStepTimeInput in = {&o,    1,       cc[i].R, 3,   4, kIsRoot, kStageUnit, kFwd,
+                              kBwd,  kGather, kReduce, 0.1, 1, 2, 0, 0, NULL, cc[i].f,
+                              cc[i].fb};
+      TCALL(FsdpStepTimeSimulate(&in, &r, NULL, 0, &n));
+      CHECK(Near(r.step_s, cc[i].step) && Near(r.compute_s, cc[i].compute) &&
+                Near(r.contention_s, cc[i].contention) && Near(r.reduce_busy_s, cc[i].rbusy),
+            "contended x%g (comm x%g), R %d, K %d, accum_comm %d: step %g (want %g), compute %g "
+            "(want %g), contention %g (want %g), reduce stream busy %g (want %g)", cc[i].f,
+            cc[i].fb, cc[i].R, cc[i].K, cc[i].ac, r.step_s, cc[i].step, r.compute_s,
+            cc[i].compute, r.contention_s, cc[i].contention, r.reduce_busy_s, cc[i].rbusy);
     }
   }
 

@@ -14,7 +14,17 @@
 #     activation recomputation leaves only candidates with it;
 #  4. a memory limit nothing fits is a usage error naming the smallest
 #     memory any configuration needs, which is that configuration's
-#     planned total; -tune without -profile is a usage error.
+#     planned total; -tune without -profile is a usage error;
+#  5. [Note: contended compute]: on one node of 8 ranks described with a
+#     contended factor of 1.5, F 1 (all-reduces under the backward)
+#     predicts a longer step and contention > 0 where the 8 ranks fill the
+#     8 cores, the same step as without the factor (and as a profile of
+#     before it, which says so) where the node has 16 cores; one rank on
+#     one core (nothing communicated) predicts the same step with and
+#     without the factor; -tune at -grad_accum 2 on the filled node lists,
+#     for F 1 and K 2, -accum_comm 0 faster than -accum_comm 1 (whose
+#     first micro-step's all-reduces run beside the second's compute), and
+#     on the idle node not.
 #   usage: test_tune.sh MPIEXEC "PREFLAGS" BINDIR
 set -u
 MPIEXEC=$1
@@ -50,9 +60,10 @@ import json, sys
 rows = []
 for line in open(sys.argv[1]):
     f = line.split()
-    if len(f) == 12 and f[0].isdigit():
+    if len(f) == 14 and f[0].isdigit():
         rows.append(dict(F=int(f[1]), wrap=int(f[2]), prefetch=f[3], raf=int(f[4]), rc=int(f[5]), B=int(f[6]),
-                         K=int(f[7]), step=float(f[8]), exposed=float(f[9]), tps=float(f[10]), gib=float(f[11])))
+                         K=int(f[7]), ac=int(f[8]), L=int(f[9]), step=float(f[10]), exposed=float(f[11]),
+                         tps=float(f[12]), gib=float(f[13])))
 head = [l for l in open(sys.argv[1]) if l.startswith("fsdp-plan -tune:")][0]
 limit = float(head.split(" fit ")[1].split()[0])
 bad = []
@@ -61,11 +72,17 @@ if any(rows[i]["tps"] < rows[i + 1]["tps"] for i in range(len(rows) - 1)): bad.a
 if any(r["gib"] > limit + 1e-3 for r in rows): bad.append("a candidate over the memory limit")
 if any(r["B"] * r["K"] != 8 for r in rows): bad.append("B x K is not the 8 sequences per rank")
 if {r["F"] for r in rows} - {1, 2, 4, 8, 16}: bad.append("an F that splits a node unevenly")
+# -accum_comm searched where K > 1 (both listed), fixed (the default 1) where K = 1;
+# -limit_all_gathers 1, 2, 4 where gathers are prefetched, else as given (the default 2)
+if {r["ac"] for r in rows if r["K"] > 1} != {0, 1}: bad.append("-accum_comm 0 and 1 not both listed for K > 1")
+if {r["ac"] for r in rows if r["K"] == 1} - {1}: bad.append("-accum_comm searched at K = 1")
+if {r["L"] for r in rows if r["F"] > 1 and r["prefetch"] != "none"} != {1, 2, 4}: bad.append("L 1, 2, 4 not all listed")
+if {r["L"] for r in rows if r["F"] == 1 or r["prefetch"] == "none"} - {2}: bad.append("L searched without prefetched gathers")
 w = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])
 top = rows[0]
 got = (w["sharding_factor"], w["wrap"], w["prefetch"], w["reshard_after_forward"], int(w["recompute"]),
-       w["batch_size"], w["grad_accum"])
-if got != (top["F"], top["wrap"], top["prefetch"], top["raf"], top["rc"], top["B"], top["K"]):
+       w["batch_size"], w["grad_accum"], w["accum_comm"], w["limit_all_gathers"])
+if got != (top["F"], top["wrap"], top["prefetch"], top["raf"], top["rc"], top["B"], top["K"], top["ac"], top["L"]):
     bad.append("the options file gives %r, the listing's first row %r" % (got, top))
 p = w["predicted"]
 def close(a, b, rel=2e-4): return abs(a - b) <= rel * abs(b)
@@ -89,15 +106,15 @@ fi
 # candidate left recomputes
 limit=$(python3 - "$tmp/tune.out" <<'PY'
 import sys
-rows = [l.split() for l in open(sys.argv[1]) if len(l.split()) == 12 and l.split()[0].isdigit()]
-print(int(min(float(r[11]) for r in rows if r[5] == "0") * 2**30 * 0.999))
+rows = [l.split() for l in open(sys.argv[1]) if len(l.split()) == 14 and l.split()[0].isdigit()]
+print(int(min(float(r[13]) for r in rows if r[5] == "0") * 2**30 * 0.999))
 PY
 )
 # shellcheck disable=SC2086
 if "$BIN/fsdp-plan" $common -profile "$tmp/fast.h5" -tune -tune_top 1000 -memory_limit "$limit" \
      >"$tmp/rc.out" 2>&1; then
-  n0=$(awk 'NF == 12 && $1 ~ /^[0-9]+$/ && $6 == "0"' "$tmp/rc.out" | wc -l)
-  n1=$(awk 'NF == 12 && $1 ~ /^[0-9]+$/ && $6 == "1"' "$tmp/rc.out" | wc -l)
+  n0=$(awk 'NF == 14 && $1 ~ /^[0-9]+$/ && $6 == "0"' "$tmp/rc.out" | wc -l)
+  n1=$(awk 'NF == 14 && $1 ~ /^[0-9]+$/ && $6 == "1"' "$tmp/rc.out" | wc -l)
   [ "$n0" -eq 0 ] && [ "$n1" -gt 0 ] || fail "memory limit $limit: $n0 candidates without and $n1 with recomputation listed"
 else
   fail "fsdp-plan -tune -memory_limit $limit failed"; tail -n 3 "$tmp/rc.out"
@@ -106,7 +123,7 @@ fi
 # ---- 3. a slow network keeps the groups inside a node ----------------------------
 # shellcheck disable=SC2086
 if "$BIN/fsdp-plan" $common -profile "$tmp/slow.h5" -tune -tune_top 1 >"$tmp/slow.out" 2>&1; then
-  F=$(awk '$1 == "1" && NF == 12 {print $2}' "$tmp/slow.out")
+  F=$(awk '$1 == "1" && NF == 14 {print $2}' "$tmp/slow.out")
   [ -n "$F" ] && [ "$F" -le 8 ] || { fail "slow network: the winner has F '$F', expected <= 8"; cat "$tmp/slow.out"; }
 else
   fail "fsdp-plan -tune (slow network) failed"; tail -n 3 "$tmp/slow.out"
@@ -132,8 +149,71 @@ fi
 st=$?
 [ $st -eq 2 ] && grep -q -- "-tune needs -profile FILE" "$tmp/bad.err" || { fail "-tune without -profile: exit $st"; cat "$tmp/bad.err"; }
 
+# ---- 5. contended compute ---------------------------------------------------------
+onenode() { # onenode NAME RANKS CORES FACTOR
+  "$BIN/fsdp-probe" -describe -describe_nodes 1 -describe_ranks_per_node "$2" -describe_backend nccl \
+    -describe_gemm_flops 1e12 -describe_stream_bw 2e11 -describe_memory 7e10 -describe_node_bw 3e9 \
+    -describe_cores_per_node "$3" -describe_contended_factor "$4" -profile_out "$tmp/$1.h5" >/dev/null 2>&1 ||
+    fail "fsdp-probe -describe ($1)"
+}
+onenode busy 8 8 1.5
+onenode idle 8 16 1.5
+onenode old 8 8 0
+onenode one 1 1 1.5
+onenode one0 1 1 0
+one="-ranks_per_node 8 -world_size 8 -device cuda -model gpt2 -batch_size 4 -sharding_factor 1 -prefetch backward"
+for p in busy idle old; do
+  # shellcheck disable=SC2086
+  "$BIN/fsdp-plan" $one -profile "$tmp/$p.h5" -summary json 2>&1 | tail -n 1 >"$tmp/c-$p.json"
+done
+for p in one one0; do
+  "$BIN/fsdp-plan" -ranks_per_node 1 -world_size 1 -device cuda -model gpt2 -batch_size 4 \
+    -profile "$tmp/$p.h5" -summary json 2>&1 | tail -n 1 >"$tmp/c-$p.json"
+done
+python3 - "$tmp" <<'PY' || fail "contended compute (above)"
+import json, sys
+d = {}
+for p in ("busy", "idle", "old", "one", "one0"):
+    w = json.load(open("%s/c-%s.json" % (sys.argv[1], p)))
+    d[p] = (w["predicted"]["step_time_ms"], w["predicted"]["contention_ms"],
+            w["prediction"]["contended_factor"], w["prediction"]["contended_factor_from"])
+bad = []
+b, i, o = d["busy"], d["idle"], d["old"]
+if not (b[0] > i[0] * 1.01 and b[1] > 0 and b[2] == 1.5): bad.append("filled node: %r against idle %r" % (b, i))
+if not (i[0] == o[0] and i[1] == 0 and o[1] == 0 and i[2] == 1 and o[2] == 1): bad.append("idle core %r, old profile %r" % (i, o))
+if "not in the profile" not in o[3] or "idle core" not in i[3]: bad.append("why: %r / %r" % (o[3], i[3]))
+if not (d["one"][0] == d["one0"][0] and d["one"][1] == 0): bad.append("one rank: %r against %r" % (d["one"], d["one0"]))
+for x in bad: print("   ", x)
+sys.exit(1 if bad else 0)
+PY
+for p in busy idle; do
+  # shellcheck disable=SC2086
+  "$BIN/fsdp-plan" $one -batch_size 2 -grad_accum 2 -profile "$tmp/$p.h5" -tune -tune_top 100000 \
+    >"$tmp/ac-$p.out" 2>&1 || fail "fsdp-plan -tune ($p)"
+done
+python3 - "$tmp/ac-busy.out" "$tmp/ac-idle.out" <<'PY' || fail "-tune and -accum_comm (above)"
+import sys
+def rows(path):
+    r = {}
+    for line in open(path):
+        f = line.split()
+        if len(f) == 14 and f[0].isdigit() and f[1] == "1" and f[7] == "2":
+            r[tuple(f[2:6]) + (f[8],)] = float(f[10])
+    return r
+bad = []
+for name, path, want in (("filled", sys.argv[1], True), ("idle", sys.argv[2], False)):
+    r = rows(path)
+    keys = [k[:4] for k in r if k[4] == "0" and k[:4] + ("1",) in r]
+    faster = [r[k + ("0",)] < r[k + ("1",)] * 0.999 for k in keys]
+    if not keys: bad.append("%s: no F 1, K 2 rows with both -accum_comm" % name)
+    elif want and not all(faster): bad.append("%s: -accum_comm 0 not faster in %d of %d" % (name, faster.count(False), len(keys)))
+    elif not want and any(faster): bad.append("%s: -accum_comm 0 faster in %d of %d" % (name, faster.count(True), len(keys)))
+for x in bad: print("   ", x)
+sys.exit(1 if bad else 0)
+PY
+
 if [ $fails -ne 0 ]; then
   echo "test_tune: $fails failure(s)"
   exit 1
 fi
-echo "test_tune: listing, winner, recomputation under a memory limit, slow network and 2 bad inputs checked"
+echo "test_tune: listing, winner, recomputation under a memory limit, slow network, 2 bad inputs and contended compute checked"

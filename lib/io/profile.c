@@ -220,6 +220,11 @@ static int WriteFile(const FsdpProfile *p, const char *tmp)
     FSDP_HDF5_GOTO(WriteArray(g, "stage_forward_s", H5T_NATIVE_DOUBLE, fw, n));
     FSDP_HDF5_GOTO(WriteArray(g, "stage_backward_s", H5T_NATIVE_DOUBLE, bw, n));
   }
+  FSDP_HDF5_GOTO(FsdpHdf5AttrWriteDouble(g, "contended_factor", p->contended_factor));
+  FSDP_HDF5_GOTO(FsdpHdf5AttrWriteInt64(g, "cores_per_node", p->cores_per_node));
+  FSDP_HDF5_GOTO(FsdpHdf5AttrWriteDouble(g, "contended_allreduce_s", p->contended_allreduce_s));
+  FSDP_HDF5_GOTO(FsdpHdf5AttrWriteDouble(g, "contended_allreduce_bytes",
+                                         p->contended_allreduce_bytes));
   FsdpHdf5Close(&g);
 
   FSDP_HDF5_GOTO(g = H5Gcreate2(f, "collectives", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
@@ -418,6 +423,24 @@ int FsdpProfileRead(const char *path, FsdpProfile *p)
           p->stage_fwd_s[b][i] = fw[b * p->nstages + i];
           p->stage_bwd_s[b][i] = bw[b * p->nstages + i];
         }
+    }
+    /* [Note: contended compute] (absent in files of before it: 0, not
+     * measured; fsdp-plan takes factor 1) */
+    if (H5Aexists(g, "contended_factor") > 0) {
+      int64_t cores = 0;
+      READ_OR_FAIL(FsdpHdf5AttrReadDouble(g, "contended_factor", &p->contended_factor),
+                   "/compute contended_factor");
+      READ_OR_FAIL(FsdpHdf5AttrReadInt64(g, "cores_per_node", &cores), "/compute cores_per_node");
+      READ_OR_FAIL(p->contended_factor >= 0 && cores >= 0 ? 0 : -1,
+                   "/compute contended_factor and cores_per_node of at least 0");
+      p->cores_per_node = (int)cores;
+    }
+    if (H5Aexists(g, "contended_allreduce_s") > 0) {
+      READ_OR_FAIL(FsdpHdf5AttrReadDouble(g, "contended_allreduce_s", &p->contended_allreduce_s),
+                   "/compute contended_allreduce_s");
+      READ_OR_FAIL(FsdpHdf5AttrReadDouble(g, "contended_allreduce_bytes",
+                                          &p->contended_allreduce_bytes),
+                   "/compute contended_allreduce_bytes");
     }
   }
   FsdpHdf5Close(&g);

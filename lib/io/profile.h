@@ -18,7 +18,12 @@
  *     CPU);
  *   - the probe's model itself, each stage's forward and backward timed on
  *     one rank (what the rates above leave out: LayerNorm, GELU, softmax,
- *     the loss), for fsdp-plan's compute when it plans that model.
+ *     the loss), for fsdp-plan's compute when it plans that model;
+ *   - the same stages timed again with a collective looping on a stream
+ *     thread beside them (every rank at once), and the cores of a node:
+ *     where the ranks' threads fill the cores, the communication thread
+ *     (which polls inside a blocking collective) takes CPU from the
+ *     compute thread ([Note: contended compute] in runtime/steptime.h).
  * A level a job does not have (cross with one node, node with one rank
  * per node) has size 0 and no curve.
  * A profile may also be described instead of measured (fsdp-probe
@@ -87,6 +92,19 @@ typedef struct {
   int64_t stage_params; /* the model's parameter count (with its name: which model) */
   double stage_fwd_s[FSDP_PROFILE_MAX_STAGE_BATCHES][FSDP_PROFILE_MAX_STAGES];
   double stage_bwd_s[FSDP_PROFILE_MAX_STAGE_BATCHES][FSDP_PROFILE_MAX_STAGES];
+  /* [Note: contended compute] (runtime/steptime.h): the stages at
+   * stage_batch[0] timed while an all-reduce loops on a stream thread
+   * beside them, over their time alone (the sum of forward and backward);
+   * 0: not measured (a described profile, an older file: fsdp-plan takes
+   * 1 and says so).  cores_per_node: the CPUs a node's ranks share (the
+   * fewest any rank sees; 0: not recorded) */
+  double contended_factor;
+  int cores_per_node;
+  /* and the other side: the mean seconds of the world all-reduce that ran
+   * beside those stages, and the volume a rank received in it (fsdp-plan
+   * sets it against the world all-reduce curve measured alone); 0: not
+   * measured */
+  double contended_allreduce_s, contended_allreduce_bytes;
   /* collectives; level_size[l] == 0: not measured.  Rank 0's group of
    * each level, by where its members are: peers on rank 0's node and
    * elsewhere (what the level measures: node links, or the network) */

@@ -2,6 +2,7 @@
  * below names the runtime function of fsdp.c it replays. */
 #include "runtime/steptime.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,15 +23,24 @@ typedef struct {
   double reduce_end; /* when its final reduction ends ([Note: the gradient tail]) */
 } SimUnit;
 
+/* A stream's busy intervals, in start order, not overlapping ([Note:
+ * contended compute] in steptime.h); those before head ended before the
+ * compute clock (which never goes back). */
+typedef struct {
+  double *start, *end;
+  int head, n, cap;
+} Busy;
+
 typedef struct {
   const FsdpStepTimeInput *in;
+  Busy busy[2];         /* gather stream, reduce stream (contended only) */
   SimUnit *u;
   int *gslot_owner;     /* [gather_slots] */
   double *rslot_done;   /* [grad_slots]: when the slot's last reduction ends */
   double root_rslot_done;
   int next_gslot, next_rslot;
   double tc, tg, tr;    /* compute thread, gather stream, reduce stream */
-  double exposed, compute, gbusy, rbusy;
+  double exposed, compute, gbusy, rbusy, contention;
   int nahead, max_in_flight;
   int record;           /* recording events of the reported step */
   double t0;
@@ -82,6 +92,73 @@ static void WaitUntil(Sim *s, double t)
   }
 }
 
+static int Contended(const FsdpStepTimeInput *in) { return in->contended > 1.0; }
+
+/* A task on stream k (0 gather, 1 reduce) busy over [a, b). */
+static void BusyAdd(Sim *s, int k, double a, double b)
+{
+  Busy *q = &s->busy[k];
+  if (!Contended(s->in) || b <= a) return;
+  if (q->n > q->head && a <= q->end[q->n - 1]) { /* back to back: one interval */
+    if (b > q->end[q->n - 1]) q->end[q->n - 1] = b;
+    return;
+  }
+  if (q->n == q->cap) { /* drop what ended: slide down */
+    memmove(q->start, q->start + q->head, (size_t)(q->n - q->head) * sizeof *q->start);
+    memmove(q->end, q->end + q->head, (size_t)(q->n - q->head) * sizeof *q->end);
+    q->n -= q->head;
+    q->head = 0;
+    if (q->n == q->cap) return; /* cannot happen: cap bounds a step's tasks */
+  }
+  q->start[q->n] = a;
+  q->end[q->n++] = b;
+}
+
+/* Whether a stream is busy at t, and the next time that may change
+ * (HUGE_VAL: never). */
+static int BusyAt(Sim *s, double t, double *next)
+{
+  int busy = 0;
+  *next = HUGE_VAL;
+  for (int k = 0; k < 2; k++) {
+    Busy *q = &s->busy[k];
+    while (q->head < q->n && q->end[q->head] <= s->tc) q->head++;
+    for (int i = q->head; i < q->n; i++) {
+      if (q->end[i] <= t) continue;
+      if (q->start[i] <= t) {
+        busy = 1;
+        if (q->end[i] < *next) *next = q->end[i];
+      } else if (q->start[i] < *next) {
+        *next = q->start[i];
+      }
+      break;
+    }
+  }
+  return busy;
+}
+
+/* Seconds a stage of `alone` seconds takes from the compute clock on,
+ * at 1/contended of its rate while a stream is busy. */
+static double ContendedSeconds(Sim *s, double alone)
+{
+  double t = s->tc, rem = alone, f = s->in->contended;
+  int slowed = 0;
+  while (rem > 0) {
+    double next;
+    int busy = BusyAt(s, t, &next);
+    double rate = busy ? 1.0 / f : 1.0;
+    slowed |= busy;
+    if (next == HUGE_VAL || (next - t) * rate >= rem) {
+      t += rem / rate;
+      break;
+    }
+    rem -= (next - t) * rate;
+    t = next;
+  }
+  /* alone when nothing ran beside it (t - tc would carry rounding) */
+  return slowed ? t - s->tc : alone;
+}
+
 /* GradIsShard in fsdp.c: F = 1 with fp32 reductions, no per-micro-step sums. */
 static int GradIsShard(const FsdpStepTimeInput *in)
 {
@@ -90,8 +167,15 @@ static int GradIsShard(const FsdpStepTimeInput *in)
          (o->grad_accum <= 1 || !o->accum_comm);
 }
 
-/* UnitIssueGather */
-static int IssueGather(Sim *s, int u)
+/* [Note: contended compute] a stream task's seconds: beside compute (the
+ * compute thread goes on), at the contended rate */
+static double TaskSeconds(const Sim *s, double alone, int beside)
+{
+  return beside && s->in->comm_contended > 1.0 ? alone * s->in->comm_contended : alone;
+}
+
+/* UnitIssueGather; beside: prefetched (compute goes on) */
+static int IssueGather(Sim *s, int u, int beside)
 {
   SimUnit *x = &s->u[u];
   x->state = GATHERING;
@@ -106,10 +190,11 @@ static int IssueGather(Sim *s, int u)
       x->slot = s->next_gslot;
       s->next_gslot = (s->next_gslot + 1) % s->in->gather_slots;
     }
-    double start = s->tc > s->tg ? s->tc : s->tg;
-    x->gather_end = start + s->in->gather_s[u];
+    double start = s->tc > s->tg ? s->tc : s->tg, d = TaskSeconds(s, s->in->gather_s[u], beside);
+    x->gather_end = start + d;
     s->tg = x->gather_end;
-    if (s->record) s->gbusy += s->in->gather_s[u];
+    BusyAdd(s, 0, start, x->gather_end);
+    if (s->record) s->gbusy += d;
     Note(s, FSDP_STEP_EV_GATHER, u, s->tc);
   }
   x->ahead = 1;
@@ -129,7 +214,7 @@ static void WaitGather(Sim *s, int u)
 static int Unshard(Sim *s, int u)
 {
   SimUnit *x = &s->u[u];
-  if (x->state == SHARDED) FSDP_CALL(IssueGather(s, u));
+  if (x->state == SHARDED) FSDP_CALL(IssueGather(s, u, 0));
   if (x->state == GATHERING) WaitGather(s, u);
   if (x->ahead) {
     x->ahead = 0;
@@ -150,7 +235,7 @@ static int TopUp(Sim *s, int st, int dir)
     if (s->u[v].state != SHARDED) continue;
     if (L > 0 && s->nahead >= L) break;
     if (!in->unit_is_root[v] && s->gslot_owner[s->next_gslot] >= 0) break;
-    FSDP_CALL(IssueGather(s, v));
+    FSDP_CALL(IssueGather(s, v, 1));
   }
   return FSDP_SUCCESS;
 }
@@ -189,7 +274,9 @@ static void TailQueue(Sim *s, int u, int micro, int nmicro, double landed)
   if (micro != nmicro - 1 || !TailEarly(s->in)) return;
   s->u[u].reduce_end = landed;
   if (s->in->tail == FSDP_TAIL_STREAM) { /* a task behind the reduction */
-    s->tr = (s->tr > landed ? s->tr : landed) + s->in->optim_unit_s[u];
+    double start = s->tr > landed ? s->tr : landed;
+    s->tr = start + s->in->optim_unit_s[u];
+    BusyAdd(s, 1, start, s->tr);
     s->tail_done_s += s->in->optim_unit_s[u];
     if (s->record) s->compute += s->in->optim_unit_s[u];
   } else {
@@ -197,8 +284,8 @@ static void TailQueue(Sim *s, int u, int micro, int nmicro, double landed)
   }
 }
 
-/* UnitReduceGrad */
-static void ReduceGrad(Sim *s, int u, int micro, int nmicro)
+/* UnitReduceGrad; beside: backward stages follow in the step */
+static void ReduceGrad(Sim *s, int u, int micro, int nmicro, int beside)
 {
   SimUnit *x = &s->u[u];
   const FsdpRuntimeOptions *o = s->in->opt;
@@ -208,9 +295,10 @@ static void ReduceGrad(Sim *s, int u, int micro, int nmicro)
     TailQueue(s, u, micro, nmicro, s->tc); /* the shard is the gradient: landed now */
     return;
   }
-  double start = s->tc > s->tr ? s->tc : s->tr;
-  s->tr = start + s->in->reduce_s[u];
-  if (s->record) s->rbusy += s->in->reduce_s[u];
+  double start = s->tc > s->tr ? s->tc : s->tr, d = TaskSeconds(s, s->in->reduce_s[u], beside);
+  s->tr = start + d;
+  BusyAdd(s, 1, start, s->tr);
+  if (s->record) s->rbusy += d;
   Note(s, FSDP_STEP_EV_REDUCE, u, s->tc);
   if (x->grad_slot == -2) s->root_rslot_done = s->tr;
   else if (x->grad_slot >= 0) s->rslot_done[x->grad_slot] = s->tr;
@@ -223,6 +311,11 @@ static void RunStage(Sim *s, int st, int backward)
   const FsdpStepTimeInput *in = s->in;
   Note(s, backward ? FSDP_STEP_EV_BACKWARD : FSDP_STEP_EV_FORWARD, in->stage_unit[st], s->tc);
   double t = backward ? in->bwd_s[st] : in->fwd_s[st];
+  if (Contended(in)) { /* [Note: contended compute] */
+    double c = ContendedSeconds(s, t);
+    if (s->record) s->contention += c - t;
+    t = c;
+  }
   s->tc += t;
   if (s->record) s->compute += t;
 }
@@ -249,7 +342,8 @@ static int ForwardBackward(Sim *s, int micro)
     AcquireGrad(s, u);
     RunStage(s, st, 1);
     if (st == s->u[u].first_fwd) {
-      ReduceGrad(s, u, micro, in->opt->grad_accum > 0 ? in->opt->grad_accum : 1);
+      int K = in->opt->grad_accum > 0 ? in->opt->grad_accum : 1;
+      ReduceGrad(s, u, micro, K, st > 0 || micro < K - 1);
       Reshard(s, u);
     }
     TailPoll(s, 0);
@@ -273,8 +367,20 @@ int FsdpStepTimeSimulate(const FsdpStepTimeInput *in, FsdpStepTimeResult *out,
   s.gslot_owner = malloc((size_t)gslots * sizeof *s.gslot_owner);
   s.rslot_done = calloc((size_t)rslots, sizeof *s.rslot_done);
   s.tail_q = malloc((size_t)(in->nunits + 1) * sizeof *s.tail_q);
-  int err = FSDP_SUCCESS;
-  if (!s.u || !s.gslot_owner || !s.rslot_done || !s.tail_q) {
+  int err = FSDP_SUCCESS, nomem = 0;
+  if (Contended(in)) {
+    /* a micro-step issues at most 2 gathers and 1 reduction (+ a tail
+     * task) per unit; two steps' worth, so that sliding always frees room */
+    int K = in->opt->grad_accum > 0 ? in->opt->grad_accum : 1;
+    int cap = 2 * (K * 3 * in->nunits + in->nunits) + 8;
+    for (int k = 0; k < 2; k++) {
+      s.busy[k].cap = cap;
+      s.busy[k].start = malloc((size_t)cap * sizeof(double));
+      s.busy[k].end = malloc((size_t)cap * sizeof(double));
+      nomem |= !s.busy[k].start || !s.busy[k].end;
+    }
+  }
+  if (nomem || !s.u || !s.gslot_owner || !s.rslot_done || !s.tail_q) {
     err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_MEM,
                          "out of memory replaying a step of %d units", in->nunits);
     goto done;
@@ -309,6 +415,7 @@ int FsdpStepTimeSimulate(const FsdpStepTimeInput *in, FsdpStepTimeResult *out,
     }
   }
   out->compute_s = s.compute;
+  out->contention_s = s.contention;
   out->exposed_s = out->step_s - s.compute;
   out->gather_busy_s = s.gbusy;
   out->reduce_busy_s = s.rbusy;
@@ -319,5 +426,9 @@ done:
   free(s.gslot_owner);
   free(s.rslot_done);
   free(s.tail_q);
+  for (int k = 0; k < 2; k++) {
+    free(s.busy[k].start);
+    free(s.busy[k].end);
+  }
   return err;
 }

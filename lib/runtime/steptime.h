@@ -20,6 +20,27 @@
  * the same events in a -trace of fsdp-train with the same options
  * (tests/test_steptime.sh).  A change to the runtime's schedule changes
  * that order and fails the test until this file follows.
+ *
+ * [Note: contended compute] A stream thread in a blocking collective is
+ * not idle: MPI polls, and the kernel moves the bytes.  Where the ranks'
+ * compute threads already fill a node's cores (ranks per node x OpenMP
+ * threads >= cores), that CPU comes from the compute thread: on 2 ranks
+ * over 2 cores, micro-step 2 of -grad_accum 2 ran its stages 21-31% slower
+ * while micro-step 1's all-reduce ran beside it (bench/README.md).  The
+ * probe times the model's stages with an all-reduce looping on a stream
+ * thread beside them; their time over the time alone is `contended` here.
+ * The replay keeps each stream's busy intervals (a task runs from its
+ * start to its end) and runs a stage at 1/contended of its rate while
+ * either stream is busy, at full rate otherwise: only compute that
+ * overlaps communication pays, and exposed waits are unchanged.  The
+ * collective beside compute is slower too (the probe times the all-reduce
+ * it ran beside the stages against its curve alone: comm_contended): a
+ * task the compute thread does not wait for at once (a prefetched gather,
+ * a reduction with backward stages after it) takes that much longer; an
+ * on-demand gather and the step's last reduction run alone.  (A task is
+ * timed when issued; a prefetched gather that is waited for after all is
+ * charged in full: the replay does not share a core's time event by
+ * event.)
  */
 #ifndef FSDP_STEPTIME_H
 #define FSDP_STEPTIME_H
@@ -61,11 +82,21 @@ typedef struct {
    * unit's reduction, delaying the next one. */
   int tail, tail_early;
   const double *optim_unit_s;
+  /* [Note: contended compute]: a stage's time over its time alone while
+   * a stream is busy (<= 1: communication takes no compute CPU) */
+  double contended;
+  /* the other side: a collective's time beside compute over its time
+   * alone (<= 1: as alone).  Charged to the tasks issued for the compute
+   * thread to go on computing (prefetched gathers, reductions but the
+   * step's last); an on-demand gather and the last reduction are waited
+   * for, alone. */
+  double comm_contended;
 } FsdpStepTimeInput;
 
 typedef struct {
   double step_s;        /* one steady-state step */
-  double compute_s;     /* stage compute + optimizer */
+  double compute_s;     /* stage compute + optimizer (contended stages at their longer time) */
+  double contention_s;  /* of compute_s: the stages' time lost to streams beside them */
   double exposed_s;     /* compute thread waiting on communication */
   double gather_busy_s, reduce_busy_s; /* stream busy time in the step */
   int max_in_flight;    /* most gathers issued ahead of the unit computing at once */
