@@ -262,16 +262,25 @@ static void CollAddInto(FsdpDtype dt, const void *in, void *inout, size_t n)
   }
 }
 
-/* One segment's exchange: send n elements to `to`, receive n from `from`. */
-static int MpiRingExchange(const CollMpi *m, const FsdpGroup *g, const void *out, void *in,
-                           size_t n, FsdpDtype dt, int to, int from)
+/* The elements one ring exchange moves at most ([Note: chunked
+ * collectives] bounds it too). */
+static size_t RingSegment(const CollMpi *m)
+{
+  return RS_RING_SEGMENT < m->max_count ? RS_RING_SEGMENT : m->max_count;
+}
+
+/* One segment's exchange: send nout elements to `to`, receive nin from
+ * `from`, waiting the way m->wait says; returns an MPI error code. */
+static int MpiRingExchange(const CollMpi *m, const FsdpGroup *g, const void *out, size_t nout,
+                           void *in, size_t nin, FsdpDtype dt, int to, int from)
 {
   MPI_Datatype t = MpiType(m, dt);
   if (m->wait == COLL_WAIT_BLOCK)
-    return MPI_Sendrecv(out, (int)n, t, to, 0, in, (int)n, t, from, 0, g->comm, MPI_STATUS_IGNORE);
+    return MPI_Sendrecv(out, (int)nout, t, to, 0, in, (int)nin, t, from, 0, g->comm,
+                        MPI_STATUS_IGNORE);
   MPI_Request rq[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-  int err = MPI_Irecv(in, (int)n, t, from, 0, g->comm, &rq[0]);
-  if (err == MPI_SUCCESS) err = MPI_Isend(out, (int)n, t, to, 0, g->comm, &rq[1]);
+  int err = MPI_Irecv(in, (int)nin, t, from, 0, g->comm, &rq[0]);
+  if (err == MPI_SUCCESS) err = MPI_Isend(out, (int)nout, t, to, 0, g->comm, &rq[1]);
   for (int i = 0; i < 2; i++) {
     int e = rq[i] == MPI_REQUEST_NULL ? MPI_SUCCESS : MpiWaitRequest(m, &rq[i]);
     if (err == MPI_SUCCESS) err = e;
@@ -297,14 +306,14 @@ static int MpiAllGatherRing(const CollMpi *m, const FsdpGroup *g, const void *se
 {
   const int W = g->size, r = g->rank, right = (r + 1) % W, left = (r + W - 1) % W;
   const size_t k = FsdpDtypeSize(dt);
-  size_t seg = RS_RING_SEGMENT < m->max_count ? RS_RING_SEGMENT : m->max_count;
+  size_t seg = RingSegment(m);
   char *b = recv;
   if (send != b + (size_t)r * count * k) memcpy(b + (size_t)r * count * k, send, count * k);
   for (int step = 0; step < W - 1; step++) {
     size_t out_c = (size_t)((r - step + W) % W), in_c = (size_t)((r - step - 1 + 2 * W) % W);
     for (size_t off = 0; off < count; off += seg) {
       size_t n = count - off < seg ? count - off : seg;
-      int err = MpiRingExchange(m, g, b + (out_c * count + off) * k, b + (in_c * count + off) * k,
+      int err = MpiRingExchange(m, g, b + (out_c * count + off) * k, n, b + (in_c * count + off) * k,
                                 n, dt, right, left);
       COLL_CALL_MPI(FSDP_COLL_ALL_GATHER, g, "MPI_Sendrecv (ring all-gather)", err);
     }
@@ -349,7 +358,7 @@ static int MpiReduceScatterRing(const CollMpi *m, const FsdpGroup *g, void *send
 {
   const int W = g->size, r = g->rank, right = (r + 1) % W, left = (r + W - 1) % W;
   const size_t k = FsdpDtypeSize(dt);
-  size_t seg = RS_RING_SEGMENT < m->max_count ? RS_RING_SEGMENT : m->max_count;
+  size_t seg = RingSegment(m);
   char *acc = send;
   for (int step = 0; step < W - 1; step++) {
     size_t out_chunk = (size_t)((r - step - 1 + 2 * W) % W);
@@ -357,7 +366,8 @@ static int MpiReduceScatterRing(const CollMpi *m, const FsdpGroup *g, void *send
     for (size_t off = 0; off < count; off += seg) {
       size_t n = count - off < seg ? count - off : seg;
       char *landing = (char *)recv + off * k;
-      int err = MpiRingExchange(m, g, acc + (out_chunk * count + off) * k, landing, n, dt, right, left);
+      int err = MpiRingExchange(m, g, acc + (out_chunk * count + off) * k, n, landing, n, dt, right,
+                                left);
       COLL_CALL_MPI(FSDP_COLL_REDUCE_SCATTER, g, "MPI_Sendrecv (ring reduce-scatter)", err);
       /* the running sum goes on in send, except at the last step, where
        * the chunk is ours and lands in recv */
@@ -434,7 +444,7 @@ static int MpiAllReduceRing(const CollMpi *m, const FsdpGroup *g, void *buf, siz
 {
   const int W = g->size, r = g->rank, right = (r + 1) % W, left = (r + W - 1) % W;
   const size_t k = FsdpDtypeSize(dt), chunk = (count + (size_t)W - 1) / (size_t)W;
-  size_t seg = RS_RING_SEGMENT < m->max_count ? RS_RING_SEGMENT : m->max_count;
+  size_t seg = RingSegment(m);
   if (seg > chunk) seg = chunk;
   char *b = buf;
   char *landing = malloc(seg * k);
@@ -452,20 +462,7 @@ static int MpiAllReduceRing(const CollMpi *m, const FsdpGroup *g, void *buf, siz
         size_t nr = in_len > off ? (in_len - off < seg ? in_len - off : seg) : 0;
         if (ns == 0 && nr == 0) break;
         char *into = phase ? b + (in_c * chunk + off) * k : landing;
-        MPI_Datatype t = MpiType(m, dt);
-        if (m->wait == COLL_WAIT_BLOCK) {
-          err = MPI_Sendrecv(b + (out_c * chunk + off) * k, (int)ns, t, right, 0, into, (int)nr, t,
-                             left, 0, g->comm, MPI_STATUS_IGNORE);
-        } else {
-          MPI_Request rq[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-          err = MPI_Irecv(into, (int)nr, t, left, 0, g->comm, &rq[0]);
-          if (err == MPI_SUCCESS)
-            err = MPI_Isend(b + (out_c * chunk + off) * k, (int)ns, t, right, 0, g->comm, &rq[1]);
-          for (int i = 0; i < 2; i++) {
-            int e = rq[i] == MPI_REQUEST_NULL ? MPI_SUCCESS : MpiWaitRequest(m, &rq[i]);
-            if (err == MPI_SUCCESS) err = e;
-          }
-        }
+        err = MpiRingExchange(m, g, b + (out_c * chunk + off) * k, ns, into, nr, dt, right, left);
         if (err == MPI_SUCCESS && !phase) CollAddInto(dt, landing, b + (in_c * chunk + off) * k, nr);
       }
     }
