@@ -9,7 +9,7 @@
 # -prefetch, RAF/NRAF, -limit_all_gathers) fsdp-train runs REPS times,
 # interleaved, and fsdp-plan -profile predicts it.  Printed: per
 # configuration the measured median step time and exposed communication
-# (fsdp-train's summary: median step, exposed_ms), the predicted ones, and
+# (fsdp-train's summary: median step, exposed_ms_median), the predicted ones, and
 # predicted/measured; then how many predictions fall within 20%, Kendall's
 # tau between predicted and measured exposed communication, and the
 # tuner's pick (fsdp-plan -tune over the space, its winner measured as the
@@ -171,10 +171,15 @@ rows, spans = [], []
 for i, c in enumerate(configs):
     runs = [last("%s/run-%d-%d.out" % (d, i, r)) for r in range(1, reps + 1)]
     meas = statistics.median(r["step_time_ms_median"] for r in runs)
-    mexp = statistics.median(r["comm_time_per_step"]["exposed_ms"] for r in runs)
+    # rank 0's exposed time: its median over the steps (as the step time's),
+    # where the summary has it, else the mean
+    def exposed(r):
+        c = r["comm_time_per_step"]
+        return c.get("exposed_ms_median", c["exposed_ms"])
+    mexp = statistics.median(exposed(r) for r in runs)
     p = last("%s/plan-%d.out" % (d, i))["predicted"]
     rows.append((c, meas, mexp, p["step_time_ms"], p["exposed_comm_ms"]))
-    spans.append([r["comm_time_per_step"]["exposed_ms"] for r in runs])
+    spans.append([exposed(r) for r in runs])
 with open(d + "/rows.csv", "w") as f:
     f.write("mode,configuration,measured_ms,measured_exposed_ms,predicted_ms,predicted_exposed_ms,tuner\n")
     for i, (c, m, me, p, pe) in enumerate(rows):

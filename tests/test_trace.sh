@@ -14,6 +14,8 @@
 #     without, in the summary and in fsdp-plan, and the ring holds 1 + L
 #     blocks (every block for L = 0) besides the root, its peak use equal
 #     to it: L = 1, 2, 3 give 1, 2, 3 in flight and 2, 3, 4 slots;
+#   - the summary's exposed_ms and exposed_ms_median are the mean and the
+#     median over the steps of rank 0's waits in the trace;
 #   - the losses are bit-identical across every mode and L, also with NRAF,
 #     hybrid sharding, bf16, accumulation and recomputation together.
 #   usage: test_trace.sh MPIEXEC "PREFLAGS" FSDP_TRAIN
@@ -119,6 +121,14 @@ if plan["memory"]["gather_slots"] != slots:
     errors.append(f"fsdp-plan: {plan['memory']['gather_slots']} gather slots, expected {slots}")
 if m["peak_unsharded_param_bytes"] != m["gather_buffer_bytes"]:
     errors.append(f"peak unsharded {m['peak_unsharded_param_bytes']} != planned ring {m['gather_buffer_bytes']}")
+# exposed communication in the summary: rank 0's waits per step, their
+# mean and their median over the steps
+waits = [sum(e["dur"] for e in comp if e["pid"] == 0 and e["cat"] == "wait" and e["args"]["step"] == st) / 1e3
+         for st in range(3)]
+ct = summary["comm_time_per_step"]
+for key, want in (("exposed_ms", sum(waits) / 3), ("exposed_ms_median", sorted(waits)[1])):
+    if abs(ct[key] - want) > 0.01 + 1e-3 * want:
+        errors.append(f"summary {key} {ct[key]:.4f} ms, rank 0's waits in the trace give {want:.4f} ms {waits}")
 for e in errors[:10]:
     print("FAIL:", e)
 print(f"-prefetch {pf} -limit_all_gathers {L}: {len(comm)} collectives checked, "

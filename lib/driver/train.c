@@ -38,6 +38,7 @@ struct FsdpTrainer_ {
   int64_t step;        /* optimizer steps done */
   double *losses;      /* per step */
   double *step_ms;     /* per step */
+  double *exposed_ms;  /* per step: rank 0's waits on communication */
   double last_norm, last_lr;
   FsdpCommCounters comm_total;
   FsdpTrace trace;
@@ -295,8 +296,10 @@ int FsdpTrainerCreate(MPI_Comm comm, const FsdpTrainOptions *o, FsdpTrainer *out
   FSDP_CALL(FsdpMalloc(FSDP_MEM_DATA, BT * sizeof(int), &tr->targets));
   tr->losses = calloc((size_t)o->steps + 1, sizeof(double));
   tr->step_ms = calloc((size_t)o->steps + 1, sizeof(double));
+  tr->exposed_ms = calloc((size_t)o->steps + 1, sizeof(double));
   FSDP_CHECK_ALLOC(tr->losses, sizeof(double));
   FSDP_CHECK_ALLOC(tr->step_ms, sizeof(double));
+  FSDP_CHECK_ALLOC(tr->exposed_ms, sizeof(double));
   return FSDP_SUCCESS;
 }
 
@@ -321,6 +324,7 @@ int FsdpTrainerDestroy(FsdpTrainer *ptr)
   FSDP_CALL(FsdpFree(&tr->targets));
   free(tr->losses);
   free(tr->step_ms);
+  free(tr->exposed_ms);
   free(tr);
   *ptr = NULL;
   return FSDP_SUCCESS;
@@ -391,7 +395,9 @@ int FsdpTrainerStep(FsdpTrainer tr, double *loss)
   tr->comm_total.intra_bytes += tr->last_intra;
   tr->comm_total.inter_bytes += tr->last_inter;
   tr->comm_total.scalar_calls += after.scalar_calls - before.scalar_calls;
-  tr->exposed_s += FsdpTraceWaitSeconds(tr->trace) - wait0;
+  double exposed = FsdpTraceWaitSeconds(tr->trace) - wait0;
+  tr->exposed_s += exposed;
+  tr->exposed_ms[tr->step] = exposed * 1e3;
   tr->busy_s += FsdpTraceCommBusySeconds(tr->trace) - busy0;
   tr->losses[tr->step] = l;
   tr->step_ms[tr->step] = (t1 - t0) * 1e3;
@@ -691,6 +697,8 @@ int FsdpTrainerSummary(FsdpTrainer tr, FILE *out)
   FsdpJsonEndObject(j);
   FsdpSummaryBeginCommTime(j, FsdpTraceMaxInFlight(tr->trace));
   FsdpJsonReal(j, "exposed_ms", tr->exposed_s * 1e3 / steps);
+  /* as step_time_ms_median: a step the machine disturbed moves the mean */
+  FsdpJsonReal(j, "exposed_ms_median", Median(tr->exposed_ms + tr->first_step, n));
   FsdpJsonReal(j, "busy_ms", tr->busy_s * 1e3 / steps);
   FsdpJsonReal(j, "overlap_fraction",
                tr->busy_s > 0 ? fmax(0.0, 1.0 - tr->exposed_s / tr->busy_s) : 0.0);
