@@ -608,16 +608,17 @@ static int StageMedians(double *t, int ns, int reps, double *fwd, double *bwd)
  * takes more than a quarter of the time of B (smaller GEMMs).
  * [Note: micro-batches timed in turn] -tune's choice between B x 1 and
  * B/2 x 2 rests on the ratio of two rows of stage times that differ by a
- * few percent (3-5% on this project's CPU machine, bench/README.md), while
- * a shared machine drifts by 10-30% over seconds.  Timed one micro-batch
- * after the other, a disturbance that hit B's passes and not B/2's made
- * B x 1 look 10% slower than it ran, and the tuner picked B/2 x 2 (the
+ * few percent (B/2 x 2 ran 0-5% slower than B x 1 on this project's CPU
+ * machine), while a shared machine drifts by 10-30% over seconds (two
+ * probes back to back: 349 and 465 ms for the same stages).  Timed one
+ * micro-batch after the other, a disturbance that hit B's passes and not
+ * B/2's made B/2 x 2 look 9% faster than B x 1, and -tune picked it (the
  * "per-micro-step cost" of issue 16, which traces showed was not there:
- * no time outside the stages grows with the micro-steps).  So the passes
- * are taken in rounds, one pass at every micro-batch per round, the order
- * rotating, and each micro-batch keeps the median of its rounds: a drift
- * lands on all of them alike.  (Each round builds the models again: one
- * copy at a time, as before, in memory.) */
+ * the time outside the stages does not grow with the micro-steps;
+ * bench/README.md).  So the passes are taken in rounds, one pass at every
+ * micro-batch per round, the order rotating, and each micro-batch keeps
+ * the median of its rounds: a drift lands on all of them alike.  (Each
+ * round builds the models again: one copy at a time in memory, as before.) */
 static int ProbeStages(const ProbeOptions *po, FsdpProfile *p)
 {
   const FsdpModelDesc *desc = &po->t.model;
