@@ -119,13 +119,14 @@ import json, statistics, sys
 d, reps, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 configs = open(d + "/configs").read().splitlines()
 def last(path): return json.loads([l for l in open(path) if l.strip()][-1])
-rows = []
+rows, spans = [], []
 for i, c in enumerate(configs):
     runs = [last("%s/run-%d-%d.out" % (d, i, r)) for r in range(1, reps + 1)]
     meas = statistics.median(r["step_time_ms_median"] for r in runs)
     mexp = statistics.median(r["comm_time_per_step"]["exposed_ms"] for r in runs)
     p = last("%s/plan-%d.out" % (d, i))["predicted"]
     rows.append((c, meas, mexp, p["step_time_ms"], p["exposed_comm_ms"]))
+    spans.append([r["comm_time_per_step"]["exposed_ms"] for r in runs])
 with open(d + "/rows.csv", "w") as f:
     f.write("mode,configuration,measured_ms,measured_exposed_ms,predicted_ms,predicted_exposed_ms,tuner\n")
     for i, (c, m, me, p, pe) in enumerate(rows):
@@ -144,6 +145,20 @@ def tau(a, b):
     return s / (n * (n - 1) / 2)
 print("within 20%%: %d of %d; Kendall tau of exposed communication (predicted vs measured): %.2f"
       % (within, len(rows), tau([r[4] for r in rows], [r[2] for r in rows])))
+# the pairs whose order the measurement itself settles: the repeats'
+# exposed times of one configuration all above the other's
+conc = disc = nres = 0
+for i in range(len(rows)):
+    for j in range(i + 1, len(rows)):
+        if min(spans[i]) > max(spans[j]) or min(spans[j]) > max(spans[i]):
+            nres += 1
+            x = (rows[i][2] - rows[j][2]) * (rows[i][4] - rows[j][4])
+            conc += x > 0
+            disc += x < 0
+npairs = len(rows) * (len(rows) - 1) // 2
+print("pairs the repeats order (exposed ranges apart): %d of %d; predicted in the same order: %d, "
+      "opposite: %d; tau over them: %s" % (nres, npairs, conc, disc,
+      "%.2f" % ((conc - disc) / nres) if nres else "-"))
 fastest = min(rows[:-1], key=lambda r: r[1])
 pick = rows[-1]
 print("fastest measured of the sweep: %s (%.1f ms); the tuner's pick (last row) measured %.1f ms: %.3f of it"

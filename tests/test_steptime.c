@@ -40,6 +40,16 @@
  * reduction alone in 0.25 s (reduce stream busy 1.25 s); at compute factor
  * 1 they stay hidden (12.35 s); at 2 each block's backward beside them
  * loses 0.25 s: 12.85 s.
+ * Event by event: blocks' gathers of 3 s, prefetch backward with L 1, the
+ * collectives beside compute twice as long (comm x2), compute factor 1.
+ * Forward: the root's gather 0.5 s and each block's 3 s on demand, alone
+ * (6.5 s exposed).  Backward: block 2's gather, issued as the root's 2 s
+ * backward starts, moves 1 s of its 3 beside it and the other 2 s alone
+ * while the compute thread waits (2 s exposed); block 1's likewise behind
+ * block 2's backward (2 s); the root's last reduction 0.25 s: step 22.85 s,
+ * exposed 10.75 s, gather stream busy 0.5 + 3 + 3 + 4 + 4 = 14.5 s.  A
+ * gather timed at the contended rate when issued would take 6 s and
+ * expose 4 s each: 26.85 s.
  */
 #include <math.h>
 #include <string.h>
@@ -53,8 +63,8 @@ static const int kStageUnit[4] = {0, 1, 2, 0};
 static const double kFwd[4] = {1, 1, 1, 1}, kBwd[4] = {2, 2, 2, 2};
 static const double kGather[3] = {0.5, 0.5, 0.5}, kReduce[3] = {0.25, 0.25, 0.25};
 
-static void Run(FsdpPrefetch pf, int raf, int L, int K, int accum_comm, int gather_slots,
-                FsdpStepTimeResult *r, FsdpStepEvent *ev, int maxev, int *nev)
+/* The runtime options the replay reads, fp32 throughout. */
+static FsdpRuntimeOptions Opts(FsdpPrefetch pf, int raf, int L, int K, int accum_comm)
 {
   FsdpRuntimeOptions o;
   memset(&o, 0, sizeof o);
@@ -64,6 +74,13 @@ static void Run(FsdpPrefetch pf, int raf, int L, int K, int accum_comm, int gath
   o.grad_accum = K;
   o.accum_comm = accum_comm;
   o.param_dtype = o.reduce_dtype = FSDP_DTYPE_FP32;
+  return o;
+}
+
+static void Run(FsdpPrefetch pf, int raf, int L, int K, int accum_comm, int gather_slots,
+                FsdpStepTimeResult *r, FsdpStepEvent *ev, int maxev, int *nev)
+{
+  FsdpRuntimeOptions o = Opts(pf, raf, L, K, accum_comm);
   FsdpStepTimeInput in = {&o,    2,       1,      3,      4,   kIsRoot, kStageUnit, kFwd,
                           kBwd,  kGather, kReduce, 0.1, gather_slots, 2, 0, 0, NULL, 1.0, 1.0};
   TCALL(FsdpStepTimeSimulate(&in, r, ev, maxev, nev));
@@ -177,13 +194,7 @@ int main(int argc, char **argv)
     static const int is_root[4] = {1, 0, 0, 0}, stage_unit[5] = {0, 1, 2, 3, 0};
     static const double fwd[5] = {1, 1, 1, 1, 1}, bwd[5] = {10, 2, 2, 2, 2};
     static const double gather[4] = {0, 0, 0, 0}, reduce[4] = {3, 3, 3, 3};
-    FsdpRuntimeOptions o;
-    memset(&o, 0, sizeof o);
-    o.prefetch = FSDP_PREFETCH_NONE;
-    o.reshard_after_forward = 1;
-    o.grad_accum = 1;
-    o.accum_comm = 1;
-    o.param_dtype = o.reduce_dtype = FSDP_DTYPE_FP32;
+    FsdpRuntimeOptions o = Opts(FSDP_PREFETCH_NONE, 1, 0, 1, 1);
     FsdpStepTimeInput in = {&o,  2,      1,      4,   5, is_root, stage_unit, fwd,
                             bwd, gather, reduce, 0.0, 1, 2, 0, 0, NULL, 1.0, 1.0};
     TCALL(FsdpStepTimeSimulate(&in, &r, NULL, 0, &n));
@@ -232,13 +243,7 @@ int main(int argc, char **argv)
               {2, 1, 1, 1.0, 2.0, 12.35, 12.1, 0.0, 1.25},
               {2, 1, 1, 2.0, 2.0, 12.85, 12.6, 0.5, 1.25}};
     for (size_t i = 0; i < sizeof cc / sizeof cc[0]; i++) {
-      FsdpRuntimeOptions o;
-      memset(&o, 0, sizeof o);
-      o.prefetch = FSDP_PREFETCH_BACKWARD;
-      o.reshard_after_forward = 1;
-      o.grad_accum = cc[i].K;
-      o.accum_comm = cc[i].ac;
-      o.param_dtype = o.reduce_dtype = FSDP_DTYPE_FP32;
+      FsdpRuntimeOptions o = Opts(FSDP_PREFETCH_BACKWARD, 1, 0, cc[i].K, cc[i].ac);
       FsdpStepTimeInput in = {&o,    1,       cc[i].R, 3,   4, kIsRoot, kStageUnit, kFwd,
                               kBwd,  kGather, kReduce, 0.1, 1, 2, 0, 0, NULL, cc[i].f,
                               cc[i].fb};
@@ -250,6 +255,20 @@ int main(int argc, char **argv)
             cc[i].fb, cc[i].R, cc[i].K, cc[i].ac, r.step_s, cc[i].step, r.compute_s,
             cc[i].compute, r.contention_s, cc[i].contention, r.reduce_busy_s, cc[i].rbusy);
     }
+  }
+
+  /* event by event: a prefetched gather waited for runs alone */
+  {
+    static const double long_gather[3] = {0.5, 3, 3};
+    FsdpRuntimeOptions o = Opts(FSDP_PREFETCH_BACKWARD, 1, 1, 1, 1);
+    FsdpStepTimeInput in = {&o,   2,           1,       3,   4, kIsRoot, kStageUnit, kFwd, kBwd,
+                            long_gather, kReduce, 0.1, 2, 2, 0, 0, NULL, 1.0, 2.0};
+    TCALL(FsdpStepTimeSimulate(&in, &r, NULL, 0, &n));
+    CHECK(Near(r.step_s, 22.85) && Near(r.exposed_s, 10.75) && Near(r.compute_s, 12.1) &&
+              Near(r.gather_busy_s, 14.5),
+          "gathers shared event by event: step %g (want 22.85), exposed %g (want 10.75), "
+          "compute %g (want 12.1), gather stream busy %g (want 14.5)",
+          r.step_s, r.exposed_s, r.compute_s, r.gather_busy_s);
   }
 
   int st = test_finish("test_steptime");

@@ -14,32 +14,36 @@ typedef enum { SHARDED, GATHERING, UNSHARDED } State;
 
 typedef struct {
   State state;
-  double gather_end; /* when its gather finishes */
+  int gather_task;   /* its gather's task, -1 none (or done at issue) */
   int slot;          /* gather ring slot, -1 none */
   int ahead;         /* gathered for a stage not begun yet (counts against L) */
   int holds_grad;    /* has an unsharded gradient buffer */
   int grad_slot;     /* gradient ring slot (-2: the root's, -1: none) */
   int first_fwd, last_fwd; /* its first and last forward stage */
-  double reduce_end; /* when its final reduction ends ([Note: the gradient tail]) */
+  int reduce_task;   /* its final reduction's task ([Note: the gradient tail]), -1 landed */
 } SimUnit;
 
-/* A stream's busy intervals, in start order, not overlapping ([Note:
- * contended compute] in steptime.h); those before head ended before the
- * compute clock (which never goes back). */
+/* A collective (or a tail share on the reduce stream): seconds of work
+ * left at its rate alone; a stream runs its tasks in issue order. */
 typedef struct {
-  double *start, *end;
-  int head, n, cap;
-} Busy;
+  double rem, start;
+  int done;
+  int recorded; /* issued in the reported step: its busy time counts */
+  int stream;
+} Task;
 
 typedef struct {
   const FsdpStepTimeInput *in;
-  Busy busy[2];         /* gather stream, reduce stream (contended only) */
+  Task *task;
+  int ntask, cap_task;
+  int head[2], tail[2]; /* per stream: running task and last issued (-1 none) */
+  int *next_in_stream;  /* [cap_task]: the task behind, -1 none */
   SimUnit *u;
   int *gslot_owner;     /* [gather_slots] */
-  double *rslot_done;   /* [grad_slots]: when the slot's last reduction ends */
-  double root_rslot_done;
+  int *rslot_task;      /* [grad_slots]: the slot's last reduction, -1 none */
+  int root_rslot_task;
   int next_gslot, next_rslot;
-  double tc, tg, tr;    /* compute thread, gather stream, reduce stream */
+  double tc;            /* now: the compute thread's clock, the streams run up to it */
   double exposed, compute, gbusy, rbusy, contention;
   int nahead, max_in_flight;
   int record;           /* recording events of the reported step */
@@ -51,6 +55,106 @@ typedef struct {
   int tail_head, tail_n;
   double tail_done_s;   /* optimizer seconds run in the tail this step */
 } Sim;
+
+static int TaskDone(const Sim *s, int t) { return t < 0 || s->task[t].done; }
+
+/* [Note: contended compute] The compute thread and the streams advance
+ * together from now: the compute thread computing `work` seconds of its
+ * time alone (work > 0), or waiting for task `wait` (work == 0; -1:
+ * nothing).  While a stream is busy a stage runs at 1/contended of its
+ * rate; while the compute thread computes a stream task runs at
+ * 1/comm_contended of its rate, at full rate while it waits.  Event by
+ * event: each interval ends when the work, or a stream's running task,
+ * does.  Returns the seconds that passed. */
+static double Advance(Sim *s, double work, int wait)
+{
+  const FsdpStepTimeInput *in = s->in;
+  double fc = in->contended > 1.0 ? in->contended : 1.0;
+  double fm = in->comm_contended > 1.0 ? in->comm_contended : 1.0;
+  double t_begin = s->tc;
+  for (;;) {
+    int computing = work > 0;
+    if (!computing && TaskDone(s, wait)) break;
+    int busy = s->head[0] >= 0 || s->head[1] >= 0;
+    double rc = busy ? 1.0 / fc : 1.0, rm = computing ? 1.0 / fm : 1.0;
+    double dt = computing ? work / rc : HUGE_VAL;
+    int ends = -1; /* -1: the work; else the stream whose task ends first */
+    for (int k = 0; k < 2; k++) {
+      if (s->head[k] < 0) continue;
+      double d = s->task[s->head[k]].rem / rm;
+      if (d < dt) {
+        dt = d;
+        ends = k;
+      }
+    }
+    if (dt == HUGE_VAL) { /* waiting on a task no stream holds: cannot happen */
+      s->task[wait].done = 1;
+      break;
+    }
+    s->tc += dt;
+    if (computing) work = ends < 0 ? 0.0 : work - dt * rc;
+    if (!computing) s->exposed += dt;
+    for (int k = 0; k < 2; k++) {
+      int h = s->head[k];
+      if (h < 0) continue;
+      Task *x = &s->task[h];
+      x->rem = k == ends ? 0.0 : x->rem - dt * rm;
+      if (x->rem > 1e-12) continue;
+      x->rem = 0.0;
+      x->done = 1;
+      if (x->recorded) *(k == 0 ? &s->gbusy : &s->rbusy) += s->tc - x->start;
+      s->head[k] = s->next_in_stream[h];
+      if (s->head[k] < 0) s->tail[k] = -1;
+      else s->task[s->head[k]].start = s->tc;
+    }
+  }
+  return s->tc - t_begin;
+}
+
+/* Compute `alone` seconds of the compute thread's work; returns the
+ * seconds it took (longer beside a busy stream). */
+static double Compute(Sim *s, double alone)
+{
+  if (alone <= 0) return 0.0;
+  double took = Advance(s, alone, -1);
+  /* alone when nothing ran beside it (took would carry rounding) */
+  if (!(s->in->contended > 1.0) || fabs(took - alone) <= 1e-12 * alone) took = alone;
+  if (s->record) {
+    s->compute += took;
+    s->contention += took - alone;
+  }
+  return took;
+}
+
+/* The compute thread blocks until task t ends: exposed time. */
+static void WaitTask(Sim *s, int t) { Advance(s, 0.0, t); }
+
+/* A task of `alone` seconds on stream k (0 gather, 1 reduce), issued now;
+ * returns its index, -1 out of memory. */
+static int Issue(Sim *s, int k, double alone)
+{
+  if (s->ntask == s->cap_task) {
+    int cap = s->cap_task ? 2 * s->cap_task : 64;
+    Task *t = realloc(s->task, (size_t)cap * sizeof *t);
+    if (!t) return -1;
+    s->task = t;
+    int *nx = realloc(s->next_in_stream, (size_t)cap * sizeof *nx);
+    if (!nx) return -1;
+    s->next_in_stream = nx;
+    s->cap_task = cap;
+  }
+  int i = s->ntask++;
+  s->task[i] = (Task){alone, s->tc, 0, s->record, k};
+  s->next_in_stream[i] = -1;
+  if (alone <= 0) { /* nothing to move */
+    s->task[i].done = 1;
+    return i;
+  }
+  if (s->tail[k] >= 0) s->next_in_stream[s->tail[k]] = i;
+  else s->head[k] = i;
+  s->tail[k] = i;
+  return i;
+}
 
 /* Whether AdamW runs per unit in the tail (TailQueue in fsdp.c). */
 static int TailEarly(const FsdpStepTimeInput *in)
@@ -64,15 +168,11 @@ static void TailPoll(Sim *s, int block)
 {
   while (s->tail_head < s->tail_n) {
     int u = s->tail_q[s->tail_head];
-    if (!block && s->u[u].reduce_end > s->tc) break;
-    if (s->u[u].reduce_end > s->tc) {
-      s->exposed += s->u[u].reduce_end - s->tc;
-      s->tc = s->u[u].reduce_end;
-    }
+    if (!block && !TaskDone(s, s->u[u].reduce_task)) break;
+    WaitTask(s, s->u[u].reduce_task);
     s->tail_head++;
-    s->tc += s->in->optim_unit_s[u];
+    Compute(s, s->in->optim_unit_s[u]);
     s->tail_done_s += s->in->optim_unit_s[u];
-    if (s->record) s->compute += s->in->optim_unit_s[u];
   }
 }
 
@@ -83,82 +183,6 @@ static void Note(Sim *s, FsdpStepEventKind kind, int unit, double t)
   s->nev++;
 }
 
-/* The compute thread blocks until t (an event's end): exposed time. */
-static void WaitUntil(Sim *s, double t)
-{
-  if (t > s->tc) {
-    s->exposed += t - s->tc;
-    s->tc = t;
-  }
-}
-
-static int Contended(const FsdpStepTimeInput *in) { return in->contended > 1.0; }
-
-/* A task on stream k (0 gather, 1 reduce) busy over [a, b). */
-static void BusyAdd(Sim *s, int k, double a, double b)
-{
-  Busy *q = &s->busy[k];
-  if (!Contended(s->in) || b <= a) return;
-  if (q->n > q->head && a <= q->end[q->n - 1]) { /* back to back: one interval */
-    if (b > q->end[q->n - 1]) q->end[q->n - 1] = b;
-    return;
-  }
-  if (q->n == q->cap) { /* drop what ended: slide down */
-    memmove(q->start, q->start + q->head, (size_t)(q->n - q->head) * sizeof *q->start);
-    memmove(q->end, q->end + q->head, (size_t)(q->n - q->head) * sizeof *q->end);
-    q->n -= q->head;
-    q->head = 0;
-    if (q->n == q->cap) return; /* cannot happen: cap bounds a step's tasks */
-  }
-  q->start[q->n] = a;
-  q->end[q->n++] = b;
-}
-
-/* Whether a stream is busy at t, and the next time that may change
- * (HUGE_VAL: never). */
-static int BusyAt(Sim *s, double t, double *next)
-{
-  int busy = 0;
-  *next = HUGE_VAL;
-  for (int k = 0; k < 2; k++) {
-    Busy *q = &s->busy[k];
-    while (q->head < q->n && q->end[q->head] <= s->tc) q->head++;
-    for (int i = q->head; i < q->n; i++) {
-      if (q->end[i] <= t) continue;
-      if (q->start[i] <= t) {
-        busy = 1;
-        if (q->end[i] < *next) *next = q->end[i];
-      } else if (q->start[i] < *next) {
-        *next = q->start[i];
-      }
-      break;
-    }
-  }
-  return busy;
-}
-
-/* Seconds a stage of `alone` seconds takes from the compute clock on,
- * at 1/contended of its rate while a stream is busy. */
-static double ContendedSeconds(Sim *s, double alone)
-{
-  double t = s->tc, rem = alone, f = s->in->contended;
-  int slowed = 0;
-  while (rem > 0) {
-    double next;
-    int busy = BusyAt(s, t, &next);
-    double rate = busy ? 1.0 / f : 1.0;
-    slowed |= busy;
-    if (next == HUGE_VAL || (next - t) * rate >= rem) {
-      t += rem / rate;
-      break;
-    }
-    rem -= (next - t) * rate;
-    t = next;
-  }
-  /* alone when nothing ran beside it (t - tc would carry rounding) */
-  return slowed ? t - s->tc : alone;
-}
-
 /* GradIsShard in fsdp.c: F = 1 with fp32 reductions, no per-micro-step sums. */
 static int GradIsShard(const FsdpStepTimeInput *in)
 {
@@ -167,21 +191,13 @@ static int GradIsShard(const FsdpStepTimeInput *in)
          (o->grad_accum <= 1 || !o->accum_comm);
 }
 
-/* [Note: contended compute] a stream task's seconds: beside compute (the
- * compute thread goes on), at the contended rate */
-static double TaskSeconds(const Sim *s, double alone, int beside)
-{
-  return beside && s->in->comm_contended > 1.0 ? alone * s->in->comm_contended : alone;
-}
-
-/* UnitIssueGather; beside: prefetched (compute goes on) */
-static int IssueGather(Sim *s, int u, int beside)
+/* UnitIssueGather */
+static int IssueGather(Sim *s, int u)
 {
   SimUnit *x = &s->u[u];
   x->state = GATHERING;
-  if (s->in->F == 1) { /* [Note: no sharding]: nothing moves */
-    x->gather_end = s->tc;
-  } else {
+  x->gather_task = -1;
+  if (s->in->F > 1) { /* F = 1: [Note: no sharding]: nothing moves */
     if (!s->in->unit_is_root[u]) {
       if (s->gslot_owner[s->next_gslot] >= 0)
         FSDP_ERROR(FSDP_ERR_INTERNAL, "step replay: unit %d needs gather slot %d, held by unit %d",
@@ -190,11 +206,8 @@ static int IssueGather(Sim *s, int u, int beside)
       x->slot = s->next_gslot;
       s->next_gslot = (s->next_gslot + 1) % s->in->gather_slots;
     }
-    double start = s->tc > s->tg ? s->tc : s->tg, d = TaskSeconds(s, s->in->gather_s[u], beside);
-    x->gather_end = start + d;
-    s->tg = x->gather_end;
-    BusyAdd(s, 0, start, x->gather_end);
-    if (s->record) s->gbusy += d;
+    x->gather_task = Issue(s, 0, s->in->gather_s[u]);
+    if (x->gather_task < 0) FSDP_ERROR(FSDP_ERR_MEM, "out of memory replaying a step");
     Note(s, FSDP_STEP_EV_GATHER, u, s->tc);
   }
   x->ahead = 1;
@@ -206,7 +219,7 @@ static int IssueGather(Sim *s, int u, int beside)
 /* UnitWaitGather */
 static void WaitGather(Sim *s, int u)
 {
-  WaitUntil(s, s->u[u].gather_end);
+  WaitTask(s, s->u[u].gather_task);
   s->u[u].state = UNSHARDED;
 }
 
@@ -214,7 +227,7 @@ static void WaitGather(Sim *s, int u)
 static int Unshard(Sim *s, int u)
 {
   SimUnit *x = &s->u[u];
-  if (x->state == SHARDED) FSDP_CALL(IssueGather(s, u, 0));
+  if (x->state == SHARDED) FSDP_CALL(IssueGather(s, u));
   if (x->state == GATHERING) WaitGather(s, u);
   if (x->ahead) {
     x->ahead = 0;
@@ -235,7 +248,7 @@ static int TopUp(Sim *s, int st, int dir)
     if (s->u[v].state != SHARDED) continue;
     if (L > 0 && s->nahead >= L) break;
     if (!in->unit_is_root[v] && s->gslot_owner[s->next_gslot] >= 0) break;
-    FSDP_CALL(IssueGather(s, v, 1));
+    FSDP_CALL(IssueGather(s, v));
   }
   return FSDP_SUCCESS;
 }
@@ -259,65 +272,55 @@ static void AcquireGrad(Sim *s, int u)
   int persistent = o->grad_accum > 1 && !o->accum_comm && !GradIsShard(s->in);
   if (GradIsShard(s->in) || persistent) return;
   if (s->in->unit_is_root[u]) {
-    WaitUntil(s, s->root_rslot_done);
+    WaitTask(s, s->root_rslot_task);
     x->grad_slot = -2;
   } else {
-    WaitUntil(s, s->rslot_done[s->next_rslot]);
+    WaitTask(s, s->rslot_task[s->next_rslot]);
     x->grad_slot = s->next_rslot;
     s->next_rslot = (s->next_rslot + 1) % s->in->grad_slots;
   }
 }
 
-/* TailQueue in fsdp.c, for the last micro-step's reductions */
-static void TailQueue(Sim *s, int u, int micro, int nmicro, double landed)
+/* TailQueue in fsdp.c, for the last micro-step's reductions (task: the
+ * unit's reduction, -1 landed already) */
+static int TailQueue(Sim *s, int u, int micro, int nmicro, int task)
 {
-  if (micro != nmicro - 1 || !TailEarly(s->in)) return;
-  s->u[u].reduce_end = landed;
+  if (micro != nmicro - 1 || !TailEarly(s->in)) return FSDP_SUCCESS;
+  s->u[u].reduce_task = task;
   if (s->in->tail == FSDP_TAIL_STREAM) { /* a task behind the reduction */
-    double start = s->tr > landed ? s->tr : landed;
-    s->tr = start + s->in->optim_unit_s[u];
-    BusyAdd(s, 1, start, s->tr);
+    if (Issue(s, 1, s->in->optim_unit_s[u]) < 0)
+      FSDP_ERROR(FSDP_ERR_MEM, "out of memory replaying a step");
     s->tail_done_s += s->in->optim_unit_s[u];
     if (s->record) s->compute += s->in->optim_unit_s[u];
   } else {
     s->tail_q[s->tail_n++] = u;
   }
+  return FSDP_SUCCESS;
 }
 
-/* UnitReduceGrad; beside: backward stages follow in the step */
-static void ReduceGrad(Sim *s, int u, int micro, int nmicro, int beside)
+/* UnitReduceGrad */
+static int ReduceGrad(Sim *s, int u, int micro, int nmicro)
 {
   SimUnit *x = &s->u[u];
   const FsdpRuntimeOptions *o = s->in->opt;
   x->holds_grad = 0;
-  if (!o->accum_comm && micro != nmicro - 1) return; /* accumulate locally */
-  if (GradIsShard(s->in) && s->in->R == 1) { /* nothing to reduce */
-    TailQueue(s, u, micro, nmicro, s->tc); /* the shard is the gradient: landed now */
-    return;
-  }
-  double start = s->tc > s->tr ? s->tc : s->tr, d = TaskSeconds(s, s->in->reduce_s[u], beside);
-  s->tr = start + d;
-  BusyAdd(s, 1, start, s->tr);
-  if (s->record) s->rbusy += d;
+  if (!o->accum_comm && micro != nmicro - 1) return FSDP_SUCCESS; /* accumulate locally */
+  if (GradIsShard(s->in) && s->in->R == 1) /* nothing to reduce: the shard is the gradient */
+    return TailQueue(s, u, micro, nmicro, -1);
+  int t = Issue(s, 1, s->in->reduce_s[u]);
+  if (t < 0) FSDP_ERROR(FSDP_ERR_MEM, "out of memory replaying a step");
   Note(s, FSDP_STEP_EV_REDUCE, u, s->tc);
-  if (x->grad_slot == -2) s->root_rslot_done = s->tr;
-  else if (x->grad_slot >= 0) s->rslot_done[x->grad_slot] = s->tr;
+  if (x->grad_slot == -2) s->root_rslot_task = t;
+  else if (x->grad_slot >= 0) s->rslot_task[x->grad_slot] = t;
   x->grad_slot = -1;
-  TailQueue(s, u, micro, nmicro, s->tr);
+  return TailQueue(s, u, micro, nmicro, t);
 }
 
 static void RunStage(Sim *s, int st, int backward)
 {
   const FsdpStepTimeInput *in = s->in;
   Note(s, backward ? FSDP_STEP_EV_BACKWARD : FSDP_STEP_EV_FORWARD, in->stage_unit[st], s->tc);
-  double t = backward ? in->bwd_s[st] : in->fwd_s[st];
-  if (Contended(in)) { /* [Note: contended compute] */
-    double c = ContendedSeconds(s, t);
-    if (s->record) s->contention += c - t;
-    t = c;
-  }
-  s->tc += t;
-  if (s->record) s->compute += t;
+  Compute(s, backward ? in->bwd_s[st] : in->fwd_s[st]);
 }
 
 /* FsdpRuntimeForwardBackward */
@@ -343,7 +346,7 @@ static int ForwardBackward(Sim *s, int micro)
     RunStage(s, st, 1);
     if (st == s->u[u].first_fwd) {
       int K = in->opt->grad_accum > 0 ? in->opt->grad_accum : 1;
-      ReduceGrad(s, u, micro, K, st > 0 || micro < K - 1);
+      FSDP_CALL(ReduceGrad(s, u, micro, K));
       Reshard(s, u);
     }
     TailPoll(s, 0);
@@ -361,33 +364,24 @@ int FsdpStepTimeSimulate(const FsdpStepTimeInput *in, FsdpStepTimeResult *out,
   s.in = in;
   s.ev = events;
   s.max_ev = max_events;
+  s.head[0] = s.head[1] = s.tail[0] = s.tail[1] = -1;
+  s.root_rslot_task = -1;
   int gslots = in->gather_slots > 0 ? in->gather_slots : 1;
   int rslots = in->grad_slots > 0 ? in->grad_slots : 1;
   s.u = calloc((size_t)in->nunits, sizeof *s.u);
   s.gslot_owner = malloc((size_t)gslots * sizeof *s.gslot_owner);
-  s.rslot_done = calloc((size_t)rslots, sizeof *s.rslot_done);
+  s.rslot_task = malloc((size_t)rslots * sizeof *s.rslot_task);
   s.tail_q = malloc((size_t)(in->nunits + 1) * sizeof *s.tail_q);
-  int err = FSDP_SUCCESS, nomem = 0;
-  if (Contended(in)) {
-    /* a micro-step issues at most 2 gathers and 1 reduction (+ a tail
-     * task) per unit; two steps' worth, so that sliding always frees room */
-    int K = in->opt->grad_accum > 0 ? in->opt->grad_accum : 1;
-    int cap = 2 * (K * 3 * in->nunits + in->nunits) + 8;
-    for (int k = 0; k < 2; k++) {
-      s.busy[k].cap = cap;
-      s.busy[k].start = malloc((size_t)cap * sizeof(double));
-      s.busy[k].end = malloc((size_t)cap * sizeof(double));
-      nomem |= !s.busy[k].start || !s.busy[k].end;
-    }
-  }
-  if (nomem || !s.u || !s.gslot_owner || !s.rslot_done || !s.tail_q) {
+  int err = FSDP_SUCCESS;
+  if (!s.u || !s.gslot_owner || !s.rslot_task || !s.tail_q) {
     err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_MEM,
                          "out of memory replaying a step of %d units", in->nunits);
     goto done;
   }
   for (int i = 0; i < gslots; i++) s.gslot_owner[i] = -1;
+  for (int i = 0; i < rslots; i++) s.rslot_task[i] = -1;
   for (int u = 0; u < in->nunits; u++) {
-    s.u[u] = (SimUnit){SHARDED, 0.0, -1, 0, 0, -1, -1, -1, 0.0};
+    s.u[u] = (SimUnit){SHARDED, -1, -1, 0, 0, -1, -1, -1, -1};
   }
   for (int st = 0; st < in->nstages; st++) {
     SimUnit *x = &s.u[in->stage_unit[st]];
@@ -402,17 +396,14 @@ int FsdpStepTimeSimulate(const FsdpStepTimeInput *in, FsdpStepTimeResult *out,
     s.tail_head = s.tail_n = 0;
     s.tail_done_s = 0.0;
     for (int m = 0; m < K && !err; m++) err = ForwardBackward(&s, m);
+    if (err) break;
     /* FsdpRuntimeFinishGradients (the tail's remaining units), then the
      * optimizer: what the tail did not run */
     TailPoll(&s, 1);
-    WaitUntil(&s, s.tr);
+    WaitTask(&s, s.tail[1]);
     double rest = in->optimizer_s - s.tail_done_s;
-    if (rest < 0) rest = 0;
-    s.tc += rest;
-    if (s.record) {
-      s.compute += rest;
-      out->step_s = s.tc - s.t0;
-    }
+    Compute(&s, rest > 0 ? rest : 0.0);
+    if (s.record) out->step_s = s.tc - s.t0;
   }
   out->compute_s = s.compute;
   out->contention_s = s.contention;
@@ -424,11 +415,9 @@ int FsdpStepTimeSimulate(const FsdpStepTimeInput *in, FsdpStepTimeResult *out,
 done:
   free(s.u);
   free(s.gslot_owner);
-  free(s.rslot_done);
+  free(s.rslot_task);
   free(s.tail_q);
-  for (int k = 0; k < 2; k++) {
-    free(s.busy[k].start);
-    free(s.busy[k].end);
-  }
+  free(s.task);
+  free(s.next_in_stream);
   return err;
 }

@@ -7,11 +7,11 @@
  * gather ring, RAF/NRAF reshards, the gradient ring's waits, reductions
  * after each unit's last backward stage, -grad_accum micro-steps with or
  * without communication, then the wait for the last reductions and the
- * optimizer, per unit under the gradient tail when it may) with three clocks: the compute thread, the all-gather stream
- * and the reduce stream, each running its work in issue order.  A task
- * starts when it is issued and its stream is free; the compute thread
- * advances by each stage's compute time and, when it waits on a gather or
- * a gradient buffer still in use, to that event's end: those waits are the
+ * optimizer, per unit under the gradient tail when it may) on one virtual
+ * clock shared by the compute thread and two streams (all-gather, reduce),
+ * each stream running its tasks in issue order.  The compute thread issues
+ * a task and goes on; when it waits on a gather or a gradient buffer
+ * still in use, time advances to that task's end: those waits are the
  * exposed communication.  Casts and the loss/norm reductions are not
  * modelled.  The second of two simulated steps is reported (its first
  * gathers may wait for the streams still busy with the first step's work).
@@ -28,19 +28,19 @@
  * over 2 cores, micro-step 2 of -grad_accum 2 ran its stages 21-31% slower
  * while micro-step 1's all-reduce ran beside it (bench/README.md).  The
  * probe times the model's stages with an all-reduce looping on a stream
- * thread beside them; their time over the time alone is `contended` here.
- * The replay keeps each stream's busy intervals (a task runs from its
- * start to its end) and runs a stage at 1/contended of its rate while
- * either stream is busy, at full rate otherwise: only compute that
- * overlaps communication pays, and exposed waits are unchanged.  The
- * collective beside compute is slower too (the probe times the all-reduce
- * it ran beside the stages against its curve alone: comm_contended): a
- * task the compute thread does not wait for at once (a prefetched gather,
- * a reduction with backward stages after it) takes that much longer; an
- * on-demand gather and the step's last reduction run alone.  (A task is
- * timed when issued; a prefetched gather that is waited for after all is
- * charged in full: the replay does not share a core's time event by
- * event.)
+ * thread beside them; their time over the time alone is `contended` here,
+ * the all-reduce's time over its time alone `comm_contended`.  The replay
+ * advances the compute thread and the streams together, event by event
+ * (an interval ends when a stage or a stream's running task does): a stage
+ * runs at 1/contended of its rate while either stream is busy, a stream
+ * task at 1/comm_contended of its rate while the compute thread computes,
+ * each at full rate otherwise.  Only what overlaps pays: a prefetched
+ * gather that the compute thread ends up waiting for moves its last bytes
+ * alone, as do an on-demand gather and the step's last reduction.
+ * (Before, a task was timed once, when issued, at the contended rate if
+ * compute was to go on beside it: a waited-for gather was charged in full,
+ * and at 10 Gbit/s the wider wraps' predicted exposure came out 2.3x the
+ * measured: bench/README.md.)
  */
 #ifndef FSDP_STEPTIME_H
 #define FSDP_STEPTIME_H
@@ -86,10 +86,7 @@ typedef struct {
    * a stream is busy (<= 1: communication takes no compute CPU) */
   double contended;
   /* the other side: a collective's time beside compute over its time
-   * alone (<= 1: as alone).  Charged to the tasks issued for the compute
-   * thread to go on computing (prefetched gathers, reductions but the
-   * step's last); an on-demand gather and the last reduction are waited
-   * for, alone. */
+   * alone (<= 1: as alone), while the compute thread computes */
   double comm_contended;
 } FsdpStepTimeInput;
 
