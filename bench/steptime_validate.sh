@@ -24,6 +24,11 @@
 # also written to DIR/rows.csv for bench/steptime_plot.py.
 #   DIR=/tmp/v1g REPS=3 REP_LAST=1 bench/steptime_validate.sh 1gbit   # probe, tune, repetition 1
 #   DIR=/tmp/v1g REPS=3 bench/steptime_validate.sh 1gbit              # repetitions 2, 3, report
+# SWEEP=slurm (node only): the way a user sweeps, under a private Slurm
+# (tests/slurm/cluster.sh): the probe runs with srun, and each repetition
+# of the sweep is one job array of jobscripts/sweep.sbatch over an options
+# file per configuration (%1: one task at a time, so that none times
+# beside another).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -76,6 +81,21 @@ case "$MODE" in
              "-sharding_factor 4 -prefetch both -wrap 3") ;;
   *) echo "steptime_validate: MODE must be node, 1gbit or 10gbit"; exit 2 ;;
 esac
+SWEEP=${SWEEP:-mpirun}
+if [ "$SWEEP" = slurm ]; then
+  [ "$MODE" = node ] || { echo "steptime_validate: SWEEP=slurm is for node"; exit 2; }
+  # shellcheck source=../tests/slurm/cluster.sh
+  . "$root/tests/slurm/cluster.sh"
+  slurm_require || exit 77
+  slurm_start || exit 77
+  slurm_mpi_launchers
+  trap 'slurm_stop; cleanup' EXIT
+  FSDP_TRAIN=$(slurm_train_wrapper "$BIN/fsdp-train")
+  export FSDP_TRAIN
+  launch() { srun --mpi="${FSDP_SRUN_MPI:-pmix}" -N 1 -n 2 --cpus-per-task=1 "$@"; }
+elif [ "$SWEEP" != mpirun ]; then
+  echo "steptime_validate: SWEEP must be mpirun or slurm"; exit 2
+fi
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 echo "steptime_validate: $MODE, W $W ($G per node), $cpu, OPENBLAS_CORETYPE ${OPENBLAS_CORETYPE:-auto}, REPS $REPS, STEPS $STEPS"
 echo "model: $MODEL"
@@ -94,6 +114,34 @@ grep -E 'BLAS core|matmuls|messages|cross|node |beside' "$tmp/probe.out"
   -tune_options_out "$tmp/win.opts" >"$tmp/tune.out" 2>&1 || { echo "tune failed"; cat "$tmp/tune.out"; exit 1; }
 configs+=("$(grep -v '^#' "$tmp/win.opts" | tr '\n' ' ')")
 for rep in $(seq "${REP_FIRST:-1}" "${REP_LAST:-$REPS}"); do
+  if [ "$SWEEP" = slurm ]; then # one job array per repetition
+    sw=$tmp/sweep-$rep
+    rm -rf "$sw"
+    mkdir -p "$sw"
+    todo=()
+    for i in "${!configs[@]}"; do
+      [ -s "$tmp/run-$i-$rep.out" ] && continue
+      # an option and its value per line; the model's first, the configuration's after
+      # shellcheck disable=SC2086
+      printf -- '%s %s\n' $MODEL ${configs[$i]} >"$sw/c$(printf %02d "$i").opts"
+      todo+=("$i")
+    done
+    [ ${#todo[@]} -eq 0 ] && continue
+    jid=$(FSDP_RUN_DIR=$sw/runs sbatch --parsable --time=60 --nodes=1 --ntasks-per-node=2 \
+            --cpus-per-task=1 --array=0-$((${#todo[@]} - 1))%1 --output="$sw/%a.out" \
+            "$root/jobscripts/sweep.sbatch" "$sw" -steps "$STEPS" -log_every 0) ||
+      { echo "sbatch failed"; exit 1; }
+    slurm_wait 3600 "$jid" || exit 1
+    for k in "${!todo[@]}"; do
+      i=${todo[$k]}
+      s=$sw/runs/c$(printf %02d "$i")/summary.json
+      grep -q step_time_ms_median "$s" 2>/dev/null ||
+        { echo "sweep task $k (${configs[$i]}) failed:"; tail -n 5 "$sw/$k.out"; exit 1; }
+      cp "$s" "$tmp/run-$i-$rep.out"
+    done
+    echo "steptime_validate: repetition $rep/$REPS done (job array $jid)"
+    continue
+  fi
   for i in "${!configs[@]}"; do
     [ -s "$tmp/run-$i-$rep.out" ] && continue
     # shellcheck disable=SC2086

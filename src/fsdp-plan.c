@@ -989,11 +989,33 @@ typedef struct {
   PlanOutcome o;
 } Candidate;
 
+/* How far a candidate's options are from fsdp-train's defaults (-wrap 1,
+ * -prefetch backward, RAF, -limit_all_gathers 2, no recomputation). */
+static int DistanceFromDefaults(const Candidate *c)
+{
+  return (c->wrap != 1) + (c->prefetch != FSDP_PREFETCH_BACKWARD) + !c->raf + (c->L != 2) + c->rc;
+}
+
+/* Most tokens/s first; among equal predictions (F = 1 gathers nothing, so
+ * wrap, prefetch and L change nothing there) the least memory, then the
+ * fewest micro-steps (a micro-step costs what the replay leaves out: data,
+ * loss, accumulation), then the options nearest the defaults, then the
+ * largest sharding factor: a total order, so the pick does not depend on
+ * the sort's tie handling. */
 static int CompareCandidates(const void *a, const void *b)
 {
   const Candidate *x = a, *y = b;
   if (x->o.tokens_per_s != y->o.tokens_per_s) return x->o.tokens_per_s < y->o.tokens_per_s ? 1 : -1;
-  return (x->o.mem_total > y->o.mem_total) - (x->o.mem_total < y->o.mem_total);
+  if (x->o.mem_total != y->o.mem_total) return x->o.mem_total > y->o.mem_total ? 1 : -1;
+  if (x->K != y->K) return x->K > y->K ? 1 : -1;
+  int dx = DistanceFromDefaults(x), dy = DistanceFromDefaults(y);
+  if (dx != dy) return dx > dy ? 1 : -1;
+  if (x->F != y->F) return x->F < y->F ? 1 : -1;
+  if (x->wrap != y->wrap) return x->wrap > y->wrap ? 1 : -1;
+  if (x->prefetch != y->prefetch) return x->prefetch > y->prefetch ? 1 : -1;
+  if (x->L != y->L) return x->L > y->L ? 1 : -1;
+  if (x->ac != y->ac) return x->ac < y->ac ? 1 : -1;
+  return (x->raf < y->raf) - (x->raf > y->raf);
 }
 
 static int SetInt(FsdpOpts db, const char *name, long long v)

@@ -9,7 +9,9 @@
 #  2. with a network 10^5 times slower than NVLink the winner keeps its
 #     sharding groups inside a node (F <= 8); with ample memory and a fast
 #     network, no candidate listed is slower than one that was not (the
-#     first row is the maximum of a full listing);
+#     first row is the maximum of a full listing); candidates that
+#     predict alike (F 1: -prefetch, RAF, L change nothing) are listed
+#     nearest the defaults first;
 #  3. a memory limit just under the smallest configuration without
 #     activation recomputation leaves only candidates with it;
 #  4. a memory limit nothing fits is a usage error naming the smallest
@@ -78,6 +80,19 @@ if {r["ac"] for r in rows if r["K"] > 1} != {0, 1}: bad.append("-accum_comm 0 an
 if {r["ac"] for r in rows if r["K"] == 1} - {1}: bad.append("-accum_comm searched at K = 1")
 if {r["L"] for r in rows if r["F"] > 1 and r["prefetch"] != "none"} != {1, 2, 4}: bad.append("L 1, 2, 4 not all listed")
 if {r["L"] for r in rows if r["F"] == 1 or r["prefetch"] == "none"} - {2}: bad.append("L searched without prefetched gathers")
+# equal predictions in a fixed order: at F 1 nothing is gathered, so
+# candidates that differ only in -prefetch, RAF and L predict alike; the
+# one nearest the defaults (backward, RAF, L 2) is listed first
+groups = {}
+for i, r in enumerate(rows):
+    if r["F"] == 1: groups.setdefault((r["wrap"], r["rc"], r["B"], r["K"], r["ac"]), []).append(i)
+for key, idx in groups.items():
+    first = rows[idx[0]]
+    if len({(rows[i]["step"], rows[i]["gib"]) for i in idx}) != 1:
+        bad.append("F 1 %r: -prefetch, RAF or L change the prediction" % (key,))
+    elif len(idx) > 1 and (first["prefetch"], first["raf"], first["L"]) != ("backward", 1, 2):
+        bad.append("F 1 %r: equal predictions listed first as %s RAF %d L %d, not the defaults"
+                   % (key, first["prefetch"], first["raf"], first["L"]))
 w = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])
 top = rows[0]
 got = (w["sharding_factor"], w["wrap"], w["prefetch"], w["reshard_after_forward"], int(w["recompute"]),
