@@ -493,11 +493,14 @@ static int BesideStop(BesideState *bs)
   return err ? err : e2;
 }
 
-/* The model at micro-batch B, its stages timed into fwd, bwd; *ns their
- * number (0: more than the profile holds, not timed).  beside: with a
- * collective looping on a stream thread ([Note: contended compute]). */
-static int ProbeStagesAt(const ProbeOptions *po, int B, int beside, double *fwd, double *bwd,
-                         int *ns_out, double *beside_s, double *beside_bytes)
+/* The model at micro-batch B, `reps` passes of its stages (after a
+ * warm-up pass) timed into t: stage st's forward of pass r at
+ * t[st * stride + col + r], its backward at t[(ns + st) * stride + col + r]
+ * (this rank's seconds); *ns their number (0: more than the profile holds,
+ * not timed).  beside: with a collective looping on a stream thread
+ * ([Note: contended compute]). */
+static int ProbeStagesAt(const ProbeOptions *po, int B, int beside, int reps, double *t,
+                         int stride, int col, int *ns_out, double *beside_s, double *beside_bytes)
 {
   const FsdpModelDesc *desc = &po->t.model;
   int T = (int)FsdpModelDescInt(desc, "seq_len");
@@ -512,8 +515,7 @@ static int ProbeStagesAt(const ProbeOptions *po, int B, int beside, double *fwd,
   FsdpUnitTensors *ut = calloc((size_t)nu, sizeof *ut);
   float ***pv = calloc((size_t)nu, sizeof *pv), ***gv = calloc((size_t)nu, sizeof *gv);
   int *tokens = malloc((size_t)B * T * 2 * sizeof *tokens);
-  double *t = malloc((size_t)po->reps * 2 * ns * sizeof *t);
-  if (!ut || !pv || !gv || !tokens || !t)
+  if (!ut || !pv || !gv || !tokens)
     err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_MEM, "out of memory timing stages");
   for (int u = 0; !err && u < nu; u++) {
     const FsdpModelUnit *un = &tb->units[u];
@@ -546,7 +548,7 @@ static int ProbeStagesAt(const ProbeOptions *po, int B, int beside, double *fwd,
   bs.g.comm = MPI_COMM_NULL;
   if (!err && beside) err = BesideStart(po, &bs);
   /* a warm-up pass (page faults, BLAS buffers), then the timed ones */
-  for (int r = -1; !err && r < po->reps; r++) {
+  for (int r = -1; !err && r < reps; r++) {
     int e = MPI_Barrier(MPI_COMM_WORLD);
     if (e != MPI_SUCCESS) FSDP_CALL_MPI(e);
     for (int pass = 0; !err && pass < 2; pass++)
@@ -555,7 +557,7 @@ static int ProbeStagesAt(const ProbeOptions *po, int B, int beside, double *fwd,
         const FsdpModelStage *sg = &tb->stages[st];
         double t0 = MPI_Wtime();
         err = (pass == 0 ? sg->forward : sg->backward)(tb->ctx, st, &ut[sg->unit]);
-        if (r >= 0) t[(size_t)(pass * ns + st) * po->reps + r] = MPI_Wtime() - t0;
+        if (r >= 0) t[(size_t)(pass * ns + st) * stride + col + r] = MPI_Wtime() - t0;
       }
   }
   if (beside) {
@@ -570,12 +572,6 @@ static int ProbeStagesAt(const ProbeOptions *po, int B, int beside, double *fwd,
     *beside_s = mean;
     *beside_bytes = (double)vol;
   }
-  for (int i = 0; !err && i < 2 * ns; i++) {
-    double med = Median(&t[(size_t)i * po->reps], po->reps);
-    err = WorldMax(&med);
-    if (i < ns) fwd[i] = med;
-    else bwd[i - ns] = med;
-  }
   if (!err) *ns_out = ns;
   for (int u = 0; u < nu && pv && gv; u++) {
     for (int i = 0; i < tb->units[u].nparams; i++) {
@@ -589,15 +585,40 @@ static int ProbeStagesAt(const ProbeOptions *po, int B, int beside, double *fwd,
   free(pv);
   free(gv);
   free(tokens);
-  free(t);
   int derr = FsdpModelDestroy(&m);
   return err ? err : derr;
+}
+
+/* Each stage's forward and backward: the median over `reps` passes in
+ * t (as ProbeStagesAt lays them out), the slowest rank's. */
+static int StageMedians(double *t, int ns, int reps, double *fwd, double *bwd)
+{
+  for (int i = 0; i < 2 * ns; i++) {
+    double med = Median(&t[(size_t)i * reps], reps);
+    FSDP_CALL(WorldMax(&med));
+    if (i < ns) fwd[i] = med;
+    else bwd[i - ns] = med;
+  }
+  return FSDP_SUCCESS;
 }
 
 /* [Note: stages measured] at the run's micro-batch B and its divisors
  * (largest first, at most FSDP_PROFILE_MAX_STAGE_BATCHES): -tune's
  * candidates split B into micro-batches, and a stage of B/4 sequences
- * takes more than a quarter of the time of B (smaller GEMMs). */
+ * takes more than a quarter of the time of B (smaller GEMMs).
+ * [Note: micro-batches timed in turn] -tune's choice between B x 1 and
+ * B/2 x 2 rests on the ratio of two rows of stage times that differ by a
+ * few percent (B/2 x 2 ran 0-5% slower than B x 1 on this project's CPU
+ * machine), while a shared machine drifts by 10-30% over seconds (two
+ * probes back to back: 349 and 465 ms for the same stages).  Timed one
+ * micro-batch after the other, a disturbance that hit B's passes and not
+ * B/2's made B/2 x 2 look 9% faster than B x 1, and -tune picked it (the
+ * "per-micro-step cost" of issue 16, which traces showed was not there:
+ * the time outside the stages does not grow with the micro-steps;
+ * bench/README.md).  So the passes are taken in rounds, one pass at every
+ * micro-batch per round, the order rotating, and each micro-batch keeps
+ * the median of its rounds: a drift lands on all of them alike.  (Each
+ * round builds the models again: one copy at a time in memory, as before.) */
 static int ProbeStages(const ProbeOptions *po, FsdpProfile *p)
 {
   const FsdpModelDesc *desc = &po->t.model;
@@ -606,33 +627,49 @@ static int ProbeStages(const ProbeOptions *po, FsdpProfile *p)
                 (double)FsdpModelDescActivationBytes(desc, 1, B, T, 0, po->t.fsdp.attention);
   int skip = need > 0.5 * (double)p->mem_available;
   FSDP_CALL_MPI(MPI_Allreduce(MPI_IN_PLACE, &skip, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
-  p->nstages = p->nstage_batches = 0;
+  p->nstages = p->nstage_batches = p->stage_rounds = 0;
   if (skip) return FSDP_SUCCESS;
-  for (int b = B; b >= 1 && p->nstage_batches < FSDP_PROFILE_MAX_STAGE_BATCHES; b--) {
-    if (B % b) continue;
-    int k = p->nstage_batches, ns = 0;
-    FSDP_CALL(ProbeStagesAt(po, b, 0, p->stage_fwd_s[k], p->stage_bwd_s[k], &ns, NULL, NULL));
-    if (ns == 0) break;
-    p->nstages = ns;
-    p->stage_batch[k] = b;
-    p->nstage_batches++;
-  }
+  int nb = 0, bs[FSDP_PROFILE_MAX_STAGE_BATCHES];
+  for (int b = B; b >= 1 && nb < FSDP_PROFILE_MAX_STAGE_BATCHES; b--)
+    if (B % b == 0) bs[nb++] = b;
+  int reps = po->reps, err = FSDP_SUCCESS, ns = -1;
+  size_t per = (size_t)2 * FSDP_PROFILE_MAX_STAGES * (size_t)reps;
+  double *t = calloc((size_t)nb * per, sizeof *t); /* a pass not timed stays 0 */
+  FSDP_CHECK_ALLOC(t, (size_t)nb * per * sizeof *t);
+  for (int r = 0; !err && r < reps && ns != 0; r++)
+    for (int j = 0; !err && j < nb && ns != 0; j++) {
+      int k = (j + r) % nb, n = 0;
+      err = ProbeStagesAt(po, bs[k], 0, 1, t + (size_t)k * per, reps, r, &n, NULL, NULL);
+      ns = n; /* the same model at every micro-batch: one stage count */
+    }
+  for (int k = 0; !err && ns > 0 && k < nb; k++)
+    err = StageMedians(t + (size_t)k * per, ns, reps, p->stage_fwd_s[k], p->stage_bwd_s[k]);
+  free(t);
+  FSDP_CALL(err);
+  if (ns <= 0) return FSDP_SUCCESS; /* more stages than a profile holds */
+  p->nstages = ns;
+  p->nstage_batches = nb;
+  p->stage_rounds = reps;
+  for (int k = 0; k < nb; k++) p->stage_batch[k] = bs[k];
   p->stage_seq_len = T;
   p->stage_params = FsdpModelDescParamCount(desc);
   /* [Note: contended compute] the largest micro-batch again, beside a
    * collective: the ratio of the sums (the slowest rank's each) */
-  if (p->nstage_batches > 0) {
-    static double cf[FSDP_PROFILE_MAX_STAGES], cb[FSDP_PROFILE_MAX_STAGES];
-    int ns = 0;
-    FSDP_CALL(ProbeStagesAt(po, p->stage_batch[0], 1, cf, cb, &ns, &p->contended_allreduce_s,
-                            &p->contended_allreduce_bytes));
-    double alone = 0, beside = 0;
-    for (int i = 0; i < ns && ns == p->nstages; i++) {
-      alone += p->stage_fwd_s[0][i] + p->stage_bwd_s[0][i];
-      beside += cf[i] + cb[i];
-    }
-    p->contended_factor = alone > 0 ? beside / alone : 0.0;
+  static double cf[FSDP_PROFILE_MAX_STAGES], cb[FSDP_PROFILE_MAX_STAGES];
+  t = malloc(per * sizeof *t);
+  FSDP_CHECK_ALLOC(t, per * sizeof *t);
+  int n = 0;
+  err = ProbeStagesAt(po, bs[0], 1, reps, t, reps, 0, &n, &p->contended_allreduce_s,
+                      &p->contended_allreduce_bytes);
+  if (!err && n == ns) err = StageMedians(t, ns, reps, cf, cb);
+  free(t);
+  FSDP_CALL(err);
+  double alone = 0, beside = 0;
+  for (int i = 0; i < n && n == ns; i++) {
+    alone += p->stage_fwd_s[0][i] + p->stage_bwd_s[0][i];
+    beside += cf[i] + cb[i];
   }
+  p->contended_factor = alone > 0 ? beside / alone : 0.0;
   return FSDP_SUCCESS;
 }
 
@@ -896,6 +933,8 @@ static void PrintProfile(const FsdpProfile *p, const char *path)
     printf("  the model's %d stages at %d x %d tokens: forward %.2f ms, backward %.2f ms\n",
            p->nstages, p->stage_batch[k], p->stage_seq_len, 1e3 * f, 1e3 * b);
   }
+  if (p->nstage_batches > 1)
+    printf("  (the micro-batches timed in turn, %d rounds of one pass each)\n", p->stage_rounds);
   for (int l = 0; l < FSDP_PROFILE_NLEVELS; l++)
     if (p->level_size[l] && p->coll[l][0].n > 0) {
       const FsdpProfileCurve *c = &p->coll[l][0];

@@ -10,7 +10,8 @@
 #     received volume of [Note: byte accounting] and positive times, and a
 #     fit of non-negative terms; the matmul shapes are the tiny model's
 #     block weights and its head with N = B*T; rates and memory positive.
-#     The model's stages are timed at B = 2 and 1 (-wrap 1: 4 stages),
+#     The model's stages are timed at B = 2 and 1 (-wrap 1: 4 stages) in
+#     3 rounds of one pass at each (every time positive, stage_rounds 3),
 #     and again beside an all-reduce (the factor, the all-reduce's time and
 #     volume, the cores per node recorded).
 #  1b. With the default -probe_max_bytes the sizes reach the model's
@@ -113,6 +114,10 @@ for k in ("stage_forward_s", "stage_backward_s"):
     x = g[k][()]
     want(k + " length", len(x), 2 * 4)
     if not all(t > 0 for t in x): bad.append("%s: a time is not positive" % k)
+# [Note: micro-batches timed in turn]: -probe_reps 3 rounds of a pass at
+# each micro-batch (a round that left a batch's pass untimed leaves a zero
+# that the median of 3 keeps: the check above)
+want("stage_rounds", int(g.attrs["stage_rounds"]), 3)
 # [Note: contended compute]: the stages again beside an all-reduce, its
 # mean time and received volume, and the cores the ranks see
 if not float(g.attrs["contended_factor"]) > 0: bad.append("contended_factor %r" % g.attrs["contended_factor"])

@@ -11,11 +11,12 @@
  *     regime] in io/profile.c);
  *   - FsdpProfileCurveSeconds is a + v / b;
  *   - a profile written and read back is the same in every field (with
- *     the stages' contended factor, the cores per node and the all-reduce
- *     timed beside the stages);
- *   - a profile of before the contended factor (its two attributes
- *     deleted) still loads, with factor 0 (not measured) and 0 cores; a
- *     negative factor is refused naming it;
+ *     the stages' contended factor, the cores per node, the all-reduce
+ *     timed beside the stages and the stage rounds);
+ *   - a profile of before the contended factor and the micro-batches timed
+ *     in turn (its three attributes deleted) still loads, with factor 0
+ *     (not measured), 0 cores and 0 stage rounds; a negative factor and a
+ *     negative round count are refused naming them;
  *   - a file that is not a profile, and a missing file, are usage errors
  *     naming the file.
  */
@@ -152,6 +153,7 @@ static void TestFile(void)
   p.stage_batch[1] = 2;
   p.stage_seq_len = 1024;
   p.stage_params = 124475904;
+  p.stage_rounds = 7;
   for (int b = 0; b < 2; b++)
     for (int i = 0; i < 3; i++) {
       p.stage_fwd_s[b][i] = 0.01 * (i + 1) / (b + 1);
@@ -176,14 +178,16 @@ static void TestFile(void)
         q.gemm[1].name, (long long)q.gemm[1].OC);
   CHECK(q.contended_factor == 1.27 && q.cores_per_node == 48, "contended factor %g, %d cores",
         q.contended_factor, q.cores_per_node);
+  CHECK(q.stage_rounds == 7, "stage rounds %d", q.stage_rounds);
 
   /* [Note: contended compute]: a file written before it has neither
    * attribute; it loads as not measured.  A negative factor is damage. */
   {
     hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
     hid_t g = f >= 0 ? H5Gopen2(f, "compute", H5P_DEFAULT) : -1;
-    CHECK(g >= 0 && H5Adelete(g, "contended_factor") >= 0 && H5Adelete(g, "cores_per_node") >= 0,
-          "deleting the contended attributes");
+    CHECK(g >= 0 && H5Adelete(g, "contended_factor") >= 0 && H5Adelete(g, "cores_per_node") >= 0 &&
+              H5Adelete(g, "stage_rounds") >= 0,
+          "deleting the contended attributes and stage_rounds");
     if (g >= 0) H5Gclose(g);
     if (f >= 0) H5Fclose(f);
     err0 = FsdpProfileRead(path, &q);
@@ -191,6 +195,16 @@ static void TestFile(void)
               q.nstages == 3 && q.stage_bwd_s[1][2] == p.stage_bwd_s[1][2],
           "an older profile: err %d, factor %g, cores %d, %d stages", err0, q.contended_factor,
           q.cores_per_node, q.nstages);
+    /* [Note: micro-batches timed in turn]: older files timed them in
+     * sequence (0 rounds); a negative count is damage */
+    CHECK(err0 == FSDP_SUCCESS && q.stage_rounds == 0, "an older profile: %d stage rounds",
+          q.stage_rounds);
+    p.stage_rounds = -1;
+    TCALL(FsdpProfileWrite(&p, path));
+    err0 = FsdpProfileRead(path, &q);
+    CHECK(err0 == FSDP_ERR_USAGE && strstr(FsdpErrorLastMessage(), "stage_rounds"),
+          "negative stage rounds: %d %s", err0, FsdpErrorLastMessage());
+    p.stage_rounds = 7;
     p.contended_factor = -1.0;
     TCALL(FsdpProfileWrite(&p, path));
     err0 = FsdpProfileRead(path, &q);

@@ -13,7 +13,9 @@
  *   /compute/stage_batch   [nb] int: the micro-batches the model ran at
  *   /compute/stage_forward_s, stage_backward_s   [nb * nstages] float64
  *                          (the probe's model, one row per micro-batch;
- *                          attributes stage_seq_len, stage_params on
+ *                          attributes stage_seq_len, stage_params,
+ *                          stage_rounds (0 or absent: timed one
+ *                          micro-batch after the other) on
  *                          /compute; may be empty)
  *   /collectives/<level>   attributes size (ranks in the group), peers_intra,
  *                          peers_inter (rank 0's group: members on its node
@@ -206,6 +208,7 @@ static int WriteFile(const FsdpProfile *p, const char *tmp)
   FSDP_HDF5_GOTO(WriteArray(g, "gemm_flops_per_s", H5T_NATIVE_DOUBLE, rate, p->ngemm));
   FSDP_HDF5_GOTO(FsdpHdf5AttrWriteInt64(g, "stage_seq_len", p->stage_seq_len));
   FSDP_HDF5_GOTO(FsdpHdf5AttrWriteInt64(g, "stage_params", p->stage_params));
+  FSDP_HDF5_GOTO(FsdpHdf5AttrWriteInt64(g, "stage_rounds", p->stage_rounds));
   FSDP_HDF5_GOTO(WriteArray(g, "stage_batch", H5T_NATIVE_INT, p->stage_batch, p->nstage_batches));
   {
     /* [nstage_batches * nstages], batch-major */
@@ -415,6 +418,14 @@ int FsdpProfileRead(const char *path, FsdpProfile *p)
                    "/compute/stage_backward_s");
       READ_OR_FAIL(nf == nb && (nsb == 0 ? nf == 0 : nf % nsb == 0 && nf / nsb <= FSDP_PROFILE_MAX_STAGES)
                        ? 0 : -1, "/compute stage arrays of one length per micro-batch");
+      /* [Note: micro-batches timed in turn] (absent in files of before
+       * it: 0, one micro-batch after the other) */
+      if (H5Aexists(g, "stage_rounds") > 0) {
+        int64_t rounds = 0;
+        READ_OR_FAIL(FsdpHdf5AttrReadInt64(g, "stage_rounds", &rounds), "/compute stage_rounds");
+        READ_OR_FAIL(rounds >= 0 && rounds <= 1000 ? 0 : -1, "/compute stage_rounds of 0 to 1000");
+        p->stage_rounds = (int)rounds;
+      }
       p->nstage_batches = nsb;
       p->nstages = nsb > 0 ? nf / nsb : 0;
       p->stage_seq_len = (int)sl;

@@ -88,6 +88,10 @@ typedef struct {
    * stages measured] in fsdp-probe.c); nstages 0: not measured (a
    * described profile, a model too large for one rank, an older file) */
   int nstages, nstage_batches, stage_seq_len;
+  /* [Note: micro-batches timed in turn] (fsdp-probe.c): the rounds of one
+   * pass at every micro-batch each time is the median of; 0: timed one
+   * micro-batch after the other (a file of before it, a described one) */
+  int stage_rounds;
   int stage_batch[FSDP_PROFILE_MAX_STAGE_BATCHES];
   int64_t stage_params; /* the model's parameter count (with its name: which model) */
   double stage_fwd_s[FSDP_PROFILE_MAX_STAGE_BATCHES][FSDP_PROFILE_MAX_STAGES];
