@@ -44,7 +44,7 @@ typedef struct {
   int root_rslot_task;
   int next_gslot, next_rslot;
   double tc;            /* now: the compute thread's clock, the streams run up to it */
-  double exposed, compute, gbusy, rbusy, contention;
+  double compute, gbusy, rbusy, contention;
   int nahead, max_in_flight;
   int record;           /* recording events of the reported step */
   double t0;
@@ -93,7 +93,6 @@ static double Advance(Sim *s, double work, int wait)
     }
     s->tc += dt;
     if (computing) work = ends < 0 ? 0.0 : work - dt * rc;
-    if (!computing) s->exposed += dt;
     for (int k = 0; k < 2; k++) {
       int h = s->head[k];
       if (h < 0) continue;
