@@ -95,14 +95,6 @@ struct GptModel_ {
   uint64_t act_bytes; /* bytes Alloc allocated (GptModelActivationBytes) */
 };
 
-static void SpecSet(FsdpParamSpec *s, const char *name, int ndim, int64_t d0, int64_t d1)
-{
-  memset(s, 0, sizeof *s);
-  snprintf(s->name, sizeof s->name, "%s", name);
-  s->ndim = ndim;
-  s->shape[0] = d0;
-  s->shape[1] = d1;
-}
 
 int GptConfigValidate(const GptConfig *c)
 {
@@ -153,36 +145,6 @@ int64_t GptConfigParamCount(const GptConfig *c)
 
 /* ---- initialization ------------------------------------------------------- */
 
-/* [Note: counter-based init] Each element's value is a pure function of
- * (seed, parameter name, element index): the name is hashed (FNV-1a) and
- * mixed with the seed into a key, and splitmix64 of (key, index) gives two
- * uniforms for a Box-Muller normal.  No state is carried from element to
- * element, so a rank can fill any slice of any parameter -- its shard --
- * and get the values a one-rank run gets. */
-static uint64_t Mix64(uint64_t z)
-{
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-static uint64_t HashName(const char *s)
-{
-  uint64_t h = 1469598103934665603ull;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return h;
-}
-
-static double NormalAt(uint64_t key, int64_t index)
-{
-  uint64_t a = Mix64(key ^ Mix64(2 * (uint64_t)index));
-  uint64_t b = Mix64(key ^ Mix64(2 * (uint64_t)index + 1));
-  double u1 = ((double)(a >> 11) + 0.5) * (1.0 / 9007199254740992.0); /* (0,1) */
-  double u2 = (double)(b >> 11) * (1.0 / 9007199254740992.0);
-  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
-
 static int EndsWith(const char *s, const char *suffix)
 {
   size_t n = strlen(s), m = strlen(suffix);
@@ -203,8 +165,7 @@ int GptModelInit(void *model, const FsdpParamSpec *spec, int64_t start, int64_t 
   }
   double std = 0.02;
   if (EndsWith(name, "c_proj.weight")) std = 0.02 / sqrt(2.0 * m->cfg.n_layer);
-  uint64_t key = Mix64(m->seed ^ HashName(name));
-  for (int64_t i = 0; i < count; i++) out[i] = (float)(std * NormalAt(key, start + i));
+  FsdpInitNormal(m->seed, name, std, start, count, out); /* [Note: counter-based init] */
   return FSDP_SUCCESS;
 }
 
@@ -295,10 +256,10 @@ int GptModelCreate(const GptConfig *cfg, int wrap, int B, int T, const FsdpKerne
   m->loss_scale = 1.0f;
   int C = cfg->n_embd, L = cfg->n_layer;
   m->nunits = 1 + (L + wrap - 1) / wrap;
-  SpecSet(&m->root_specs[ROOT_WTE], "wte", 2, cfg->vocab_size, C);
-  SpecSet(&m->root_specs[ROOT_WPE], "wpe", 2, cfg->seq_len, C);
-  SpecSet(&m->root_specs[ROOT_LNFW], "ln_f.weight", 1, C, 0);
-  SpecSet(&m->root_specs[ROOT_LNFB], "ln_f.bias", 1, C, 0);
+  FsdpParamSpecSet(&m->root_specs[ROOT_WTE], "wte", 2, cfg->vocab_size, C);
+  FsdpParamSpecSet(&m->root_specs[ROOT_WPE], "wpe", 2, cfg->seq_len, C);
+  FsdpParamSpecSet(&m->root_specs[ROOT_LNFW], "ln_f.weight", 1, C, 0);
+  FsdpParamSpecSet(&m->root_specs[ROOT_LNFB], "ln_f.bias", 1, C, 0);
   m->unit_specs = calloc((size_t)L * BLK_NPARAMS, sizeof *m->unit_specs);
   FSDP_CHECK_ALLOC(m->unit_specs, (size_t)L * BLK_NPARAMS * sizeof *m->unit_specs);
   const int64_t shapes[BLK_NPARAMS][2] = {
@@ -308,7 +269,7 @@ int GptModelCreate(const GptConfig *cfg, int wrap, int B, int T, const FsdpKerne
     for (int p = 0; p < BLK_NPARAMS; p++) {
       char name[FSDP_MAX_NAME];
       snprintf(name, sizeof name, "h.%d.%s", l, kBlockParamNames[p]);
-      SpecSet(&m->unit_specs[l * BLK_NPARAMS + p], name, shapes[p][1] ? 2 : 1, shapes[p][0],
+      FsdpParamSpecSet(&m->unit_specs[l * BLK_NPARAMS + p], name, shapes[p][1] ? 2 : 1, shapes[p][0],
               shapes[p][1]);
     }
   *out = m;

@@ -250,31 +250,7 @@ int LlamaConfigFromDesc(const FsdpModelDesc *desc, const char *what, LlamaConfig
   return FSDP_SUCCESS;
 }
 
-/* ---- initialization: [Note: counter-based init] in gpt.c, same mixing ---- */
-
-static uint64_t Mix64(uint64_t z)
-{
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-static uint64_t HashName(const char *s)
-{
-  uint64_t h = 1469598103934665603ull;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return h;
-}
-
-static double NormalAt(uint64_t key, int64_t index)
-{
-  uint64_t a = Mix64(key ^ Mix64(2 * (uint64_t)index));
-  uint64_t b = Mix64(key ^ Mix64(2 * (uint64_t)index + 1));
-  double u1 = ((double)(a >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-  double u2 = (double)(b >> 11) * (1.0 / 9007199254740992.0);
-  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
+/* ---- initialization: [Note: counter-based init] (model.h) ---- */
 
 static int IsNorm(const char *name) { return strstr(name, "norm.weight") != NULL; }
 
@@ -286,8 +262,7 @@ static int LlamaInit(void *model, const FsdpParamSpec *spec, int64_t start, int6
     for (int64_t i = 0; i < count; i++) out[i] = 1.0f;
     return FSDP_SUCCESS;
   }
-  uint64_t key = Mix64(m->seed ^ HashName(spec->name));
-  for (int64_t i = 0; i < count; i++) out[i] = (float)(0.02 * NormalAt(key, start + i));
+  FsdpInitNormal(m->seed, spec->name, 0.02, start, count, out);
   return FSDP_SUCCESS;
 }
 
@@ -307,14 +282,6 @@ static int UnitBackward(void *model, int stage, const FsdpUnitTensors *t);
 static int HeadForward(void *model, int stage, const FsdpUnitTensors *t);
 static int HeadBackward(void *model, int stage, const FsdpUnitTensors *t);
 
-static void SpecSet(FsdpParamSpec *s, const char *name, int ndim, int64_t d0, int64_t d1)
-{
-  memset(s, 0, sizeof *s);
-  snprintf(s->name, sizeof s->name, "%s", name);
-  s->ndim = ndim;
-  s->shape[0] = d0;
-  s->shape[1] = d1;
-}
 
 int LlamaModelCreate(const LlamaConfig *cfg, int wrap, int B, int T, const FsdpKernelOps *ops,
                      uint64_t seed, LlamaModel *out)
@@ -344,9 +311,9 @@ int LlamaModelCreate(const LlamaConfig *cfg, int wrap, int B, int T, const FsdpK
   m->hd = C / cfg->n_head;
   m->kc = cfg->n_kv_head * m->hd;
   m->nunits = 1 + (L + wrap - 1) / wrap;
-  SpecSet(&m->root_specs[ROOT_EMBED], "model.embed_tokens.weight", 2, cfg->vocab_size, C);
-  SpecSet(&m->root_specs[ROOT_NORM], "model.norm.weight", 1, C, 0);
-  SpecSet(&m->root_specs[ROOT_HEAD], "lm_head.weight", 2, cfg->vocab_size, C);
+  FsdpParamSpecSet(&m->root_specs[ROOT_EMBED], "model.embed_tokens.weight", 2, cfg->vocab_size, C);
+  FsdpParamSpecSet(&m->root_specs[ROOT_NORM], "model.norm.weight", 1, C, 0);
+  FsdpParamSpecSet(&m->root_specs[ROOT_HEAD], "lm_head.weight", 2, cfg->vocab_size, C);
   m->unit_specs = calloc((size_t)L * BLK_NPARAMS, sizeof *m->unit_specs);
   if (!m->unit_specs) {
     free(m);
@@ -359,7 +326,7 @@ int LlamaModelCreate(const LlamaConfig *cfg, int wrap, int B, int T, const FsdpK
     for (int p = 0; p < BLK_NPARAMS; p++) {
       char name[FSDP_MAX_NAME];
       snprintf(name, sizeof name, "model.layers.%d.%s", l, kBlockParamNames[p]);
-      SpecSet(&m->unit_specs[l * BLK_NPARAMS + p], name, shapes[p][1] ? 2 : 1, shapes[p][0],
+      FsdpParamSpecSet(&m->unit_specs[l * BLK_NPARAMS + p], name, shapes[p][1] ? 2 : 1, shapes[p][0],
               shapes[p][1]);
     }
   m->units = calloc((size_t)m->nunits, sizeof *m->units);

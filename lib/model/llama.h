@@ -30,7 +30,7 @@
  *
  * Initialization: N(0, 0.02) for embeddings and linear weights (the
  * transformers initializer_range), RMSNorm weights 1; counter-based as for
- * GPT ([Note: counter-based init] in gpt.c).
+ * GPT ([Note: counter-based init] in model.h).
  */
 #ifndef FSDP_LLAMA_H
 #define FSDP_LLAMA_H

@@ -1,4 +1,5 @@
-/* model.c: the model description's helpers (model.h). */
+/* model.c: the model description's helpers and what every family shares: the
+ * counter-based initial values and the parameter specs (model.h). */
 #include "model/model.h"
 
 #include <math.h>
@@ -142,4 +143,45 @@ int FsdpModelCheckAttention(const FsdpKernelOps *k, FsdpAttention a)
     FSDP_ERROR(FSDP_ERR_USAGE, "option -attention flash: the %s kernels have no flash attention",
                k->name);
   return FSDP_SUCCESS;
+}
+
+/* [Note: counter-based init] in model.h */
+static uint64_t Mix64(uint64_t z)
+{
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static uint64_t HashName(const char *s)
+{
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+static double NormalAt(uint64_t key, int64_t index)
+{
+  uint64_t a = Mix64(key ^ Mix64(2 * (uint64_t)index));
+  uint64_t b = Mix64(key ^ Mix64(2 * (uint64_t)index + 1));
+  double u1 = ((double)(a >> 11) + 0.5) * (1.0 / 9007199254740992.0); /* (0,1) */
+  double u2 = (double)(b >> 11) * (1.0 / 9007199254740992.0);
+  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+void FsdpInitNormal(uint64_t seed, const char *name, double std, int64_t start, int64_t count,
+                    float *out)
+{
+  uint64_t key = Mix64(seed ^ HashName(name));
+  for (int64_t i = 0; i < count; i++) out[i] = (float)(std * NormalAt(key, start + i));
+}
+
+void FsdpParamSpecSet(FsdpParamSpec *s, const char *name, int ndim, int64_t d0, int64_t d1)
+{
+  memset(s, 0, sizeof *s);
+  snprintf(s->name, sizeof s->name, "%s", name);
+  s->ndim = ndim;
+  s->shape[0] = d0;
+  s->shape[1] = d1;
 }

@@ -101,6 +101,19 @@ typedef int (*FsdpStageFn)(void *model, int stage, const FsdpUnitTensors *t);
 typedef int (*FsdpInitFn)(void *model, const FsdpParamSpec *spec, int64_t start,
                           int64_t count, float *out);
 
+/* [Note: counter-based init] Each element's value is a pure function of
+ * (seed, parameter name, element index): the name is hashed (FNV-1a) and
+ * mixed with the seed into a key, and splitmix64 of (key, index) gives two
+ * uniforms for a Box-Muller normal.  No state is carried from element to
+ * element, so a rank can fill any slice of any parameter -- its shard --
+ * and get the values a one-rank run gets.  Every family draws its normal
+ * initial values this way. */
+void FsdpInitNormal(uint64_t seed, const char *name, double std, int64_t start, int64_t count,
+                    float *out);
+
+/* A spec of ndim (0-2) dimensions d0 x d1. */
+void FsdpParamSpecSet(FsdpParamSpec *s, const char *name, int ndim, int64_t d0, int64_t d1);
+
 /* Whether AdamW applies weight decay to the parameter of that name. */
 typedef int (*FsdpDecayRule)(const char *name, int decay_embeddings);
 
