@@ -363,6 +363,16 @@ typedef struct {
   const char *contended_why; /* why that factor */
 } ProfilePrediction;
 
+/* [Note: the optimizer's bytes] What a step does per shard element outside
+ * the stages, at the profile's AdamW rate (measured from memory, [Note:
+ * AdamW from memory] in fsdp-probe.c): AdamW reads the parameter, gradient
+ * and both moments and writes three of them back (28 bytes); the gradient
+ * norm reads the gradient again (4; every step, for -grad_clip and the
+ * log); the step's start zeroes the gradient shard (a 4-byte store that
+ * first reads its line: 8).  A unit's share in the gradient tail is its
+ * AdamW and its part of the norm. */
+static const double kOptimizerBytes = 28.0 + 4.0 + 8.0, kTailBytes = 28.0 + 4.0;
+
 /* [Note: contended compute] (runtime/steptime.h): the profile's factor
  * where the plan's ranks fill a node's cores (G ranks x the profile's
  * threads per rank >= its cores per node), else 1; *why says which. */
@@ -500,7 +510,7 @@ static int PredictFromProfile(const PlanOptions *po, const FsdpProfile *p, const
     out->gemm_s += gemm;
     is_root[i] = u[i].is_root;
     int64_t P = FlatParamPaddedNumel(u[i].fp), S = FlatParamShardNumel(u[i].fp);
-    if (p->adamw_bytes_per_s > 0) optim_unit_s[i] = 28.0 * (double)S / p->adamw_bytes_per_s;
+    if (p->adamw_bytes_per_s > 0) optim_unit_s[i] = kTailBytes * (double)S / p->adamw_bytes_per_s;
     if (po->F > 1) {
       gather_s[i] = CallSeconds(p, FSDP_COLL_ALL_GATHER, shard, P, po->param_dt);
       reduce_s[i] = CallSeconds(p, FSDP_COLL_REDUCE_SCATTER, shard, P, po->reduce_dt) +
@@ -575,7 +585,8 @@ static int PredictFromProfile(const PlanOptions *po, const FsdpProfile *p, const
       measured_s += fwd_s[st] + bwd_s[st];
     }
   }
-  if (p->adamw_bytes_per_s > 0) out->optimizer_s = 28.0 * (double)shard_elems / p->adamw_bytes_per_s;
+  if (p->adamw_bytes_per_s > 0)
+    out->optimizer_s = kOptimizerBytes * (double)shard_elems / p->adamw_bytes_per_s;
   out->gemm_s *= K;
   out->attention_s *= K;
   out->memory_s *= K;

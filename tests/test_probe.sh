@@ -128,6 +128,15 @@ for b in bad: print("   ", b)
 sys.exit(1 if bad else 0)
 PY
 grep -q "profile written to $tmp/prof.h5" "$tmp/probe.out" || fail "fsdp-probe did not say where it wrote"
+# [Note: AdamW from memory]: timed over twice the last-level cache, split
+# among the node's ranks (at least the scratch the model's kernels use)
+# shellcheck disable=SC2046
+set -- $(sed -n 's/.*AdamW timed over \([0-9]*\) MiB per rank (last-level cache \([0-9]*\) MiB, \([0-9]*\) ranks per node).*/\1 \2 \3/p' "$tmp/probe.out")
+if [ $# -ne 3 ]; then
+  fail "fsdp-probe did not say what it timed AdamW over"
+elif [ "$2" -gt 0 ] && [ $(($1 * $3)) -lt $((2 * $2 - $3)) ] || [ "$3" -ne 2 ]; then
+  fail "AdamW timed over $1 MiB per rank: under twice the $2 MiB cache over $3 ranks per node (want 2 per node)"
+fi
 
 # ---- 2. fsdp-plan -profile ---------------------------------------------------
 if ! timeout 60 "$BIN/fsdp-plan" -world_size 4 -ranks_per_node 2 -model tiny -batch_size 2 \
@@ -159,6 +168,11 @@ g = f["compute"]
 n = len(g["stage_forward_s"]) // len(g["stage_batch"])
 stages = float(sum(g["stage_forward_s"][:n]) + sum(g["stage_backward_s"][:n]))
 if pr.get("stages_measured") is not True: bad.append("stages_measured %r" % pr.get("stages_measured"))
+# [Note: the optimizer's bytes]: AdamW 28, the norm 4 and zeroing 8 bytes
+# per shard element, at the profile's AdamW rate
+opt = 40.0 * (p["memory"]["param_shard_bytes"] / 4) / float(f.attrs["adamw_bytes_per_s"])
+if abs(pr["optimizer_s"] - opt) > 1e-12 + 1e-9 * opt:
+    bad.append("optimizer_s %r, 40 bytes per shard element at the AdamW rate give %r" % (pr["optimizer_s"], opt))
 parts = stages + pr["optimizer_s"]
 if abs(pr["compute_s"] - parts) > 1e-12 + 1e-9 * parts:
     bad.append("compute_s %r is not the measured stages + optimizer %r" % (pr["compute_s"], parts))
