@@ -167,19 +167,19 @@ import json, statistics, sys
 d, reps, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 configs = open(d + "/configs").read().splitlines()
 def last(path): return json.loads([l for l in open(path) if l.strip()][-1])
+# rank 0's exposed time: its median over the steps (as the step time's),
+# where the summary has it, else the mean
+def exposed(run):
+    ct = run["comm_time_per_step"]
+    return ct.get("exposed_ms_median", ct["exposed_ms"])
 rows, spans = [], []
 for i, c in enumerate(configs):
     runs = [last("%s/run-%d-%d.out" % (d, i, r)) for r in range(1, reps + 1)]
     meas = statistics.median(r["step_time_ms_median"] for r in runs)
-    # rank 0's exposed time: its median over the steps (as the step time's),
-    # where the summary has it, else the mean
-    def exposed(r):
-        c = r["comm_time_per_step"]
-        return c.get("exposed_ms_median", c["exposed_ms"])
-    mexp = statistics.median(exposed(r) for r in runs)
+    exp = [exposed(r) for r in runs]
     p = last("%s/plan-%d.out" % (d, i))["predicted"]
-    rows.append((c, meas, mexp, p["step_time_ms"], p["exposed_comm_ms"]))
-    spans.append([exposed(r) for r in runs])
+    rows.append((c, meas, statistics.median(exp), p["step_time_ms"], p["exposed_comm_ms"]))
+    spans.append(exp)
 with open(d + "/rows.csv", "w") as f:
     f.write("mode,configuration,measured_ms,measured_exposed_ms,predicted_ms,predicted_exposed_ms,tuner\n")
     for i, (c, m, me, p, pe) in enumerate(rows):

@@ -221,6 +221,29 @@ typedef struct {
   FsdpAttention attention; /* -attention: the kernels the run would use */
 } Scratch;
 
+/* n floats in each of the first nbufs (2-5) of a..e: a and b inputs of
+ * moderate size, so no kernel meets denormals or infinities, the rest
+ * zeros.  ScratchFree also after a failure. */
+static int ScratchCreate(Scratch *s, int nbufs, size_t n, FsdpAttention attention)
+{
+  *s = (Scratch){FsdpKernelsCpu(), NULL, NULL, NULL, NULL, NULL, n, attention};
+  float **bufs[5] = {&s->a, &s->b, &s->c, &s->d, &s->e};
+  for (int i = 0; i < nbufs; i++) {
+    FSDP_CALL(FsdpMalloc(FSDP_MEM_OTHER, n * sizeof(float), bufs[i]));
+    for (size_t j = 0; j < n; j++) {
+      float x = (float)((j * 2654435761u) % 1000) * 1e-3f - 0.5f;
+      (*bufs[i])[j] = i == 0 ? x : i == 1 ? 0.5f * x : 0.0f;
+    }
+  }
+  return FSDP_SUCCESS;
+}
+
+static void ScratchFree(Scratch *s)
+{
+  float **bufs[5] = {&s->a, &s->b, &s->c, &s->d, &s->e};
+  for (int i = 0; i < 5; i++) FsdpFree(bufs[i]);
+}
+
 /* Median seconds of reps calls of fn(ctx) on every rank at once (a
  * barrier before each, so ranks contend as in a step), slowest rank. */
 typedef void (*ComputeFn)(const Scratch *s, const int64_t *shape);
@@ -381,22 +404,13 @@ static int ProbeAdamW(const FsdpProfile *p, size_t need, int reps, double *bytes
   size_t n = llc ? 2 * llc / (16 * rpn) + 1 : (size_t)1 << 24;
   if (n < need) n = need;
   if (n > (size_t)1 << 27) n = (size_t)1 << 27;
-  Scratch s = {FsdpKernelsCpu(), NULL, NULL, NULL, NULL, NULL, n, FSDP_ATTENTION_NAIVE};
-  float **bufs[4] = {&s.a, &s.b, &s.c, &s.d};
-  int err = FSDP_SUCCESS;
-  for (int i = 0; i < 4 && !err; i++) err = FsdpMalloc(FSDP_MEM_OTHER, n * sizeof(float), bufs[i]);
-  for (size_t i = 0; !err && i < n; i++) { /* moderate values: no denormals */
-    float x = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
-    s.a[i] = x;
-    s.b[i] = 0.5f * x;
-    s.c[i] = 0.0f;
-    s.d[i] = 0.0f;
-  }
+  Scratch s;
+  int err = ScratchCreate(&s, 4, n, FSDP_ATTENTION_NAIVE); /* parameter, gradient, moments */
   int64_t len = (int64_t)n;
   double sec = 0;
   if (!err) err = TimeCompute(&s, AdamW, &len, reps, &sec);
   *bytes_per_s = sec > 0 ? 28.0 * (double)n / sec : 0;
-  for (int i = 0; i < 4; i++) FsdpFree(bufs[i]);
+  ScratchFree(&s);
   if (!err && rank == 0)
     printf("  AdamW timed over %zu MiB per rank (last-level cache %zu MiB, %zu ranks per node)\n",
            16 * n >> 20, llc >> 20, rpn);
@@ -420,17 +434,8 @@ static int ProbeCompute(const ProbeOptions *po, FsdpProfile *p)
   size_t att = (size_t)(2 * B * NH * T * T), qkv = (size_t)(3 * B * T * C);
   if (att > need) need = att;
   if (qkv > need) need = qkv;
-  Scratch s = {FsdpKernelsCpu(), NULL, NULL, NULL, NULL, NULL, need, po->t.fsdp.attention};
-  float **bufs[5] = {&s.a, &s.b, &s.c, &s.d, &s.e};
-  int err = FSDP_SUCCESS;
-  for (int i = 0; i < 5 && !err; i++) err = FsdpMalloc(FSDP_MEM_OTHER, need * sizeof(float), bufs[i]);
-  /* inputs of moderate size, so no kernel meets denormals or infinities */
-  for (size_t i = 0; !err && i < need; i++) {
-    float x = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
-    s.a[i] = x;
-    s.b[i] = 0.5f * x;
-    s.c[i] = s.d[i] = s.e[i] = 0.0f;
-  }
+  Scratch s;
+  int err = ScratchCreate(&s, 5, need, po->t.fsdp.attention);
   for (int i = 0; !err && i < p->ngemm; i++) {
     FsdpProfileGemm *g = &p->gemm[i];
     int64_t sh[3] = {g->N, g->C, g->OC};
@@ -460,7 +465,7 @@ static int ProbeCompute(const ProbeOptions *po, FsdpProfile *p)
     err = TimeCompute(&s, Stream, &n, po->reps, &sec);
     p->stream_bytes_per_s = sec > 0 ? 12.0 * (double)n / sec : 0;
   }
-  for (int i = 0; i < 5; i++) FsdpFree(bufs[i]);
+  ScratchFree(&s);
   if (!err) err = ProbeAdamW(p, need, po->reps, &p->adamw_bytes_per_s);
   return err;
 }

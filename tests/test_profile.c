@@ -114,6 +114,16 @@ static void TestFit(void)
         "one point: latency %g bandwidth %g", c.latency_s, c.bandwidth);
 }
 
+/* p written to path reads back as a usage error naming attr. */
+static void ExpectRefused(const FsdpProfile *p, const char *path, const char *attr)
+{
+  FsdpProfile q;
+  TCALL(FsdpProfileWrite(p, path));
+  int err = FsdpProfileRead(path, &q);
+  CHECK(err == FSDP_ERR_USAGE && strstr(FsdpErrorLastMessage(), attr),
+        "a damaged %s: err %d, %s", attr, err, FsdpErrorLastMessage());
+}
+
 static void TestFile(void)
 {
   char dir[] = "/tmp/fsdp_test_profile.XXXXXX";
@@ -200,16 +210,10 @@ static void TestFile(void)
     CHECK(err0 == FSDP_SUCCESS && q.stage_rounds == 0, "an older profile: %d stage rounds",
           q.stage_rounds);
     p.stage_rounds = -1;
-    TCALL(FsdpProfileWrite(&p, path));
-    err0 = FsdpProfileRead(path, &q);
-    CHECK(err0 == FSDP_ERR_USAGE && strstr(FsdpErrorLastMessage(), "stage_rounds"),
-          "negative stage rounds: %d %s", err0, FsdpErrorLastMessage());
+    ExpectRefused(&p, path, "stage_rounds");
     p.stage_rounds = 7;
     p.contended_factor = -1.0;
-    TCALL(FsdpProfileWrite(&p, path));
-    err0 = FsdpProfileRead(path, &q);
-    CHECK(err0 == FSDP_ERR_USAGE && strstr(FsdpErrorLastMessage(), "contended_factor"),
-          "a negative factor: %d %s", err0, FsdpErrorLastMessage());
+    ExpectRefused(&p, path, "contended_factor");
     p.contended_factor = 1.27;
   }
 

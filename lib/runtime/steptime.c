@@ -29,7 +29,7 @@ typedef struct {
   double rem, start;
   int done;
   int recorded; /* issued in the reported step: its busy time counts */
-  int stream;
+  int next;     /* the task behind it on its stream, -1 none */
 } Task;
 
 typedef struct {
@@ -37,7 +37,6 @@ typedef struct {
   Task *task;
   int ntask, cap_task;
   int head[2], tail[2]; /* per stream: running task and last issued (-1 none) */
-  int *next_in_stream;  /* [cap_task]: the task behind, -1 none */
   SimUnit *u;
   int *gslot_owner;     /* [gather_slots] */
   int *rslot_task;      /* [grad_slots]: the slot's last reduction, -1 none */
@@ -102,7 +101,7 @@ static double Advance(Sim *s, double work, int wait)
       x->rem = 0.0;
       x->done = 1;
       if (x->recorded) *(k == 0 ? &s->gbusy : &s->rbusy) += s->tc - x->start;
-      s->head[k] = s->next_in_stream[h];
+      s->head[k] = x->next;
       if (s->head[k] < 0) s->tail[k] = -1;
       else s->task[s->head[k]].start = s->tc;
     }
@@ -137,19 +136,15 @@ static int Issue(Sim *s, int k, double alone)
     Task *t = realloc(s->task, (size_t)cap * sizeof *t);
     if (!t) return -1;
     s->task = t;
-    int *nx = realloc(s->next_in_stream, (size_t)cap * sizeof *nx);
-    if (!nx) return -1;
-    s->next_in_stream = nx;
     s->cap_task = cap;
   }
   int i = s->ntask++;
-  s->task[i] = (Task){alone, s->tc, 0, s->record, k};
-  s->next_in_stream[i] = -1;
+  s->task[i] = (Task){alone, s->tc, 0, s->record, -1};
   if (alone <= 0) { /* nothing to move */
     s->task[i].done = 1;
     return i;
   }
-  if (s->tail[k] >= 0) s->next_in_stream[s->tail[k]] = i;
+  if (s->tail[k] >= 0) s->task[s->tail[k]].next = i;
   else s->head[k] = i;
   s->tail[k] = i;
   return i;
@@ -417,6 +412,5 @@ done:
   free(s.rslot_task);
   free(s.tail_q);
   free(s.task);
-  free(s.next_in_stream);
   return err;
 }
