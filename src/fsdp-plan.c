@@ -361,6 +361,8 @@ typedef struct {
   double contended;       /* [Note: contended compute] factor charged (1: none) */
   double contended_comm;  /* and the collectives' beside compute */
   const char *contended_why; /* why that factor */
+  double join_fraction;   /* [Note: joining a collective] charged */
+  double concurrent;      /* [Note: two collectives at once] factor charged (1: none) */
 } ProfilePrediction;
 
 /* [Note: the optimizer's bytes] What a step does per shard element outside
@@ -597,9 +599,13 @@ static int PredictFromProfile(const PlanOptions *po, const FsdpProfile *p, const
                              out->recompute_s;
   FsdpStepTimeInput in = {&po->t.fsdp, po->F, po->R, nu, nstages, is_root, stage_unit, fwd_s,
                           bwd_s, gather_s, reduce_s, out->optimizer_s, gather_slots, grad_slots,
-                          0, 0, NULL, 1.0, 1.0};
+                          0, 0, NULL, 1.0, 1.0, 0.0, 1.0};
   out->contended = in.contended = ContendedFactor(po, p, &out->contended_why);
   out->contended_comm = in.comm_contended = ContendedCommFactor(po, p);
+  /* [Note: joining a collective], [Note: two collectives at once]
+   * (runtime/steptime.h): as measured (0 in a profile without them) */
+  out->join_fraction = in.join_fraction = p->join_fraction;
+  out->concurrent = in.concurrent = p->concurrent_factor > 1.0 ? p->concurrent_factor : 1.0;
   /* [Note: the gradient tail] (runtime/optim.c): AdamW per unit as the
    * reductions land when nothing gates it, in the unit's share of the
    * optimizer (its shard's elements) */
@@ -893,6 +899,8 @@ static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutco
         FsdpJsonReal(j, "contended_factor", pp.contended);
         FsdpJsonString(j, "contended_factor_from", pp.contended_why);
         FsdpJsonReal(j, "contended_comm_factor", pp.contended_comm);
+        FsdpJsonReal(j, "join_fraction", pp.join_fraction);
+        FsdpJsonReal(j, "concurrent_factor", pp.concurrent);
         FsdpJsonReal(j, "gemm_s", pp.gemm_s);
         FsdpJsonReal(j, "attention_s", pp.attention_s);
         FsdpJsonReal(j, "memory_bound_s", pp.memory_s);
@@ -978,6 +986,9 @@ static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutco
       printf("compute beside communication: x%.3f (%s), %.4g ms of the step; communication "
              "beside compute: x%.3f\n", pp.contended, pp.contended_why, 1e3 * pp.sim.contention_s,
              pp.contended_comm);
+    if (use_profile)
+      printf("a collective waits %.3g of the compute before it for its group's ranks to join; "
+             "two at once take x%.3f their time alone\n", pp.join_fraction, pp.concurrent);
     if (predict)
       printf("predicted step: compute %.4g s + intra-node %.4g s + inter-node %.4g s = %.4g s "
              "without overlap, %.4g s with full overlap\n",

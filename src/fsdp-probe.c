@@ -55,6 +55,8 @@ typedef struct {
   double node_latency, node_bw, net_latency, net_bw_per_node;
   double contended; /* [Note: contended compute] */
   int64_t cores;
+  double join;       /* [Note: joining a collective], a fraction */
+  double concurrent; /* [Note: two collectives at once] */
 } Description;
 
 typedef struct {
@@ -110,6 +112,12 @@ static int DescriptionFromDb(FsdpOpts db, Description *d)
                               "cores (0: not known, taken as 1)", 0, 0, 100, &d->contended));
   FSDP_CALL(FsdpOptsGetInt(db, g, "describe_cores_per_node", "cores a node's ranks share (0: not "
                            "known)", 0, 0, 1 << 20, &d->cores));
+  FSDP_CALL(FsdpOptsGetDouble(db, g, "describe_join_fraction", "a collective's wait for the "
+                              "last rank of its group to join it, over the compute before it "
+                              "(0: none)", 0, 0, 10, &d->join));
+  FSDP_CALL(FsdpOptsGetDouble(db, g, "describe_concurrent_factor", "a collective's time while "
+                              "another runs on the other stream, over its time alone (0: not "
+                              "known, taken as 1)", 0, 0, 100, &d->concurrent));
   return FSDP_SUCCESS;
 }
 
@@ -521,13 +529,21 @@ typedef struct {
   int calls;
 } BesideState;
 
+/* Elements of the collective beside the stages and of the two at once:
+ * the model's largest unit (-probe_max_bytes 0 sizes it), at most 16 MiB */
+static size_t LargeCollElems(const ProbeOptions *po)
+{
+  int64_t cap = (int64_t)16 << 20;
+  return (size_t)(po->max_bytes < cap ? po->max_bytes : cap) / 4;
+}
+
 static int BesideStart(const ProbeOptions *po, BesideState *bs)
 {
   memset(bs, 0, sizeof *bs);
   bs->g.comm = MPI_COMM_NULL;
   bs->g.name = "world";
   atomic_store(&bs->stop, 0);
-  size_t elems = (size_t)(po->max_bytes < ((int64_t)16 << 20) ? po->max_bytes : (int64_t)16 << 20) / 4;
+  size_t elems = LargeCollElems(po);
   if (elems < 1024) elems = 1024;
   /* its own communicator: the compute thread's barriers stay on world */
   FSDP_CALL_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &bs->g.comm));
@@ -553,13 +569,84 @@ static int BesideStop(BesideState *bs)
   return err ? err : e2;
 }
 
+/* [Note: joining a collective] (runtime/steptime.h): after each stage, a
+ * one-element all-reduce of the world on a stream thread of its own (its
+ * own communicator, as the runtime's streams have), the compute thread
+ * waiting for it as for an on-demand gather.  The wait is the time until
+ * the last rank has finished the same stage and issued it, plus the
+ * stream thread's wake-up: what every collective of a run waits before it
+ * moves bytes. */
+typedef struct {
+  FsdpColl coll;
+  const FsdpGroup *g;
+  float *x;
+} JoinArg;
+
+static int JoinOnce(void *arg)
+{
+  const JoinArg *a = arg;
+  return FsdpCollAllReduce(a->coll, a->g, a->x, 1, FSDP_DTYPE_FP32, 1.0f);
+}
+
+typedef struct {
+  FsdpStream stream;
+  FsdpColl coll;
+  FsdpGroup g;
+  float x;
+  double seconds;       /* the timed waits, summed */
+  double stage_seconds; /* the stages they followed, summed */
+} JoinState;
+
+static int JoinStart(JoinState *js)
+{
+  memset(js, 0, sizeof *js);
+  js->g.comm = MPI_COMM_NULL;
+  js->g.name = "world";
+  FSDP_CALL_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &js->g.comm));
+  FSDP_CALL_MPI(MPI_Comm_size(js->g.comm, &js->g.size));
+  FSDP_CALL_MPI(MPI_Comm_rank(js->g.comm, &js->g.rank));
+  FSDP_CALL(FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &js->coll));
+  return FsdpStreamCreate("probe-join", 4, &js->stream);
+}
+
+/* One join after a stage of `stage_s` seconds; timed when `timed` */
+static int JoinWait(JoinState *js, int timed, double stage_s)
+{
+  JoinArg a = {js->coll, &js->g, &js->x};
+  FsdpEvent ev;
+  double t0 = MPI_Wtime();
+  FSDP_CALL(FsdpStreamEnqueue(js->stream, "all_reduce", JoinOnce, &a, sizeof a, &ev));
+  FSDP_CALL(FsdpEventWait(ev));
+  if (timed) {
+    js->seconds += MPI_Wtime() - t0;
+    js->stage_seconds += stage_s;
+  }
+  return FSDP_SUCCESS;
+}
+
+static int JoinStop(JoinState *js)
+{
+  int err = js->stream ? FsdpStreamSynchronize(js->stream) : FSDP_SUCCESS;
+  int e2 = FsdpStreamDestroy(&js->stream);
+  if (js->coll) FsdpCollDestroy(&js->coll);
+  if (js->g.comm != MPI_COMM_NULL) MPI_Comm_free(&js->g.comm);
+  return err ? err : e2;
+}
+
+typedef enum {
+  STAGES_ALONE,  /* nothing beside the stages */
+  STAGES_BESIDE, /* [Note: contended compute]: a collective looping on a stream thread */
+  STAGES_JOINED  /* [Note: joining a collective]: a join after each stage */
+} StagesMode;
+
 /* The model at micro-batch B, `reps` passes of its stages (after a
  * warm-up pass) timed into t: stage st's forward of pass r at
  * t[st * stride + col + r], its backward at t[(ns + st) * stride + col + r]
  * (this rank's seconds); *ns their number (0: more than the profile holds,
- * not timed).  beside: with a collective looping on a stream thread
- * ([Note: contended compute]). */
-static int ProbeStagesAt(const ProbeOptions *po, int B, int beside, int reps, double *t,
+ * not timed).  STAGES_BESIDE: *beside_s the collective's mean time (the
+ * slowest rank's), *beside_bytes its volume; STAGES_JOINED: *beside_s the
+ * joins' waits over the stages' time (the mean over the ranks). */
+static int ProbeStagesAt(const ProbeOptions *po, int B, StagesMode mode, int reps, double *t,
                          int stride, int col, int *ns_out, double *beside_s, double *beside_bytes)
 {
   const FsdpModelDesc *desc = &po->t.model;
@@ -603,10 +690,15 @@ static int ProbeStagesAt(const ProbeOptions *po, int B, int beside, int reps, do
   if (!err) err = FsdpModelSetUp(m);
   if (!err) err = FsdpModelSetBatch(m, tokens, tokens + B * T);
   if (!err) FsdpModelSetLossScale(m, 1.0f);
+  int beside = mode == STAGES_BESIDE, joined = mode == STAGES_JOINED;
   BesideState bs;
   memset(&bs, 0, sizeof bs);
   bs.g.comm = MPI_COMM_NULL;
   if (!err && beside) err = BesideStart(po, &bs);
+  JoinState js;
+  memset(&js, 0, sizeof js);
+  js.g.comm = MPI_COMM_NULL;
+  if (!err && joined) err = JoinStart(&js);
   /* a warm-up pass (page faults, BLAS buffers), then the timed ones */
   for (int r = -1; !err && r < reps; r++) {
     int e = MPI_Barrier(MPI_COMM_WORLD);
@@ -617,8 +709,22 @@ static int ProbeStagesAt(const ProbeOptions *po, int B, int beside, int reps, do
         const FsdpModelStage *sg = &tb->stages[st];
         double t0 = MPI_Wtime();
         err = (pass == 0 ? sg->forward : sg->backward)(tb->ctx, st, &ut[sg->unit]);
-        if (r >= 0) t[(size_t)(pass * ns + st) * stride + col + r] = MPI_Wtime() - t0;
+        double dt = MPI_Wtime() - t0;
+        if (r >= 0) t[(size_t)(pass * ns + st) * stride + col + r] = dt;
+        if (!err && joined) err = JoinWait(&js, r >= 0, dt);
       }
+  }
+  if (joined) {
+    int e = JoinStop(&js);
+    if (!err) err = e;
+    /* each rank's waits over its stages' time, the mean over the ranks */
+    double frac[2] = {js.stage_seconds > 0 ? js.seconds / js.stage_seconds : 0.0, 1.0};
+    if (!err) {
+      e = MPI_Allreduce(MPI_IN_PLACE, frac, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+      if (e != MPI_SUCCESS) err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_MPI,
+                                                 "MPI_Allreduce of the join waits failed");
+    }
+    *beside_s = frac[0] / frac[1];
   }
   if (beside) {
     int e = BesideStop(&bs);
@@ -699,7 +805,8 @@ static int ProbeStages(const ProbeOptions *po, FsdpProfile *p)
   for (int r = 0; !err && r < reps && ns != 0; r++)
     for (int j = 0; !err && j < nb && ns != 0; j++) {
       int k = (j + r) % nb, n = 0;
-      err = ProbeStagesAt(po, bs[k], 0, 1, t + (size_t)k * per, reps, r, &n, NULL, NULL);
+      err = ProbeStagesAt(po, bs[k], STAGES_ALONE, 1, t + (size_t)k * per, reps, r, &n, NULL,
+                          NULL);
       ns = n; /* the same model at every micro-batch: one stage count */
     }
   for (int k = 0; !err && ns > 0 && k < nb; k++)
@@ -716,12 +823,18 @@ static int ProbeStages(const ProbeOptions *po, FsdpProfile *p)
   /* [Note: contended compute] the largest micro-batch again, beside a
    * collective: the ratio of the sums (the slowest rank's each) */
   static double cf[FSDP_PROFILE_MAX_STAGES], cb[FSDP_PROFILE_MAX_STAGES];
+  int world = 1;
+  FSDP_CALL_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
   t = malloc(per * sizeof *t);
   FSDP_CHECK_ALLOC(t, per * sizeof *t);
   int n = 0;
-  err = ProbeStagesAt(po, bs[0], 1, reps, t, reps, 0, &n, &p->contended_allreduce_s,
+  err = ProbeStagesAt(po, bs[0], STAGES_BESIDE, reps, t, reps, 0, &n, &p->contended_allreduce_s,
                       &p->contended_allreduce_bytes);
   if (!err && n == ns) err = StageMedians(t, ns, reps, cf, cb);
+  /* [Note: joining a collective]: and with a join after each stage (a
+   * world of one rank has nothing to join) */
+  if (!err && world > 1)
+    err = ProbeStagesAt(po, bs[0], STAGES_JOINED, reps, t, reps, 0, &n, &p->join_fraction, NULL);
   free(t);
   FSDP_CALL(err);
   double alone = 0, beside = 0;
@@ -787,6 +900,81 @@ static int ProbeLevel(const ProbeOptions *po, FsdpColl coll, const FsdpGroup *g,
   return err;
 }
 
+/* [Note: two collectives at once] (runtime/steptime.h): world
+ * all-gathers of `elems` received elements on two stream threads, each
+ * over its own duplicate of the world (as the runtime's gather and reduce
+ * streams), issued together, against one alone on its stream; the median
+ * over reps of the slowest rank's time, both over alone in *factor. */
+typedef struct {
+  FsdpColl coll;
+  const FsdpGroup *g;
+  const float *send;
+  float *recv;
+  size_t count;
+} TwinArg;
+
+static int TwinGather(void *arg)
+{
+  const TwinArg *a = arg;
+  return FsdpCollAllGather(a->coll, a->g, a->send, a->recv, a->count, FSDP_DTYPE_FP32);
+}
+
+static int ProbeConcurrent(const ProbeOptions *po, FsdpColl coll, const float *send, float *recv0,
+                           float *recv1, size_t elems, double *factor)
+{
+  FsdpGroup g[2];
+  FsdpStream st[2] = {NULL, NULL};
+  double *t = malloc((size_t)2 * (size_t)po->reps * sizeof *t);
+  FSDP_CHECK_ALLOC(t, (size_t)2 * (size_t)po->reps * sizeof *t);
+  int err = FSDP_SUCCESS;
+  for (int k = 0; k < 2; k++) {
+    g[k] = (FsdpGroup){MPI_COMM_NULL, 0, 0, 0, 0, "world"};
+    if (!err && MPI_Comm_dup(MPI_COMM_WORLD, &g[k].comm) != MPI_SUCCESS)
+      err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_MPI,
+                           "MPI_Comm_dup of the world for two collectives at once failed");
+    if (!err) err = MPI_Comm_size(g[k].comm, &g[k].size) == MPI_SUCCESS &&
+                            MPI_Comm_rank(g[k].comm, &g[k].rank) == MPI_SUCCESS
+                        ? FSDP_SUCCESS
+                        : FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_MPI,
+                                         "MPI_Comm_size/rank of a duplicate world failed");
+    if (!err) err = FsdpStreamCreate(k ? "probe-twin-1" : "probe-twin-0", 4, &st[k]);
+  }
+  size_t count = err ? 0 : elems / (size_t)g[0].size;
+  float *recv[2] = {recv0, recv1};
+  /* r = -1: a warm-up of each; then both modes in turn, a repetition each */
+  for (int r = -1; !err && r < po->reps; r++)
+    for (int both = 0; !err && both < 2; both++) {
+      FsdpEvent ev[2] = {FSDP_EVENT_NULL, FSDP_EVENT_NULL};
+      if (MPI_Barrier(MPI_COMM_WORLD) != MPI_SUCCESS) {
+        err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_MPI, "MPI_Barrier failed");
+        break;
+      }
+      double t0 = MPI_Wtime();
+      for (int k = 0; !err && k <= both; k++) {
+        TwinArg a = {coll, &g[k], send, recv[k], count};
+        err = FsdpStreamEnqueue(st[k], "all_gather", TwinGather, &a, sizeof a, &ev[k]);
+      }
+      for (int k = 0; k <= both; k++) {
+        int e = FsdpEventWait(ev[k]);
+        if (!err) err = e;
+      }
+      double dt = MPI_Wtime() - t0;
+      if (!err) err = WorldMax(&dt);
+      if (r >= 0) t[both * po->reps + r] = dt;
+    }
+  for (int k = 0; k < 2; k++) {
+    int e = st[k] ? FsdpStreamDestroy(&st[k]) : FSDP_SUCCESS;
+    if (!err) err = e;
+    if (g[k].comm != MPI_COMM_NULL) MPI_Comm_free(&g[k].comm);
+  }
+  if (!err) {
+    double alone = Median(t, po->reps), two = Median(t + po->reps, po->reps);
+    *factor = alone > 0 ? two / alone : 0.0;
+  }
+  free(t);
+  return err;
+}
+
 /* Collective on g.  g's peers on my node and elsewhere, from where its
  * members are (the volume split of [Note: byte accounting] needs them). */
 static int CountPeers(FsdpTopo topo, FsdpGroup *g)
@@ -837,6 +1025,15 @@ static int ProbeCollectives(const ProbeOptions *po, FsdpTopo topo, FsdpProfile *
   for (int l = 0; !err && l < FSDP_PROFILE_NLEVELS; l++)
     for (int k = 0; !err && p->level_size[l] > 0 && k < FSDP_COLL_NKINDS; k++)
       err = ProbeLevel(po, coll, groups[l], (FsdpCollKind)k, a, b, &p->coll[l][k]);
+  /* [Note: two collectives at once]: at the size of the collective beside
+   * the stages (the model's largest unit, at most 16 MiB) */
+  float *c = NULL;
+  size_t twin = LargeCollElems(po) / (size_t)world->size * (size_t)world->size;
+  if (!err && world->size > 1 && twin > 0) {
+    err = FsdpMalloc(FSDP_MEM_OTHER, elems * sizeof(float), &c);
+    if (!err) err = ProbeConcurrent(po, coll, a, b, c, twin, &p->concurrent_factor);
+  }
+  FsdpFree(&c);
   FsdpFree(&a);
   FsdpFree(&b);
   if (coll) FsdpCollDestroy(&coll);
@@ -946,6 +1143,8 @@ static void DescribeProfile(const ProbeOptions *po, FsdpProfile *p)
   p->adamw_bytes_per_s = d->adamw_bw > 0 ? d->adamw_bw : d->stream_bw;
   p->contended_factor = d->contended;
   p->cores_per_node = (int)d->cores;
+  p->join_fraction = d->join;
+  p->concurrent_factor = d->concurrent;
   int G = p->ranks_per_node, N = p->nodes;
   double net = d->net_bw_per_node / G;
   const struct {
@@ -984,6 +1183,12 @@ static void PrintProfile(const FsdpProfile *p, const char *path)
     printf("  the stages beside an all-reduce on a stream thread: x%.3f their time alone "
            "(%d cores per node, %d ranks x %d threads)\n", p->contended_factor,
            p->cores_per_node, p->ranks_per_node, p->threads);
+  if (p->join_fraction > 0)
+    printf("  a collective issued after a stage waits %.4f of the stage's time for the last rank "
+           "to join it\n", p->join_fraction);
+  if (p->concurrent_factor > 0)
+    printf("  two world all-gathers at once on two stream threads: x%.3f the time of one alone\n",
+           p->concurrent_factor);
   for (int k = 0; k < p->nstage_batches; k++) {
     double f = 0, b = 0;
     for (int i = 0; i < p->nstages; i++) {

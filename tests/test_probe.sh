@@ -13,7 +13,9 @@
 #     The model's stages are timed at B = 2 and 1 (-wrap 1: 4 stages) in
 #     3 rounds of one pass at each (every time positive, stage_rounds 3),
 #     and again beside an all-reduce (the factor, the all-reduce's time and
-#     volume, the cores per node recorded).
+#     volume, the cores per node recorded), and once more with a join after
+#     each stage (its mean wait positive), and two world all-gathers at
+#     once against one (a factor recorded).
 #  1b. With the default -probe_max_bytes the sizes reach the model's
 #     largest unit (2 MiB for a 1.28 MB root, past the 1 MiB floor).
 #  2. fsdp-plan -profile on the same topology: every predicted collective
@@ -21,7 +23,9 @@
 #     bytes / cross-node bandwidth recomputed here from the profile and the
 #     plan's own byte counters; compute equals the probe's stage times plus
 #     the optimizer; the gathers of the world-wide sharding group take the
-#     world curve (at most the contended communication factor times it).
+#     world curve (at most the contended communication factor and the
+#     two-at-once factor times it, plus a join per gather); the plan charges
+#     the profile's join and factor.
 #  3. fsdp-probe -describe: a 2-node x 8 cluster on paper gives the
 #     stated latency and bandwidth at each level (the network's per-node
 #     bandwidth shared by the node's ranks), and fsdp-plan's MFU and
@@ -124,6 +128,12 @@ if not float(g.attrs["contended_factor"]) > 0: bad.append("contended_factor %r" 
 if not int(g.attrs["cores_per_node"]) > 0: bad.append("cores_per_node %r" % g.attrs["cores_per_node"])
 if not float(g.attrs["contended_allreduce_s"]) > 0: bad.append("contended_allreduce_s %r" % g.attrs["contended_allreduce_s"])
 if not float(g.attrs["contended_allreduce_bytes"]) > 0: bad.append("contended_allreduce_bytes %r" % g.attrs["contended_allreduce_bytes"])
+# [Note: joining a collective]: the mean wait of a join after each stage
+# (4 ranks on the cores of one machine: never 0); [Note: two collectives
+# at once]: two world all-gathers against one
+if not 0 < float(g.attrs["join_fraction"]) < 10: bad.append("join_fraction %r" % g.attrs["join_fraction"])
+if not float(f["collectives"].attrs["concurrent_factor"]) > 0:
+    bad.append("concurrent_factor %r" % f["collectives"].attrs["concurrent_factor"])
 for b in bad: print("   ", b)
 sys.exit(1 if bad else 0)
 PY
@@ -183,10 +193,17 @@ lat, bw = curve("world", "all-gather")
 gb = cm["all_gather_calls"] * lat + (cm["all_gather_bytes"] / bw if bw else 0)
 # [Note: contended compute]: prefetched gathers at the contended rate, the
 # on-demand ones alone: between the two (equal at factor 1)
+# [Note: joining a collective]: each at most the join fraction of the
+# compute before it longer (at most the step's compute); [Note: two
+# collectives at once]: at most the factor beside a reduction
 fc = pr["contended_comm_factor"]
+join, fb = float(g.attrs["join_fraction"]), max(1.0, float(f["collectives"].attrs["concurrent_factor"]))
+if pr["join_fraction"] != join or pr["concurrent_factor"] != fb:
+    bad.append("the plan charged a join of %r and two at once x%r, the profile says %r and %r" % (pr["join_fraction"], pr["concurrent_factor"], join, fb))
 busy = q["gather_stream_busy_ms"] * 1e-3
-if not (gb * (1 - 1e-9) <= busy <= fc * gb * (1 + 1e-9)) or (fc == 1 and abs(busy - gb) > 1e-9 * gb):
-    bad.append("gather stream busy %r s, the world curve gives %r (comm factor %r)" % (busy, gb, fc))
+top = fc * fb * gb + cm["all_gather_calls"] * join * q["compute_ms"] * 1e-3
+if not (gb * (1 - 1e-9) <= busy <= top * (1 + 1e-9)):
+    bad.append("gather stream busy %r s, the world curve gives %r (comm factor %r, join %r, two at once x%r)" % (busy, gb, fc, join, fb))
 if not pr["gemm_s"] > 0: bad.append("gemm_s %r" % pr["gemm_s"])
 comm = pr["intra_comm_s"] + pr["inter_comm_s"]
 if abs(comm - (pr["all_gather_s"] + pr["reduce_scatter_s"])) > 1e-12 + 1e-9 * comm:

@@ -124,6 +124,16 @@ static void ExpectRefused(const FsdpProfile *p, const char *path, const char *at
         "a damaged %s: err %d, %s", attr, err, FsdpErrorLastMessage());
 }
 
+/* The same with one double of p set to `bad` (restored after). */
+static void ExpectRefusedDouble(FsdpProfile *p, const char *path, double *field, double bad,
+                                const char *attr)
+{
+  double keep = *field;
+  *field = bad;
+  ExpectRefused(p, path, attr);
+  *field = keep;
+}
+
 static void TestFile(void)
 {
   char dir[] = "/tmp/fsdp_test_profile.XXXXXX";
@@ -173,6 +183,8 @@ static void TestFile(void)
   p.cores_per_node = 48;
   p.contended_allreduce_s = 0.0123;
   p.contended_allreduce_bytes = 8388608;
+  p.join_fraction = 0.031;
+  p.concurrent_factor = 1.9;
   p.level_size[FSDP_PROFILE_NODE] = 8;
   p.level_size[FSDP_PROFILE_CROSS] = 2;
   p.level_size[FSDP_PROFILE_WORLD] = 16;
@@ -189,6 +201,8 @@ static void TestFile(void)
   CHECK(q.contended_factor == 1.27 && q.cores_per_node == 48, "contended factor %g, %d cores",
         q.contended_factor, q.cores_per_node);
   CHECK(q.stage_rounds == 7, "stage rounds %d", q.stage_rounds);
+  CHECK(q.join_fraction == 0.031 && q.concurrent_factor == 1.9, "join %g, two at once x%g",
+        q.join_fraction, q.concurrent_factor);
 
   /* [Note: contended compute]: a file written before it has neither
    * attribute; it loads as not measured.  A negative factor is damage. */
@@ -196,8 +210,11 @@ static void TestFile(void)
     hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
     hid_t g = f >= 0 ? H5Gopen2(f, "compute", H5P_DEFAULT) : -1;
     CHECK(g >= 0 && H5Adelete(g, "contended_factor") >= 0 && H5Adelete(g, "cores_per_node") >= 0 &&
-              H5Adelete(g, "stage_rounds") >= 0,
-          "deleting the contended attributes and stage_rounds");
+              H5Adelete(g, "stage_rounds") >= 0 && H5Adelete(g, "join_fraction") >= 0,
+          "deleting the contended attributes, stage_rounds and join_fraction");
+    if (g >= 0) H5Gclose(g);
+    g = f >= 0 ? H5Gopen2(f, "collectives", H5P_DEFAULT) : -1;
+    CHECK(g >= 0 && H5Adelete(g, "concurrent_factor") >= 0, "deleting concurrent_factor");
     if (g >= 0) H5Gclose(g);
     if (f >= 0) H5Fclose(f);
     err0 = FsdpProfileRead(path, &q);
@@ -209,12 +226,16 @@ static void TestFile(void)
      * sequence (0 rounds); a negative count is damage */
     CHECK(err0 == FSDP_SUCCESS && q.stage_rounds == 0, "an older profile: %d stage rounds",
           q.stage_rounds);
+    /* [Note: joining a collective], [Note: two collectives at once]:
+     * older files have neither (0: not measured); negative is damage */
+    CHECK(err0 == FSDP_SUCCESS && q.join_fraction == 0.0 && q.concurrent_factor == 0.0,
+          "an older profile: join %g, two at once x%g", q.join_fraction, q.concurrent_factor);
+    ExpectRefusedDouble(&p, path, &p.join_fraction, -0.5, "join_fraction");
+    ExpectRefusedDouble(&p, path, &p.concurrent_factor, -2.0, "concurrent_factor");
     p.stage_rounds = -1;
     ExpectRefused(&p, path, "stage_rounds");
     p.stage_rounds = 7;
-    p.contended_factor = -1.0;
-    ExpectRefused(&p, path, "contended_factor");
-    p.contended_factor = 1.27;
+    ExpectRefusedDouble(&p, path, &p.contended_factor, -1.0, "contended_factor");
   }
 
   /* overwrite: the old file is replaced whole */

@@ -50,6 +50,8 @@
  * exposed 10.75 s, gather stream busy 0.5 + 3 + 3 + 4 + 4 = 14.5 s.  A
  * gather timed at the contended rate when issued would take 6 s and
  * expose 4 s each: 26.85 s.
+ * [Note: joining a collective] and [Note: two collectives at once]: each
+ * case worked out at its check below.
  */
 #include <math.h>
 #include <string.h>
@@ -82,7 +84,8 @@ static void Run(FsdpPrefetch pf, int raf, int L, int K, int accum_comm, int gath
 {
   FsdpRuntimeOptions o = Opts(pf, raf, L, K, accum_comm);
   FsdpStepTimeInput in = {&o,    2,       1,      3,      4,   kIsRoot, kStageUnit, kFwd,
-                          kBwd,  kGather, kReduce, 0.1, gather_slots, 2, 0, 0, NULL, 1.0, 1.0};
+                          kBwd,  kGather, kReduce, 0.1, gather_slots, 2, 0, 0, NULL, 1.0, 1.0,
+                          0.0,   1.0};
   TCALL(FsdpStepTimeSimulate(&in, r, ev, maxev, nev));
 }
 
@@ -157,7 +160,7 @@ int main(int argc, char **argv)
       o.accum_comm = 1;
       o.param_dtype = o.reduce_dtype = FSDP_DTYPE_FP32;
       FsdpStepTimeInput in = {&o,  2,      1,      5,   6, is_root, stage_unit, fwd,
-                              bwd, gather, reduce, 0.0, 1 + L, 2, 0, 0, NULL, 1.0, 1.0};
+                              bwd, gather, reduce, 0.0, 1 + L, 2, 0, 0, NULL, 1.0, 1.0, 0.0, 1.0};
       TCALL(FsdpStepTimeSimulate(&in, &r, ev, 64, &n));
       exposed[L] = r.exposed_s;
       CHECK(r.max_in_flight == L, "L %d: %d gathers in flight", L, r.max_in_flight);
@@ -196,7 +199,7 @@ int main(int argc, char **argv)
     static const double gather[4] = {0, 0, 0, 0}, reduce[4] = {3, 3, 3, 3};
     FsdpRuntimeOptions o = Opts(FSDP_PREFETCH_NONE, 1, 0, 1, 1);
     FsdpStepTimeInput in = {&o,  2,      1,      4,   5, is_root, stage_unit, fwd,
-                            bwd, gather, reduce, 0.0, 1, 2, 0, 0, NULL, 1.0, 1.0};
+                            bwd, gather, reduce, 0.0, 1, 2, 0, 0, NULL, 1.0, 1.0, 0.0, 1.0};
     TCALL(FsdpStepTimeSimulate(&in, &r, NULL, 0, &n));
     CHECK(Near(r.step_s, 27.0) && Near(r.exposed_s, 4.0) && Near(r.compute_s, 23.0),
           "gradient ring: step %g exposed %g compute %g", r.step_s, r.exposed_s, r.compute_s);
@@ -246,7 +249,7 @@ int main(int argc, char **argv)
       FsdpRuntimeOptions o = Opts(FSDP_PREFETCH_BACKWARD, 1, 0, cc[i].K, cc[i].ac);
       FsdpStepTimeInput in = {&o,    1,       cc[i].R, 3,   4, kIsRoot, kStageUnit, kFwd,
                               kBwd,  kGather, kReduce, 0.1, 1, 2, 0, 0, NULL, cc[i].f,
-                              cc[i].fb};
+                              cc[i].fb, 0.0, 1.0};
       TCALL(FsdpStepTimeSimulate(&in, &r, NULL, 0, &n));
       CHECK(Near(r.step_s, cc[i].step) && Near(r.compute_s, cc[i].compute) &&
                 Near(r.contention_s, cc[i].contention) && Near(r.reduce_busy_s, cc[i].rbusy),
@@ -262,13 +265,78 @@ int main(int argc, char **argv)
     static const double long_gather[3] = {0.5, 3, 3};
     FsdpRuntimeOptions o = Opts(FSDP_PREFETCH_BACKWARD, 1, 1, 1, 1);
     FsdpStepTimeInput in = {&o,   2,           1,       3,   4, kIsRoot, kStageUnit, kFwd, kBwd,
-                            long_gather, kReduce, 0.1, 2, 2, 0, 0, NULL, 1.0, 2.0};
+                            long_gather, kReduce, 0.1, 2, 2, 0, 0, NULL, 1.0, 2.0, 0.0, 1.0};
     TCALL(FsdpStepTimeSimulate(&in, &r, NULL, 0, &n));
     CHECK(Near(r.step_s, 22.85) && Near(r.exposed_s, 10.75) && Near(r.compute_s, 12.1) &&
               Near(r.gather_busy_s, 14.5),
           "gathers shared event by event: step %g (want 22.85), exposed %g (want 10.75), "
           "compute %g (want 12.1), gather stream busy %g (want 14.5)",
           r.step_s, r.exposed_s, r.compute_s, r.gather_busy_s);
+  }
+
+  /* [Note: joining a collective], [Note: two collectives at once] */
+  {
+    static const struct {
+      FsdpPrefetch pf;
+      int slots;
+      double join, conc, step, exposed, gbusy, rbusy;
+    } jc[] = {/* none, joins 0.05 of the compute before: the root's first
+               * gather waits 0.005 more (after the 0.1 optimizer), the
+               * forward gathers 0.05 (after 1 s stages), the backward ones
+               * and the reductions 0.1 (after 2 s): 14.85 + 0.405 */
+              {FSDP_PREFETCH_NONE, 1, 0.05, 1.0, 15.255, 3.155, 2.805, 1.05},
+              /* none: block 1's backward gather runs beside block 2's
+               * reduction, both at half rate for 0.5 s, then alone for
+               * its last 0.25: 0.25 more exposed */
+              {FSDP_PREFETCH_NONE, 1, 0.0, 2.0, 15.1, 3.0, 2.75, 1.0},
+              /* both: from 0.1 after issue, reduction done 0.5 later, the
+               * gather's last 0.25 alone (0.85 in all) */
+              {FSDP_PREFETCH_NONE, 1, 0.05, 2.0, 15.505, 3.405, 3.055, 1.3},
+              /* both, L 0: the root's first gather waits 0.005 more, the
+               * last reduction 0.1 (12.85 + 0.105); the blocks' forward
+               * gathers follow the wait for the root's: no join (0.5
+               * each); in backward block 1's gather, issued with block
+               * 2's after a forward stage, joins while block 2's runs:
+               * busy 0.5, not 0.55: 0.505 + 0.5 + 0.5 + 0.55 + 0.5 */
+              {FSDP_PREFETCH_BOTH, 2, 0.05, 1.0, 12.955, 0.855, 2.555, 1.05}};
+    for (size_t i = 0; i < sizeof jc / sizeof jc[0]; i++) {
+      FsdpRuntimeOptions o = Opts(jc[i].pf, 1, 0, 1, 1);
+      FsdpStepTimeInput in = {&o,   2,       1,       3,   4,           kIsRoot, kStageUnit, kFwd,
+                              kBwd, kGather, kReduce, 0.1, jc[i].slots, 2,       0,          0,
+                              NULL, 1.0,     1.0,     jc[i].join, jc[i].conc};
+      TCALL(FsdpStepTimeSimulate(&in, &r, NULL, 0, &n));
+      CHECK(Near(r.step_s, jc[i].step) && Near(r.exposed_s, jc[i].exposed) &&
+                Near(r.gather_busy_s, jc[i].gbusy) && Near(r.reduce_busy_s, jc[i].rbusy),
+            "%s, join %g of the compute before, two at once x%g: step %g (want %g), exposed %g "
+            "(want %g), gather stream busy %g (want %g), reduce stream busy %g (want %g)",
+            FsdpPrefetchNames[jc[i].pf], jc[i].join, jc[i].conc, r.step_s, jc[i].step,
+            r.exposed_s, jc[i].exposed, r.gather_busy_s, jc[i].gbusy, r.reduce_busy_s,
+            jc[i].rbusy);
+    }
+    /* -optim_overlap stream: block 2's tail share (0.1, compute on the
+     * reduce stream) follows its reduction at 10.5, beside block 1's
+     * gather, which now runs alone (its last 0.25 in 0.25): block 1's
+     * backward starts at 10.75, the root's reduction and share end the
+     * step at 15.1 (15.15 were the share a second collective) */
+    static const double share[3] = {0.1, 0.1, 0.1};
+    FsdpRuntimeOptions o = Opts(FSDP_PREFETCH_NONE, 1, 0, 1, 1);
+    FsdpStepTimeInput in = {&o,   2,       1,       3,   4, kIsRoot, kStageUnit, kFwd,
+                            kBwd, kGather, kReduce, 0.3, 1, 2,       0,          0,
+                            NULL, 1.0,     1.0,     0.0, 2.0};
+    in.tail = FSDP_TAIL_STREAM;
+    in.tail_early = 1;
+    in.optim_unit_s = share;
+    TCALL(FsdpStepTimeSimulate(&in, &r, NULL, 0, &n));
+    CHECK(Near(r.step_s, 15.1) && Near(r.compute_s, 12.3),
+          "a tail share beside a gather is not a second collective: step %g (want 15.1), "
+          "compute %g (want 12.3)", r.step_s, r.compute_s);
+    /* F = 1 without replicas: no collective, each share runs on the idle
+     * stream at once (no join): the root's last one after its backward,
+     * the step 12 + 0.1 */
+    in.F = 1;
+    in.join_fraction = 0.05;
+    TCALL(FsdpStepTimeSimulate(&in, &r, NULL, 0, &n));
+    CHECK(Near(r.step_s, 12.1), "a tail share waits for no join: step %g (want 12.1)", r.step_s);
   }
 
   int st = test_finish("test_steptime");

@@ -15,8 +15,11 @@
  *                          (the probe's model, one row per micro-batch;
  *                          attributes stage_seq_len, stage_params,
  *                          stage_rounds (0 or absent: timed one
- *                          micro-batch after the other) on
+ *                          micro-batch after the other), join_fraction (0 or
+ *                          absent: not measured) on
  *                          /compute; may be empty)
+ *   /collectives           attribute concurrent_factor (0 or absent: not
+ *                          measured)
  *   /collectives/<level>   attributes size (ranks in the group), peers_intra,
  *                          peers_inter (rank 0's group: members on its node
  *                          and on other nodes)
@@ -228,9 +231,11 @@ static int WriteFile(const FsdpProfile *p, const char *tmp)
   FSDP_HDF5_GOTO(FsdpHdf5AttrWriteDouble(g, "contended_allreduce_s", p->contended_allreduce_s));
   FSDP_HDF5_GOTO(FsdpHdf5AttrWriteDouble(g, "contended_allreduce_bytes",
                                          p->contended_allreduce_bytes));
+  FSDP_HDF5_GOTO(FsdpHdf5AttrWriteDouble(g, "join_fraction", p->join_fraction));
   FsdpHdf5Close(&g);
 
   FSDP_HDF5_GOTO(g = H5Gcreate2(f, "collectives", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  FSDP_HDF5_GOTO(FsdpHdf5AttrWriteDouble(g, "concurrent_factor", p->concurrent_factor));
   for (int l = 0; l < FSDP_PROFILE_NLEVELS; l++) {
     FSDP_HDF5_GOTO(lg = H5Gcreate2(g, FsdpProfileLevelNames[l], H5P_DEFAULT, H5P_DEFAULT,
                                    H5P_DEFAULT));
@@ -453,10 +458,24 @@ int FsdpProfileRead(const char *path, FsdpProfile *p)
                                           &p->contended_allreduce_bytes),
                    "/compute contended_allreduce_bytes");
     }
+    /* [Note: joining a collective] (absent in files of before it: 0) */
+    if (H5Aexists(g, "join_fraction") > 0) {
+      READ_OR_FAIL(FsdpHdf5AttrReadDouble(g, "join_fraction", &p->join_fraction),
+                   "/compute join_fraction");
+      READ_OR_FAIL(p->join_fraction >= 0 && p->join_fraction < 100 ? 0 : -1,
+                   "/compute join_fraction of 0 to 100");
+    }
   }
   FsdpHdf5Close(&g);
 
   READ_OR_FAIL(g = H5Gopen2(f, "collectives", H5P_DEFAULT), "/collectives");
+  /* [Note: two collectives at once] (absent in files of before it: 0) */
+  if (H5Aexists(g, "concurrent_factor") > 0) {
+    READ_OR_FAIL(FsdpHdf5AttrReadDouble(g, "concurrent_factor", &p->concurrent_factor),
+                 "/collectives concurrent_factor");
+    READ_OR_FAIL(p->concurrent_factor >= 0 && p->concurrent_factor < 1000 ? 0 : -1,
+                 "/collectives concurrent_factor of 0 to 1000");
+  }
   for (int l = 0; l < FSDP_PROFILE_NLEVELS; l++) {
     char what[96];
     snprintf(what, sizeof what, "/collectives/%s", FsdpProfileLevelNames[l]);

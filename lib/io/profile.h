@@ -23,7 +23,10 @@
  *     thread beside them (every rank at once), and the cores of a node:
  *     where the ranks' threads fill the cores, the communication thread
  *     (which polls inside a blocking collective) takes CPU from the
- *     compute thread ([Note: contended compute] in runtime/steptime.h).
+ *     compute thread ([Note: contended compute] in runtime/steptime.h);
+ *   - the wait of a collective issued right after each stage for the last
+ *     rank to join it, and two collectives at once against one ([Note:
+ *     joining a collective], [Note: two collectives at once]).
  * A level a job does not have (cross with one node, node with one rank
  * per node) has size 0 and no curve.
  * A profile may also be described instead of measured (fsdp-probe
@@ -109,6 +112,19 @@ typedef struct {
    * sets it against the world all-reduce curve measured alone); 0: not
    * measured */
   double contended_allreduce_s, contended_allreduce_bytes;
+  /* [Note: joining a collective] (runtime/steptime.h): the time a rank's
+   * compute thread waited for a one-element world all-reduce issued on a
+   * stream thread right after each of the model's stages (every rank at
+   * once, as an on-demand gather follows a stage in a run: the wait for
+   * the last rank to join, with the thread wake-ups), over the stages'
+   * time; the mean over ranks; 0: not measured (a described profile, an
+   * older file) */
+  double join_fraction;
+  /* [Note: two collectives at once] (runtime/steptime.h): the time of
+   * two equal world all-gathers run at once on two stream threads (each
+   * its own communicator) over the time of one alone; 0: not measured
+   * (fsdp-plan takes 1) */
+  double concurrent_factor;
   /* collectives; level_size[l] == 0: not measured.  Rank 0's group of
    * each level, by where its members are: peers on rank 0's node and
    * elsewhere (what the level measures: node links, or the network) */

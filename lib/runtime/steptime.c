@@ -27,6 +27,8 @@ typedef struct {
  * left at its rate alone; a stream runs its tasks in issue order. */
 typedef struct {
   double rem, start;
+  double ready; /* [Note: joining a collective]: moves bytes from then on */
+  int coll;     /* a collective (else a tail share: compute on the stream thread) */
   int done;
   int recorded; /* issued in the reported step: its busy time counts */
   int next;     /* the task behind it on its stream, -1 none */
@@ -53,6 +55,8 @@ typedef struct {
   int *tail_q;          /* [Note: the gradient tail], poll: units not yet handed over */
   int tail_head, tail_n;
   double tail_done_s;   /* optimizer seconds run in the tail this step */
+  double last_compute;  /* [Note: joining a collective]: the last compute since the last
+                         * wait, its time alone (0: none) */
 } Sim;
 
 static int TaskDone(const Sim *s, int t) { return t < 0 || s->task[t].done; }
@@ -70,17 +74,28 @@ static double Advance(Sim *s, double work, int wait)
   const FsdpStepTimeInput *in = s->in;
   double fc = in->contended > 1.0 ? in->contended : 1.0;
   double fm = in->comm_contended > 1.0 ? in->comm_contended : 1.0;
+  double fb = in->concurrent > 1.0 ? in->concurrent : 1.0;
   double t_begin = s->tc;
   for (;;) {
     int computing = work > 0;
     if (!computing && TaskDone(s, wait)) break;
     int busy = s->head[0] >= 0 || s->head[1] >= 0;
-    double rc = busy ? 1.0 / fc : 1.0, rm = computing ? 1.0 / fm : 1.0;
+    /* [Note: joining a collective]: a head task still waiting for the
+     * ranks moves nothing; [Note: two collectives at once]: two moving
+     * tasks share */
+    int moving[2], ncoll = 0;
+    for (int k = 0; k < 2; k++) {
+      moving[k] = s->head[k] >= 0 && s->task[s->head[k]].ready <= s->tc;
+      ncoll += moving[k] && s->task[s->head[k]].coll;
+    }
+    double rc = busy ? 1.0 / fc : 1.0;
+    double rm = (computing ? 1.0 / fm : 1.0) / (ncoll == 2 ? fb : 1.0);
     double dt = computing ? work / rc : HUGE_VAL;
-    int ends = -1; /* -1: the work; else the stream whose task ends first */
+    int ends = -1; /* -1: the work; else the stream whose task ends (or starts moving) first */
     for (int k = 0; k < 2; k++) {
       if (s->head[k] < 0) continue;
-      double d = s->task[s->head[k]].rem / rm;
+      const Task *x = &s->task[s->head[k]];
+      double d = moving[k] ? x->rem / rm : x->ready - s->tc;
       if (d < dt) {
         dt = d;
         ends = k;
@@ -96,6 +111,10 @@ static double Advance(Sim *s, double work, int wait)
       int h = s->head[k];
       if (h < 0) continue;
       Task *x = &s->task[h];
+      if (!moving[k]) {
+        if (k == ends) x->ready = s->tc; /* joined: moves from now */
+        continue;
+      }
       x->rem = k == ends ? 0.0 : x->rem - dt * rm;
       if (x->rem > 1e-12) continue;
       x->rem = 0.0;
@@ -114,6 +133,7 @@ static double Advance(Sim *s, double work, int wait)
 static double Compute(Sim *s, double alone)
 {
   if (alone <= 0) return 0.0;
+  s->last_compute = alone;
   double took = Advance(s, alone, -1);
   /* alone when nothing ran beside it (took would carry rounding) */
   if (!(s->in->contended > 1.0) || fabs(took - alone) <= 1e-12 * alone) took = alone;
@@ -124,12 +144,21 @@ static double Compute(Sim *s, double alone)
   return took;
 }
 
-/* The compute thread blocks until task t ends: exposed time. */
-static void WaitTask(Sim *s, int t) { Advance(s, 0.0, t); }
+/* The compute thread blocks until task t ends: exposed time.  A real wait
+ * ends when the collective does, on every rank of its group at once: the
+ * ranks leave it together ([Note: joining a collective]: no drift yet). */
+static void WaitTask(Sim *s, int t)
+{
+  if (TaskDone(s, t)) return;
+  Advance(s, 0.0, t);
+  s->last_compute = 0.0;
+}
 
-/* A task of `alone` seconds on stream k (0 gather, 1 reduce), issued now;
- * returns its index, -1 out of memory. */
-static int Issue(Sim *s, int k, double alone)
+/* A task of `alone` seconds on stream k (0 gather, 1 reduce), issued now:
+ * a collective (coll), moving bytes join_fraction x the last compute (0
+ * right after a wait) later at the earliest ([Note: joining a collective]), or a tail share
+ * (compute, at once); returns its index, -1 out of memory. */
+static int Issue(Sim *s, int k, double alone, int coll)
 {
   if (s->ntask == s->cap_task) {
     int cap = s->cap_task ? 2 * s->cap_task : 64;
@@ -139,7 +168,8 @@ static int Issue(Sim *s, int k, double alone)
     s->cap_task = cap;
   }
   int i = s->ntask++;
-  s->task[i] = (Task){alone, s->tc, 0, s->record, -1};
+  double join = coll && s->in->join_fraction > 0 ? s->in->join_fraction * s->last_compute : 0.0;
+  s->task[i] = (Task){alone, s->tc, s->tc + join, coll, 0, s->record, -1};
   if (alone <= 0) { /* nothing to move */
     s->task[i].done = 1;
     return i;
@@ -200,7 +230,7 @@ static int IssueGather(Sim *s, int u)
       x->slot = s->next_gslot;
       s->next_gslot = (s->next_gslot + 1) % s->in->gather_slots;
     }
-    x->gather_task = Issue(s, 0, s->in->gather_s[u]);
+    x->gather_task = Issue(s, 0, s->in->gather_s[u], 1);
     if (x->gather_task < 0) FSDP_ERROR(FSDP_ERR_MEM, "out of memory replaying a step");
     Note(s, FSDP_STEP_EV_GATHER, u, s->tc);
   }
@@ -282,7 +312,7 @@ static int TailQueue(Sim *s, int u, int micro, int nmicro, int task)
   if (micro != nmicro - 1 || !TailEarly(s->in)) return FSDP_SUCCESS;
   s->u[u].reduce_task = task;
   if (s->in->tail == FSDP_TAIL_STREAM) { /* a task behind the reduction */
-    if (Issue(s, 1, s->in->optim_unit_s[u]) < 0)
+    if (Issue(s, 1, s->in->optim_unit_s[u], 0) < 0)
       FSDP_ERROR(FSDP_ERR_MEM, "out of memory replaying a step");
     s->tail_done_s += s->in->optim_unit_s[u];
     if (s->record) s->compute += s->in->optim_unit_s[u];
@@ -301,7 +331,7 @@ static int ReduceGrad(Sim *s, int u, int micro, int nmicro)
   if (!o->accum_comm && micro != nmicro - 1) return FSDP_SUCCESS; /* accumulate locally */
   if (GradIsShard(s->in) && s->in->R == 1) /* nothing to reduce: the shard is the gradient */
     return TailQueue(s, u, micro, nmicro, -1);
-  int t = Issue(s, 1, s->in->reduce_s[u]);
+  int t = Issue(s, 1, s->in->reduce_s[u], 1);
   if (t < 0) FSDP_ERROR(FSDP_ERR_MEM, "out of memory replaying a step");
   Note(s, FSDP_STEP_EV_REDUCE, u, s->tc);
   if (x->grad_slot == -2) s->root_rslot_task = t;

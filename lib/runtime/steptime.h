@@ -41,6 +41,36 @@
  * compute was to go on beside it: a waited-for gather was charged in full,
  * and at 10 Gbit/s the wider wraps' predicted exposure came out 2.3x the
  * measured: bench/README.md.)
+ *
+ * [Note: joining a collective] A collective moves nothing until the last
+ * rank of its group has issued it, and a rank's stream thread must wake
+ * up to run it; on 4 ranks over 2 cores the ranks drift apart by
+ * milliseconds within a stage.  In a 10 Gbit/s trace of -prefetch none
+ * (bench/README.md), the last rank issued a collective 6.9 ms after rank
+ * 0 on average, 138 ms a step over its 20 collectives, where the replay
+ * charged nothing.  The probe measures the wait directly: a one-element
+ * world all-reduce issued on a stream thread right after each stage and
+ * waited for, every rank at once; the ranks drift apart in proportion to
+ * the work between two meetings, so it keeps the waits over the stages'
+ * time (`join_fraction`).  The replay holds each collective that fraction
+ * of the compute that preceded its issue (the last stage, or the
+ * optimizer at a step's start; nothing right after a wait for a
+ * collective, which the ranks leave together) before it moves bytes (the
+ * stream is busy meanwhile: its thread sits in the collective); behind a
+ * running task the wait overlaps that task, as the other ranks' issues
+ * do.  (A constant
+ * wait per collective, the mean, put the exposed order of one node's and
+ * the 1 Gbit/s sweep's settled pairs at 0.77 and 0.89 where the
+ * proportional one gives 0.92 and 0.96: it charged the short forward
+ * stages' gathers as much as the long backward ones.)
+ *
+ * [Note: two collectives at once] The gather stream and the reduce
+ * stream share the link and the cores: in backward the next unit's gather
+ * runs beside the last unit's reduce-scatter (207 ms a step of the same
+ * trace, both streams busy).  The probe times two equal world all-gathers
+ * at once on two stream threads against one alone (`concurrent`); while
+ * both streams move bytes, each task runs at 1/concurrent of its rate
+ * (times 1/comm_contended while the compute thread computes).
  */
 #ifndef FSDP_STEPTIME_H
 #define FSDP_STEPTIME_H
@@ -88,6 +118,12 @@ typedef struct {
   /* the other side: a collective's time beside compute over its time
    * alone (<= 1: as alone), while the compute thread computes */
   double comm_contended;
+  /* [Note: joining a collective]: a collective moves bytes this fraction
+   * of the compute before its issue after it (0: at once) */
+  double join_fraction;
+  /* [Note: two collectives at once]: a collective's time while the other
+   * stream moves bytes too, over its time alone (<= 1: as alone) */
+  double concurrent;
 } FsdpStepTimeInput;
 
 typedef struct {
