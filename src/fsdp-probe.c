@@ -220,6 +220,18 @@ static int WorldMax(double *v)
   return FSDP_SUCCESS;
 }
 
+/* g: a duplicate of the world for a stream thread's collectives (its own
+ * communicator, as the runtime's streams have; the compute thread's
+ * barriers stay on the world).  Free g->comm unless it is MPI_COMM_NULL. */
+static int WorldDup(FsdpGroup *g)
+{
+  *g = (FsdpGroup){MPI_COMM_NULL, 0, 0, 0, 0, "world"};
+  FSDP_CALL_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &g->comm));
+  FSDP_CALL_MPI(MPI_Comm_size(g->comm, &g->size));
+  FSDP_CALL_MPI(MPI_Comm_rank(g->comm, &g->rank));
+  return FSDP_SUCCESS;
+}
+
 /* ---- compute ---------------------------------------------------------- */
 
 typedef struct {
@@ -540,15 +552,10 @@ static size_t LargeCollElems(const ProbeOptions *po)
 static int BesideStart(const ProbeOptions *po, BesideState *bs)
 {
   memset(bs, 0, sizeof *bs);
-  bs->g.comm = MPI_COMM_NULL;
-  bs->g.name = "world";
   atomic_store(&bs->stop, 0);
   size_t elems = LargeCollElems(po);
   if (elems < 1024) elems = 1024;
-  /* its own communicator: the compute thread's barriers stay on world */
-  FSDP_CALL_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &bs->g.comm));
-  FSDP_CALL_MPI(MPI_Comm_size(bs->g.comm, &bs->g.size));
-  FSDP_CALL_MPI(MPI_Comm_rank(bs->g.comm, &bs->g.rank));
+  FSDP_CALL(WorldDup(&bs->g));
   FSDP_CALL(FsdpMalloc(FSDP_MEM_OTHER, elems * sizeof(float), &bs->buf));
   for (size_t i = 0; i < elems; i++) bs->buf[i] = 1.0f;
   FSDP_CALL(FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &bs->coll));
@@ -600,11 +607,7 @@ typedef struct {
 static int JoinStart(JoinState *js)
 {
   memset(js, 0, sizeof *js);
-  js->g.comm = MPI_COMM_NULL;
-  js->g.name = "world";
-  FSDP_CALL_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &js->g.comm));
-  FSDP_CALL_MPI(MPI_Comm_size(js->g.comm, &js->g.size));
-  FSDP_CALL_MPI(MPI_Comm_rank(js->g.comm, &js->g.rank));
+  FSDP_CALL(WorldDup(&js->g));
   FSDP_CALL(FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &js->coll));
   return FsdpStreamCreate("probe-join", 4, &js->stream);
 }
@@ -927,16 +930,9 @@ static int ProbeConcurrent(const ProbeOptions *po, FsdpColl coll, const float *s
   double *t = malloc((size_t)2 * (size_t)po->reps * sizeof *t);
   FSDP_CHECK_ALLOC(t, (size_t)2 * (size_t)po->reps * sizeof *t);
   int err = FSDP_SUCCESS;
-  for (int k = 0; k < 2; k++) {
-    g[k] = (FsdpGroup){MPI_COMM_NULL, 0, 0, 0, 0, "world"};
-    if (!err && MPI_Comm_dup(MPI_COMM_WORLD, &g[k].comm) != MPI_SUCCESS)
-      err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_MPI,
-                           "MPI_Comm_dup of the world for two collectives at once failed");
-    if (!err) err = MPI_Comm_size(g[k].comm, &g[k].size) == MPI_SUCCESS &&
-                            MPI_Comm_rank(g[k].comm, &g[k].rank) == MPI_SUCCESS
-                        ? FSDP_SUCCESS
-                        : FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_MPI,
-                                         "MPI_Comm_size/rank of a duplicate world failed");
+  for (int k = 0; k < 2; k++) g[k].comm = MPI_COMM_NULL;
+  for (int k = 0; !err && k < 2; k++) {
+    err = WorldDup(&g[k]);
     if (!err) err = FsdpStreamCreate(k ? "probe-twin-1" : "probe-twin-0", 4, &st[k]);
   }
   size_t count = err ? 0 : elems / (size_t)g[0].size;
@@ -1030,7 +1026,7 @@ static int ProbeCollectives(const ProbeOptions *po, FsdpTopo topo, FsdpProfile *
   float *c = NULL;
   size_t twin = LargeCollElems(po) / (size_t)world->size * (size_t)world->size;
   if (!err && world->size > 1 && twin > 0) {
-    err = FsdpMalloc(FSDP_MEM_OTHER, elems * sizeof(float), &c);
+    err = FsdpMalloc(FSDP_MEM_OTHER, twin * sizeof(float), &c);
     if (!err) err = ProbeConcurrent(po, coll, a, b, c, twin, &p->concurrent_factor);
   }
   FsdpFree(&c);

@@ -156,8 +156,9 @@ static void WaitTask(Sim *s, int t)
 
 /* A task of `alone` seconds on stream k (0 gather, 1 reduce), issued now:
  * a collective (coll), moving bytes join_fraction x the last compute (0
- * right after a wait) later at the earliest ([Note: joining a collective]), or a tail share
- * (compute, at once); returns its index, -1 out of memory. */
+ * right after a wait) later at the earliest ([Note: joining a
+ * collective]), or a tail share (compute, at once); returns its index, -1
+ * out of memory. */
 static int Issue(Sim *s, int k, double alone, int coll)
 {
   if (s->ntask == s->cap_task) {
