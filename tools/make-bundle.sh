@@ -55,7 +55,9 @@ compgen -G "$libdir/libfsdp.so*" >/dev/null || die "no libfsdp.so in $libdir"
 # The bundle carries OpenMPI's launcher and components: an fsdp built against
 # another MPI (configure --with-mpi=mpich) would start as singletons under it.
 libfsdp=$(compgen -G "$libdir/libfsdp.so*" | head -1)
-ldd "$libfsdp" | grep -q 'libmpi\.so' ||
+# grep reads all of ldd's output: with -q it would stop at the match, ldd
+# could die of SIGPIPE, and pipefail would fail the test of a good library
+ldd "$libfsdp" | grep 'libmpi\.so' >/dev/null ||
     die "$libfsdp is not linked against OpenMPI (libmpi.so): bundles are made of OpenMPI builds only (configure --with-mpi=openmpi)"
 for t in ldd objdump orterun orted; do
     command -v "$t" >/dev/null || die "$t not found (need binutils and openmpi-bin)"
