@@ -110,7 +110,7 @@ ln -sf orterun "$out/bin/mpiexec"
 # ---- OpenMPI and PMIx components, help files, parameters ------------------------
 dropped=()
 for c in "$ompi_pkglib"/*.so; do
-    if awk '{print $1}' <<<"$(ldd "$c" 2>/dev/null || true)" | grep -Eq "$drop_deps"; then
+    if awk '{print $1}' <<<"$(ldd "$c" 2>/dev/null || true)" | grep -E "$drop_deps" >/dev/null; then
         dropped+=("$(basename "$c" .so)")
         continue
     fi
@@ -185,7 +185,7 @@ declare -A seen=()
 missing=()
 srcs=("$(readlink -f "$(command -v orterun)")" "${hdf5_srcs[@]}")
 for e in "${elfs[@]}"; do
-    head -c 4 "$e" | grep -q $'\x7fELF' || continue
+    head -c 4 "$e" | grep $'\x7fELF' >/dev/null || continue
     while read -r name arrow path _; do
         [[ $arrow == "=>" ]] || continue
         [[ $name =~ $glibc_libs ]] && continue
@@ -232,13 +232,13 @@ export PATH LD_LIBRARY_PATH
 # the python3 on PATH (site-packages/nvidia/*/lib: PyTorch's NCCL and
 # cuBLAS); appended, so the target's own settings win.
 _fsdp_lib=$(find "$FSDP_BUNDLE/lib" -maxdepth 1 -name 'libfsdp-cuda.so' 2>/dev/null | head -n 1)
-if [ -n "$_fsdp_lib" ] && ldd "$_fsdp_lib" 2>/dev/null | grep -Eq '(cudart|cublas|nccl)[^ ]* => not found'; then
+if [ -n "$_fsdp_lib" ] && ldd "$_fsdp_lib" 2>/dev/null | grep -E '(cudart|cublas|nccl)[^ ]* => not found' >/dev/null; then
     for _fsdp_d in ${CUDA_HOME:+"$CUDA_HOME/lib64"} /usr/local/cuda/lib64 \
         $(python3 -c 'import glob, os, site
 for p in site.getsitepackages() + [site.getusersitepackages()]:
     print("\n".join(sorted(glob.glob(os.path.join(p, "nvidia", "*", "lib")))))' 2>/dev/null); do
         if [ -d "$_fsdp_d" ] && find "$_fsdp_d/" -maxdepth 1 \( -name 'libcudart.so*' -o \
-            -name 'libcublas*.so*' -o -name 'libnccl.so*' \) 2>/dev/null | grep -q .; then
+            -name 'libcublas*.so*' -o -name 'libnccl.so*' \) 2>/dev/null | grep . >/dev/null; then
             case ":$LD_LIBRARY_PATH:" in *":$_fsdp_d:"*) ;; *) LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$_fsdp_d ;; esac
         fi
     done
