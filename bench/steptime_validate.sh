@@ -113,17 +113,26 @@ grep -E 'BLAS core|matmuls|messages|cross|node |beside' "$tmp/probe.out"
 "$BIN/fsdp-plan" -world_size "$W" -ranks_per_node "$G" $MODEL -profile "$tmp/prof.h5" -tune -tune_top 3 \
   -tune_options_out "$tmp/win.opts" >"$tmp/tune.out" 2>&1 || { echo "tune failed"; cat "$tmp/tune.out"; exit 1; }
 configs+=("$(grep -v '^#' "$tmp/win.opts" | tr '\n' ' ')")
+# Each repetition runs the configurations in its own shuffled order (seeded
+# by the repetition): the host's slow and fast phases last minutes, and a
+# fixed order would hand one phase to the same configurations every time
+# (the tuner's pick, measured last, ran in a slow phase twice of three).
+rep_order() { python3 -c 'import random, sys
+n, rep = int(sys.argv[1]), int(sys.argv[2])
+o = list(range(n)); random.Random(rep).shuffle(o); print(" ".join(map(str, o)))' "${#configs[@]}" "$1"; }
 for rep in $(seq "${REP_FIRST:-1}" "${REP_LAST:-$REPS}"); do
+  order=$(rep_order "$rep")
   if [ "$SWEEP" = slurm ]; then # one job array per repetition
     sw=$tmp/sweep-$rep
     rm -rf "$sw"
     mkdir -p "$sw"
     todo=()
-    for i in "${!configs[@]}"; do
+    for i in $order; do
       [ -s "$tmp/run-$i-$rep.out" ] && continue
-      # an option and its value per line; the model's first, the configuration's after
+      # an option and its value per line; the model's first, the configuration's after;
+      # the array runs the files in name order: the repetition's order first
       # shellcheck disable=SC2086
-      printf -- '%s %s\n' $MODEL ${configs[$i]} >"$sw/c$(printf %02d "$i").opts"
+      printf -- '%s %s\n' $MODEL ${configs[$i]} >"$sw/p$(printf %02d "${#todo[@]}")-c$(printf %02d "$i").opts"
       todo+=("$i")
     done
     [ ${#todo[@]} -eq 0 ] && continue
@@ -134,7 +143,7 @@ for rep in $(seq "${REP_FIRST:-1}" "${REP_LAST:-$REPS}"); do
     slurm_wait 3600 "$jid" || exit 1
     for k in "${!todo[@]}"; do
       i=${todo[$k]}
-      s=$sw/runs/c$(printf %02d "$i")/summary.json
+      s=$sw/runs/p$(printf %02d "$k")-c$(printf %02d "$i")/summary.json
       grep -q step_time_ms_median "$s" 2>/dev/null ||
         { echo "sweep task $k (${configs[$i]}) failed:"; tail -n 5 "$sw/$k.out"; exit 1; }
       cp "$s" "$tmp/run-$i-$rep.out"
@@ -142,7 +151,7 @@ for rep in $(seq "${REP_FIRST:-1}" "${REP_LAST:-$REPS}"); do
     echo "steptime_validate: repetition $rep/$REPS done (job array $jid)"
     continue
   fi
-  for i in "${!configs[@]}"; do
+  for i in $order; do
     [ -s "$tmp/run-$i-$rep.out" ] && continue
     # shellcheck disable=SC2086
     launch "$BIN/fsdp-train" $MODEL ${configs[$i]} -steps "$STEPS" -log_every 0 -summary json \
@@ -172,10 +181,11 @@ def last(path): return json.loads([l for l in open(path) if l.strip()][-1])
 def exposed(run):
     ct = run["comm_time_per_step"]
     return ct.get("exposed_ms_median", ct["exposed_ms"])
-rows, spans = [], []
+rows, spans, steps = [], [], []
 for i, c in enumerate(configs):
     runs = [last("%s/run-%d-%d.out" % (d, i, r)) for r in range(1, reps + 1)]
-    meas = statistics.median(r["step_time_ms_median"] for r in runs)
+    steps.append([r["step_time_ms_median"] for r in runs])
+    meas = statistics.median(steps[-1])
     exp = [exposed(r) for r in runs]
     p = last("%s/plan-%d.out" % (d, i))["predicted"]
     rows.append((c, meas, statistics.median(exp), p["step_time_ms"], p["exposed_comm_ms"]))
@@ -216,6 +226,17 @@ fastest = min(rows[:-1], key=lambda r: r[1])
 pick = rows[-1]
 print("fastest measured of the sweep: %s (%.1f ms); the tuner's pick (last row) measured %.1f ms: %.3f of it"
       % (fastest[0], fastest[1], pick[1], pick[1] / fastest[1]))
+# the same comparison repetition by repetition (each repetition runs every
+# configuration within minutes, so the host's slower and faster phases
+# divide out): the pick against that fastest configuration, and against
+# the fastest of the repetition's own sweep
+ifast = rows.index(fastest)
+by_rep = [steps[-1][r] / steps[ifast][r] for r in range(reps)]
+by_min = [steps[-1][r] / min(x[r] for x in steps[:-1]) for r in range(reps)]
+print("repetition by repetition, the pick over that configuration: median %.3f [%.3f, %.3f]; "
+      "over the repetition's fastest: median %.3f [%.3f, %.3f]"
+      % (statistics.median(by_rep), min(by_rep), max(by_rep),
+         statistics.median(by_min), min(by_min), max(by_min)))
 tune = open(d + "/tune.out").read().splitlines()
 print("\n".join(l for l in tune if l.strip()[:1].isdigit() or l.startswith("fsdp-plan -tune") or l.strip().startswith("rank")))
 PY
