@@ -106,7 +106,7 @@ if [ ! -s "$tmp/prof.h5" ]; then
   launch "$BIN/fsdp-probe" $MODEL -profile_out "$tmp/prof.h5" >"$tmp/probe.out" 2>&1 ||
     { echo "fsdp-probe failed"; tail -n 5 "$tmp/probe.out"; rm -f "$tmp/prof.h5"; exit 1; }
 fi
-grep -E 'BLAS core|matmuls|messages|cross|node |beside' "$tmp/probe.out"
+grep -E 'BLAS core|matmuls|messages|cross|node |beside|join' "$tmp/probe.out"
 # the tuner's pick over the same space (same sequences per rank), measured
 # with the others
 # shellcheck disable=SC2086

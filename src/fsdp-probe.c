@@ -636,6 +636,37 @@ static int JoinStop(JoinState *js)
   return err ? err : e2;
 }
 
+/* [Note: joining a collective] What the joins cost beyond the stages the
+ * profile keeps.  The profile's stage times are the slowest rank's
+ * medians, so the replay already runs at the slowest rank's pace; a join
+ * adds only what lockstep costs beyond that: a stage whose slowest rank
+ * changes from pass to pass (drift, a hiccup on either core) or ran over
+ * its median.  So: the time this rank spent from the first timed stage to
+ * the last join (its stages plus its waits: the same on every rank, the
+ * ranks meeting after each stage) over the sum of the slowest rank's
+ * median stage times, less 1; the mean over the ranks, 0 at the least.
+ * (The waits over the rank's own stages, the first measure, took a core
+ * slower than the other for drift: on one node the fast rank waited 0.27
+ * of every stage and the slow one 0.002, and the replay, already at the
+ * slow rank's pace, charged the difference twice.)  t: the passes as
+ * ProbeStagesAt lays them out; sorted in place. */
+static int JoinFraction(const JoinState *js, double *t, int stride, int col, int ns, int reps,
+                        double *fraction)
+{
+  double medians = 0.0;
+  for (int i = 0; i < 2 * ns; i++) {
+    double med = Median(&t[(size_t)i * stride + col], reps);
+    FSDP_CALL(WorldMax(&med));
+    medians += med;
+  }
+  double lockstep = js->seconds + js->stage_seconds, f[2] = {0.0, 1.0};
+  if (medians > 0) f[0] = lockstep / (reps * medians) - 1.0;
+  if (f[0] < 0) f[0] = 0.0;
+  FSDP_CALL_MPI(MPI_Allreduce(MPI_IN_PLACE, f, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+  *fraction = f[0] / f[1];
+  return FSDP_SUCCESS;
+}
+
 typedef enum {
   STAGES_ALONE,  /* nothing beside the stages */
   STAGES_BESIDE, /* [Note: contended compute]: a collective looping on a stream thread */
@@ -720,14 +751,7 @@ static int ProbeStagesAt(const ProbeOptions *po, int B, StagesMode mode, int rep
   if (joined) {
     int e = JoinStop(&js);
     if (!err) err = e;
-    /* each rank's waits over its stages' time, the mean over the ranks */
-    double frac[2] = {js.stage_seconds > 0 ? js.seconds / js.stage_seconds : 0.0, 1.0};
-    if (!err) {
-      e = MPI_Allreduce(MPI_IN_PLACE, frac, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-      if (e != MPI_SUCCESS) err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_MPI,
-                                                 "MPI_Allreduce of the join waits failed");
-    }
-    *beside_s = frac[0] / frac[1];
+    if (!err) err = JoinFraction(&js, t, stride, col, ns, reps, beside_s);
   }
   if (beside) {
     int e = BesideStop(&bs);
@@ -1180,8 +1204,8 @@ static void PrintProfile(const FsdpProfile *p, const char *path)
            "(%d cores per node, %d ranks x %d threads)\n", p->contended_factor,
            p->cores_per_node, p->ranks_per_node, p->threads);
   if (p->join_fraction > 0)
-    printf("  a collective issued after a stage waits %.4f of the stage's time for the last rank "
-           "to join it\n", p->join_fraction);
+    printf("  a collective issued after each stage (the ranks in lockstep) costs %.4f of the "
+           "stages' time (the slowest rank's) for the last rank to join it\n", p->join_fraction);
   if (p->concurrent_factor > 0)
     printf("  two world all-gathers at once on two stream threads: x%.3f the time of one alone\n",
            p->concurrent_factor);

@@ -14,7 +14,8 @@
 #     3 rounds of one pass at each (every time positive, stage_rounds 3),
 #     and again beside an all-reduce (the factor, the all-reduce's time and
 #     volume, the cores per node recorded), and once more with a join after
-#     each stage (its mean wait positive), and two world all-gathers at
+#     each stage (what the lockstep costs beyond the slowest rank's stage
+#     times positive), and two world all-gathers at
 #     once against one (a factor recorded).
 #  1b. With the default -probe_max_bytes the sizes reach the model's
 #     largest unit (2 MiB for a 1.28 MB root, past the 1 MiB floor).
@@ -128,8 +129,9 @@ if not float(g.attrs["contended_factor"]) > 0: bad.append("contended_factor %r" 
 if not int(g.attrs["cores_per_node"]) > 0: bad.append("cores_per_node %r" % g.attrs["cores_per_node"])
 if not float(g.attrs["contended_allreduce_s"]) > 0: bad.append("contended_allreduce_s %r" % g.attrs["contended_allreduce_s"])
 if not float(g.attrs["contended_allreduce_bytes"]) > 0: bad.append("contended_allreduce_bytes %r" % g.attrs["contended_allreduce_bytes"])
-# [Note: joining a collective]: the mean wait of a join after each stage
-# (4 ranks on the cores of one machine: never 0); [Note: two collectives
+# [Note: joining a collective]: what a join after each stage costs beyond
+# the slowest rank's stage times (4 ranks time-sliced on the cores of one
+# machine: never 0; test_probe_join.sh: a slow core is not drift); [Note: two collectives
 # at once]: two world all-gathers against one
 if not 0 < float(g.attrs["join_fraction"]) < 10: bad.append("join_fraction %r" % g.attrs["join_fraction"])
 if not float(f["collectives"].attrs["concurrent_factor"]) > 0:

@@ -112,13 +112,13 @@ typedef struct {
    * sets it against the world all-reduce curve measured alone); 0: not
    * measured */
   double contended_allreduce_s, contended_allreduce_bytes;
-  /* [Note: joining a collective] (runtime/steptime.h): the time a rank's
-   * compute thread waited for a one-element world all-reduce issued on a
-   * stream thread right after each of the model's stages (every rank at
-   * once, as an on-demand gather follows a stage in a run: the wait for
-   * the last rank to join, with the thread wake-ups), over the stages'
-   * time; the mean over ranks; 0: not measured (a described profile, an
-   * older file) */
+  /* [Note: joining a collective] (runtime/steptime.h): the model's stages
+   * with a one-element world all-reduce issued on a stream thread right
+   * after each and waited for (every rank at once, as an on-demand gather
+   * follows a stage in a run: the wait for the last rank to join, with the
+   * thread wake-ups): the time that took beyond the slowest rank's median
+   * stage times, over them; the mean over ranks; 0: none, or not measured
+   * (a described profile, an older file) */
   double join_fraction;
   /* [Note: two collectives at once] (runtime/steptime.h): the time of
    * two equal world all-gathers run at once on two stream threads (each

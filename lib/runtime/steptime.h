@@ -51,8 +51,11 @@
  * charged nothing.  The probe measures the wait directly: a one-element
  * world all-reduce issued on a stream thread right after each stage and
  * waited for, every rank at once; the ranks drift apart in proportion to
- * the work between two meetings, so it keeps the waits over the stages'
- * time (`join_fraction`).  The replay holds each collective that fraction
+ * the work between two meetings, so it keeps what that lockstep took
+ * beyond the slowest rank's median stage times, over them
+ * (`join_fraction`; the replay's stages already run at the slowest rank's
+ * pace, so a core slower than the other for the whole probe is not
+ * charged again: JoinFraction in fsdp-probe.c).  The replay holds each collective that fraction
  * of the compute that preceded its issue (the last stage, or the
  * optimizer at a step's start; nothing right after a wait for a
  * collective, which the ranks leave together) before it moves bytes (the

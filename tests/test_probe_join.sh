@@ -1,0 +1,60 @@
+#!/bin/sh
+# test_probe_join.sh MPIEXEC "PREFLAGS" BINDIR: fsdp-probe's join fraction
+# charges the ranks' drift, not a core slower than the other
+# ([Note: joining a collective], JoinFraction in src/fsdp-probe.c).
+# Two ranks, each pinned to a core of its own; a busy loop shares rank 1's
+# core for the whole probe, so rank 1 runs every stage at about half speed.
+# The profile keeps the slowest rank's stage times, so the replay already
+# runs at rank 1's pace, and what the ranks lose to meeting after every
+# stage beyond that is small: the join fraction must stay under 0.2.  The
+# first measure (each rank's waits over its own stages) gave rank 0's
+# waits, a whole stage each, half weight: 0.4-0.5 here, and the replay
+# charged the slow core twice.  Without the busy loop the fraction is
+# small as well (0 happens: lockstep cost nothing beyond the medians).
+#   usage: test_probe_join.sh MPIEXEC "PREFLAGS" BINDIR
+set -u
+MPIEXEC=$1
+PREFLAGS=$2
+BIN=$3
+# (nproc alone reports OMP_NUM_THREADS when it is set)
+cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
+[ "$cores" -ge 2 ] || { echo "SKIP: needs 2 cores ($cores)"; exit 77; }
+command -v taskset >/dev/null || { echo "SKIP: needs taskset (util-linux)"; exit 77; }
+tmp=$(mktemp -d /tmp/fsdp_test_probe_join.XXXXXX)
+hog=""
+trap '[ -n "$hog" ] && kill "$hog" 2>/dev/null; rm -rf "$tmp"' EXIT
+# each rank on the core of its rank number (Open MPI or MPICH names it)
+cat >"$tmp/pin.sh" <<'SH'
+#!/bin/sh
+r=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}
+exec taskset -c "$r" "$@"
+SH
+chmod +x "$tmp/pin.sh"
+MODEL="-model custom -n_layer 2 -n_embd 256 -n_head 4 -vocab_size 4096 -seq_len 64 -batch_size 4"
+# the join fraction of one probe (stdout), its output in $tmp/$1.out
+probe() {
+  # shellcheck disable=SC2086
+  timeout 240 "$MPIEXEC" $PREFLAGS -n 2 "$tmp/pin.sh" "$BIN/fsdp-probe" $MODEL -probe_reps 5 \
+    -probe_min_bytes 1024 -probe_max_bytes 65536 -profile_out "$tmp/$1.h5" >"$tmp/$1.out" 2>&1 ||
+    { echo "FAIL: fsdp-probe ($1) failed:" >&2; tail -n 5 "$tmp/$1.out" >&2; return 1; }
+  h5dump -a /compute/join_fraction "$tmp/$1.h5" 2>/dev/null | sed -n 's/.*(0): *//p'
+}
+quiet=$(probe quiet) || exit 1
+taskset -c 1 sh -c 'while :; do :; done' &
+hog=$!
+slow=$(probe slow) || exit 1
+kill "$hog" 2>/dev/null
+hog=""
+for f in quiet slow; do grep -E 'stages at 4 |join it' "$tmp/$f.out" | sed "s/^/  $f: /"; done
+echo "join fraction: ranks alike $quiet; rank 1 sharing its core with a busy loop $slow"
+fails=0
+awk -v q="$quiet" 'BEGIN { exit !(q != "" && q + 0 >= 0 && q + 0 < 0.2) }' ||
+  { echo "FAIL: the join fraction of two ranks alike is '$quiet', expected in [0, 0.2)"; fails=1; }
+awk -v s="$slow" 'BEGIN { exit !(s != "" && s + 0 < 0.2) }' ||
+  { echo "FAIL: with rank 1's core shared the join fraction is '$slow', expected under 0.2: a slow core charged as drift"; fails=1; }
+# the slow core shows in the stage times the profile keeps (the slowest rank's)
+fq=$(sed -n 's/.*stages at 4 x 64 tokens: forward \([0-9.]*\) ms.*/\1/p' "$tmp/quiet.out")
+fs=$(sed -n 's/.*stages at 4 x 64 tokens: forward \([0-9.]*\) ms.*/\1/p' "$tmp/slow.out")
+awk -v q="$fq" -v s="$fs" 'BEGIN { exit !(q + 0 > 0 && s + 0 > 1.4 * q) }' ||
+  { echo "FAIL: the busy loop did not slow rank 1's stages (forward $fq ms alone, $fs ms shared): the check above proves nothing"; fails=1; }
+exit $fails
