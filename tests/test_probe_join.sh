@@ -2,15 +2,17 @@
 # test_probe_join.sh MPIEXEC "PREFLAGS" BINDIR: fsdp-probe's join fraction
 # charges the ranks' drift, not a core slower than the other
 # ([Note: joining a collective], JoinFraction in src/fsdp-probe.c).
-# Two ranks, each pinned to a core of its own; a busy loop shares rank 1's
-# core for the whole probe, so rank 1 runs every stage at about half speed.
-# The profile keeps the slowest rank's stage times, so the replay already
-# runs at rank 1's pace, and what the ranks lose to meeting after every
-# stage beyond that is small: the join fraction must stay under 0.2.  The
-# first measure (each rank's waits over its own stages) gave rank 0's
-# waits, a whole stage each, half weight: 0.4-0.5 here, and the replay
-# charged the slow core twice.  Without the busy loop the fraction is
-# small as well (0 happens: lockstep cost nothing beyond the medians).
+# Two ranks, each pinned to a core of its own; two busy loops share rank
+# 1's core for the whole of a second probe, so rank 1 runs every stage at
+# about a third of its speed.  The profile keeps the slowest rank's stage
+# times, so the replay already runs at rank 1's pace, and what the ranks
+# lose to meeting after every stage beyond that is small: the join
+# fraction must stay under 0.3.  The first measure (each rank's waits over
+# its own stages) gave rank 0's waits, two stages each, half weight: about
+# 1 here, and the replay charged the slow core twice.  The probe without
+# the loops is the baseline the loops must slow rank 1's stages from (1.5x
+# at least, or the check proves nothing); its own fraction is printed,
+# not checked (a noisy machine moves it).
 #   usage: test_probe_join.sh MPIEXEC "PREFLAGS" BINDIR
 set -u
 MPIEXEC=$1
@@ -21,8 +23,8 @@ cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 [ "$cores" -ge 2 ] || { echo "SKIP: needs 2 cores ($cores)"; exit 77; }
 command -v taskset >/dev/null || { echo "SKIP: needs taskset (util-linux)"; exit 77; }
 tmp=$(mktemp -d /tmp/fsdp_test_probe_join.XXXXXX)
-hog=""
-trap '[ -n "$hog" ] && kill "$hog" 2>/dev/null; rm -rf "$tmp"' EXIT
+hogs=""
+trap '[ -n "$hogs" ] && kill $hogs 2>/dev/null; rm -rf "$tmp"' EXIT
 # each rank on the core of its rank number (Open MPI or MPICH names it)
 cat >"$tmp/pin.sh" <<'SH'
 #!/bin/sh
@@ -40,21 +42,21 @@ probe() {
   h5dump -a /compute/join_fraction "$tmp/$1.h5" 2>/dev/null | sed -n 's/.*(0): *//p'
 }
 quiet=$(probe quiet) || exit 1
-taskset -c 1 sh -c 'while :; do :; done' &
-hog=$!
+for _ in 1 2; do
+  taskset -c 1 sh -c 'while :; do :; done' &
+  hogs="$hogs $!"
+done
 slow=$(probe slow) || exit 1
-kill "$hog" 2>/dev/null
-hog=""
+kill $hogs 2>/dev/null
+hogs=""
 for f in quiet slow; do grep -E 'stages at 4 |join it' "$tmp/$f.out" | sed "s/^/  $f: /"; done
-echo "join fraction: ranks alike $quiet; rank 1 sharing its core with a busy loop $slow"
+echo "join fraction: ranks alike $quiet; rank 1 sharing its core with two busy loops $slow"
 fails=0
-awk -v q="$quiet" 'BEGIN { exit !(q != "" && q + 0 >= 0 && q + 0 < 0.2) }' ||
-  { echo "FAIL: the join fraction of two ranks alike is '$quiet', expected in [0, 0.2)"; fails=1; }
-awk -v s="$slow" 'BEGIN { exit !(s != "" && s + 0 < 0.2) }' ||
-  { echo "FAIL: with rank 1's core shared the join fraction is '$slow', expected under 0.2: a slow core charged as drift"; fails=1; }
+awk -v s="$slow" 'BEGIN { exit !(s != "" && s + 0 >= 0 && s + 0 < 0.3) }' ||
+  { echo "FAIL: with rank 1's core shared the join fraction is '$slow', expected under 0.3: a slow core charged as drift"; fails=1; }
 # the slow core shows in the stage times the profile keeps (the slowest rank's)
 fq=$(sed -n 's/.*stages at 4 x 64 tokens: forward \([0-9.]*\) ms.*/\1/p' "$tmp/quiet.out")
 fs=$(sed -n 's/.*stages at 4 x 64 tokens: forward \([0-9.]*\) ms.*/\1/p' "$tmp/slow.out")
-awk -v q="$fq" -v s="$fs" 'BEGIN { exit !(q + 0 > 0 && s + 0 > 1.4 * q) }' ||
-  { echo "FAIL: the busy loop did not slow rank 1's stages (forward $fq ms alone, $fs ms shared): the check above proves nothing"; fails=1; }
+awk -v q="$fq" -v s="$fs" 'BEGIN { exit !(q + 0 > 0 && s + 0 > 1.5 * q) }' ||
+  { echo "FAIL: the busy loops did not slow rank 1's stages (forward $fq ms alone, $fs ms shared): the check above proves nothing"; fails=1; }
 exit $fails
