@@ -220,6 +220,20 @@ static int WorldMax(double *v)
   return FSDP_SUCCESS;
 }
 
+/* Each stage's forward and backward: the median over `reps` passes in
+ * t (as ProbeStagesAt lays them out, rows `stride` apart), the slowest
+ * rank's; t sorted in place. */
+static int StageMedians(double *t, int stride, int ns, int reps, double *fwd, double *bwd)
+{
+  for (int i = 0; i < 2 * ns; i++) {
+    double med = Median(&t[(size_t)i * stride], reps);
+    FSDP_CALL(WorldMax(&med));
+    if (i < ns) fwd[i] = med;
+    else bwd[i - ns] = med;
+  }
+  return FSDP_SUCCESS;
+}
+
 /* g: a duplicate of the world for a stream thread's collectives (its own
  * communicator, as the runtime's streams have; the compute thread's
  * barriers stay on the world).  Free g->comm unless it is MPI_COMM_NULL. */
@@ -600,8 +614,7 @@ typedef struct {
   FsdpColl coll;
   FsdpGroup g;
   float x;
-  double seconds;       /* the timed waits, summed */
-  double stage_seconds; /* the stages they followed, summed */
+  double lockstep;      /* the timed stages and the joins after them, summed */
 } JoinState;
 
 static int JoinStart(JoinState *js)
@@ -620,10 +633,7 @@ static int JoinWait(JoinState *js, int timed, double stage_s)
   double t0 = MPI_Wtime();
   FSDP_CALL(FsdpStreamEnqueue(js->stream, "all_reduce", JoinOnce, &a, sizeof a, &ev));
   FSDP_CALL(FsdpEventWait(ev));
-  if (timed) {
-    js->seconds += MPI_Wtime() - t0;
-    js->stage_seconds += stage_s;
-  }
+  if (timed) js->lockstep += stage_s + (MPI_Wtime() - t0);
   return FSDP_SUCCESS;
 }
 
@@ -653,14 +663,11 @@ static int JoinStop(JoinState *js)
 static int JoinFraction(const JoinState *js, double *t, int stride, int col, int ns, int reps,
                         double *fraction)
 {
-  double medians = 0.0;
-  for (int i = 0; i < 2 * ns; i++) {
-    double med = Median(&t[(size_t)i * stride + col], reps);
-    FSDP_CALL(WorldMax(&med));
-    medians += med;
-  }
-  double lockstep = js->seconds + js->stage_seconds, f[2] = {0.0, 1.0};
-  if (medians > 0) f[0] = lockstep / (reps * medians) - 1.0;
+  double fwd[FSDP_PROFILE_MAX_STAGES], bwd[FSDP_PROFILE_MAX_STAGES], medians = 0.0;
+  FSDP_CALL(StageMedians(t + col, stride, ns, reps, fwd, bwd));
+  for (int i = 0; i < ns; i++) medians += fwd[i] + bwd[i];
+  double f[2] = {0.0, 1.0};
+  if (medians > 0) f[0] = js->lockstep / (reps * medians) - 1.0;
   if (f[0] < 0) f[0] = 0.0;
   FSDP_CALL_MPI(MPI_Allreduce(MPI_IN_PLACE, f, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
   *fraction = f[0] / f[1];
@@ -679,7 +686,7 @@ typedef enum {
  * (this rank's seconds); *ns their number (0: more than the profile holds,
  * not timed).  STAGES_BESIDE: *beside_s the collective's mean time (the
  * slowest rank's), *beside_bytes its volume; STAGES_JOINED: *beside_s the
- * joins' waits over the stages' time (the mean over the ranks). */
+ * join fraction (JoinFraction; t sorted). */
 static int ProbeStagesAt(const ProbeOptions *po, int B, StagesMode mode, int reps, double *t,
                          int stride, int col, int *ns_out, double *beside_s, double *beside_bytes)
 {
@@ -782,18 +789,6 @@ static int ProbeStagesAt(const ProbeOptions *po, int B, StagesMode mode, int rep
   return err ? err : derr;
 }
 
-/* Each stage's forward and backward: the median over `reps` passes in
- * t (as ProbeStagesAt lays them out), the slowest rank's. */
-static int StageMedians(double *t, int ns, int reps, double *fwd, double *bwd)
-{
-  for (int i = 0; i < 2 * ns; i++) {
-    double med = Median(&t[(size_t)i * reps], reps);
-    FSDP_CALL(WorldMax(&med));
-    if (i < ns) fwd[i] = med;
-    else bwd[i - ns] = med;
-  }
-  return FSDP_SUCCESS;
-}
 
 /* [Note: stages measured] at the run's micro-batch B and its divisors
  * (largest first, at most FSDP_PROFILE_MAX_STAGE_BATCHES): -tune's
@@ -837,7 +832,7 @@ static int ProbeStages(const ProbeOptions *po, FsdpProfile *p)
       ns = n; /* the same model at every micro-batch: one stage count */
     }
   for (int k = 0; !err && ns > 0 && k < nb; k++)
-    err = StageMedians(t + (size_t)k * per, ns, reps, p->stage_fwd_s[k], p->stage_bwd_s[k]);
+    err = StageMedians(t + (size_t)k * per, reps, ns, reps, p->stage_fwd_s[k], p->stage_bwd_s[k]);
   free(t);
   FSDP_CALL(err);
   if (ns <= 0) return FSDP_SUCCESS; /* more stages than a profile holds */
@@ -857,7 +852,7 @@ static int ProbeStages(const ProbeOptions *po, FsdpProfile *p)
   int n = 0;
   err = ProbeStagesAt(po, bs[0], STAGES_BESIDE, reps, t, reps, 0, &n, &p->contended_allreduce_s,
                       &p->contended_allreduce_bytes);
-  if (!err && n == ns) err = StageMedians(t, ns, reps, cf, cb);
+  if (!err && n == ns) err = StageMedians(t, reps, ns, reps, cf, cb);
   /* [Note: joining a collective]: and with a join after each stage (a
    * world of one rank has nothing to join) */
   if (!err && world > 1)
