@@ -7,7 +7,9 @@
 # In one run: fsdp-probe measures the machine the way the runs are launched
 # (the profile), then for each configuration (sharding factor, -wrap,
 # -prefetch, RAF/NRAF, -limit_all_gathers) fsdp-train runs REPS times,
-# interleaved, and fsdp-plan -profile predicts it.  Printed: per
+# interleaved, and fsdp-plan -profile predicts it (from each repetition's
+# own probe with PROBES=each, the default: the median of the predictions
+# against the median of the runs).  Printed: per
 # configuration the measured median step time and exposed communication
 # (fsdp-train's summary: median step, exposed_ms_median), the predicted ones, and
 # predicted/measured; then how many predictions fall within 20%, Kendall's
@@ -117,12 +119,32 @@ configs+=("$(grep -v '^#' "$tmp/win.opts" | tr '\n' ' ')")
 # by the repetition): the host's slow and fast phases last minutes, and a
 # fixed order would hand one phase to the same configurations every time
 # (the tuner's pick, measured last, ran in a slow phase twice of three).
+# With PROBES=each (the default) every repetition after the first also
+# probes the machine again, at its own place in the shuffled order ("p"):
+# the prediction of a configuration is the median of its predictions from
+# the REPS profiles, as its measurement is the median of REPS runs.  One
+# probe samples the host in one minute of its phases (seen: a probe in a
+# slow minute, every prediction 3-30% high; another in a fast minute with
+# the runs in a slow stretch, 4 of 12 within 20%).  PROBES=once: the first
+# profile predicts every repetition.
+PROBES=${PROBES:-each}
+case "$PROBES" in each|once) ;; *) echo "steptime_validate: PROBES must be each or once"; exit 2 ;; esac
 rep_order() { python3 -c 'import random, sys
-n, rep = int(sys.argv[1]), int(sys.argv[2])
-o = list(range(n)); random.Random(rep).shuffle(o); print(" ".join(map(str, o)))' "${#configs[@]}" "$1"; }
+n, rep, probe = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "each" and int(sys.argv[2]) > 1
+o = list(range(n)) + (["p"] if probe else []); random.Random(rep).shuffle(o); print(" ".join(map(str, o)))' \
+  "${#configs[@]}" "$1" "$PROBES"; }
+# probe_rep REP: this repetition's profile (the first's is prof.h5)
+probe_rep() {
+  [ -s "$tmp/prof-$1.h5" ] && return 0
+  # shellcheck disable=SC2086
+  launch "$BIN/fsdp-probe" $MODEL -profile_out "$tmp/prof-$1.h5" >"$tmp/probe-$1.out" 2>&1 ||
+    { echo "fsdp-probe (repetition $1) failed"; tail -n 5 "$tmp/probe-$1.out"; rm -f "$tmp/prof-$1.h5"; exit 1; }
+}
 for rep in $(seq "${REP_FIRST:-1}" "${REP_LAST:-$REPS}"); do
   order=$(rep_order "$rep")
   if [ "$SWEEP" = slurm ]; then # one job array per repetition
+    case " $order " in *" p "*) probe_rep "$rep" ;; esac # before the array (srun, not one of its tasks)
+    order=${order//p/}
     sw=$tmp/sweep-$rep
     rm -rf "$sw"
     mkdir -p "$sw"
@@ -152,6 +174,7 @@ for rep in $(seq "${REP_FIRST:-1}" "${REP_LAST:-$REPS}"); do
     continue
   fi
   for i in $order; do
+    if [ "$i" = p ]; then probe_rep "$rep"; continue; fi
     [ -s "$tmp/run-$i-$rep.out" ] && continue
     # shellcheck disable=SC2086
     launch "$BIN/fsdp-train" $MODEL ${configs[$i]} -steps "$STEPS" -log_every 0 -summary json \
@@ -165,35 +188,54 @@ for rep in $(seq "$REPS"); do
     [ -s "$tmp/run-$i-$rep.out" ] || { echo "steptime_validate: repetition $rep not measured yet (results in $tmp)"; exit 0; }
   done
 done
+# every configuration predicted from every profile: plan-I.out from the
+# first, plan-I-R.out from repetition R's
 for i in "${!configs[@]}"; do
-  # shellcheck disable=SC2086
-  "$BIN/fsdp-plan" -world_size "$W" -ranks_per_node "$G" $MODEL ${configs[$i]} -profile "$tmp/prof.h5" \
-    -summary json >"$tmp/plan-$i.out" 2>&1 || { echo "plan ${configs[$i]} failed"; cat "$tmp/plan-$i.out"; exit 1; }
+  for rep in $(seq "$REPS"); do
+    prof=$tmp/prof-$rep.h5 out=$tmp/plan-$i-$rep.out
+    if [ "$rep" = 1 ]; then prof=$tmp/prof.h5 out=$tmp/plan-$i.out; fi
+    [ -s "$prof" ] || continue
+    # shellcheck disable=SC2086
+    "$BIN/fsdp-plan" -world_size "$W" -ranks_per_node "$G" $MODEL ${configs[$i]} -profile "$prof" \
+      -summary json >"$out" 2>&1 || { echo "plan ${configs[$i]} failed"; cat "$out"; exit 1; }
+  done
 done
 printf '%s\n' "${configs[@]}" >"$tmp/configs"
 python3 - "$tmp" "$REPS" "$MODE" <<'PY'
-import json, statistics, sys
+import json, os, statistics, sys
 d, reps, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 configs = open(d + "/configs").read().splitlines()
 def last(path): return json.loads([l for l in open(path) if l.strip()][-1])
+# a configuration's predictions, one per profile (the first, then each
+# repetition's where it probed)
+def plans(i):
+    paths = ["%s/plan-%d.out" % (d, i)] + ["%s/plan-%d-%d.out" % (d, i, r) for r in range(2, reps + 1)]
+    return [last(p)["predicted"] for p in paths if os.path.exists(p)]
 # rank 0's exposed time: its median over the steps (as the step time's),
 # where the summary has it, else the mean
 def exposed(run):
     ct = run["comm_time_per_step"]
     return ct.get("exposed_ms_median", ct["exposed_ms"])
-rows, spans, steps = [], [], []
+rows, spans, steps, predicted = [], [], [], []
 for i, c in enumerate(configs):
     runs = [last("%s/run-%d-%d.out" % (d, i, r)) for r in range(1, reps + 1)]
     steps.append([r["step_time_ms_median"] for r in runs])
     meas = statistics.median(steps[-1])
     exp = [exposed(r) for r in runs]
-    p = last("%s/plan-%d.out" % (d, i))["predicted"]
-    rows.append((c, meas, statistics.median(exp), p["step_time_ms"], p["exposed_comm_ms"]))
+    ps = plans(i)
+    predicted.append([p["step_time_ms"] for p in ps])
+    rows.append((c, meas, statistics.median(exp), statistics.median(predicted[-1]),
+                 statistics.median([p["exposed_comm_ms"] for p in ps])))
     spans.append(exp)
 with open(d + "/rows.csv", "w") as f:
     f.write("mode,configuration,measured_ms,measured_exposed_ms,predicted_ms,predicted_exposed_ms,tuner\n")
     for i, (c, m, me, p, pe) in enumerate(rows):
         f.write('%s,"%s",%.2f,%.2f,%.2f,%.2f,%d\n' % (mode, c.strip(), m, me, p, pe, i == len(rows) - 1))
+if len(predicted[0]) > 1:
+    # how far the host moved between the probes: the first configuration's
+    # predictions from each profile
+    print("%d profiles (one per repetition); the first configuration predicted from each: %s ms"
+          % (len(predicted[0]), " ".join("%.1f" % x for x in predicted[0])))
 print("%-58s %10s %10s %10s %10s %7s" % ("configuration", "meas ms", "meas exp", "pred ms", "pred exp", "pred/m"))
 within = 0
 for c, m, me, p, pe in rows:

@@ -373,7 +373,11 @@ typedef struct {
  * log); the step's start zeroes the gradient shard (a 4-byte store that
  * first reads its line: 8).  A unit's share in the gradient tail is its
  * AdamW and its part of the norm. */
-static const double kOptimizerBytes = 28.0 + 4.0 + 8.0, kTailBytes = 28.0 + 4.0;
+static const double kOptimizerBytes = 28.0 + 4.0 + 8.0, kTailBytes = 28.0 + 4.0, kCheckBytes = 4.0;
+/* UnitAcquireGrad zeroes each unit's unsharded gradient buffer before its
+ * backward (fsdp.c; F > 1, or a persistent -accum_comm 0 buffer): 8 bytes
+ * per element of the unit, as the shard's zeroing above */
+static const double kZeroBytes = 8.0;
 
 /* [Note: contended compute] (runtime/steptime.h): the profile's factor
  * where the plan's ranks fill a node's cores (G ranks x the profile's
@@ -474,11 +478,14 @@ static int PredictFromProfile(const PlanOptions *po, const FsdpProfile *p, const
   double *unit_s = calloc((size_t)nu, sizeof *unit_s), *gather_s = calloc((size_t)nu, sizeof *gather_s);
   double *reduce_s = calloc((size_t)nu, sizeof *reduce_s);
   double *optim_unit_s = calloc((size_t)nu, sizeof *optim_unit_s);
+  double *check_unit_s = calloc((size_t)nu, sizeof *check_unit_s);
+  double *zero_unit_s = calloc((size_t)nu, sizeof *zero_unit_s);
   double *fwd_s = calloc((size_t)nstages + 1, sizeof *fwd_s), *bwd_s = calloc((size_t)nstages + 1, sizeof *bwd_s);
   int *nst = calloc((size_t)nu, sizeof *nst), *last = calloc((size_t)nu, sizeof *last);
   int *is_root = calloc((size_t)nu, sizeof *is_root);
   int err = FSDP_SUCCESS;
-  if (!unit_s || !gather_s || !reduce_s || !optim_unit_s || !fwd_s || !bwd_s || !nst || !last || !is_root) {
+  if (!unit_s || !gather_s || !reduce_s || !optim_unit_s || !check_unit_s || !zero_unit_s || !fwd_s ||
+      !bwd_s || !nst || !last || !is_root) {
     err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_MEM, "out of memory predicting a step");
     goto done;
   }
@@ -512,7 +519,11 @@ static int PredictFromProfile(const PlanOptions *po, const FsdpProfile *p, const
     out->gemm_s += gemm;
     is_root[i] = u[i].is_root;
     int64_t P = FlatParamPaddedNumel(u[i].fp), S = FlatParamShardNumel(u[i].fp);
-    if (p->adamw_bytes_per_s > 0) optim_unit_s[i] = kTailBytes * (double)S / p->adamw_bytes_per_s;
+    if (p->adamw_bytes_per_s > 0) {
+      optim_unit_s[i] = kTailBytes * (double)S / p->adamw_bytes_per_s;
+      check_unit_s[i] = kCheckBytes * (double)S / p->adamw_bytes_per_s;
+      zero_unit_s[i] = kZeroBytes * (double)P / p->adamw_bytes_per_s;
+    }
     if (po->F > 1) {
       gather_s[i] = CallSeconds(p, FSDP_COLL_ALL_GATHER, shard, P, po->param_dt);
       reduce_s[i] = CallSeconds(p, FSDP_COLL_REDUCE_SCATTER, shard, P, po->reduce_dt) +
@@ -599,7 +610,7 @@ static int PredictFromProfile(const PlanOptions *po, const FsdpProfile *p, const
                              out->recompute_s;
   FsdpStepTimeInput in = {&po->t.fsdp, po->F, po->R, nu, nstages, is_root, stage_unit, fwd_s,
                           bwd_s, gather_s, reduce_s, out->optimizer_s, gather_slots, grad_slots,
-                          0, 0, NULL, 1.0, 1.0, 0.0, 1.0};
+                          0, 0, NULL, 1.0, 1.0, 0.0, 1.0, NULL, NULL};
   out->contended = in.contended = ContendedFactor(po, p, &out->contended_why);
   out->contended_comm = in.comm_contended = ContendedCommFactor(po, p);
   /* [Note: joining a collective], [Note: two collectives at once]
@@ -609,10 +620,12 @@ static int PredictFromProfile(const PlanOptions *po, const FsdpProfile *p, const
   /* [Note: the gradient tail] (runtime/optim.c): AdamW per unit as the
    * reductions land when nothing gates it, in the unit's share of the
    * optimizer (its shard's elements) */
-  in.tail = po->t.optim_overlap;
+  in.tail = po->t.device_cuda ? FSDP_TAIL_NONE : po->t.optim_overlap; /* CPU only (train.c) */
   in.tail_early = !(po->t.optim.grad_clip > 0) && po->t.fsdp.param_dtype != FSDP_DTYPE_FP16 &&
-                  po->t.fsdp.reduce_dtype != FSDP_DTYPE_FP16 && !po->t.device_cuda;
+                  po->t.fsdp.reduce_dtype != FSDP_DTYPE_FP16;
   in.optim_unit_s = optim_unit_s;
+  in.check_unit_s = check_unit_s; /* the sums of squares, where AdamW waits for the last unit */
+  in.zero_unit_s = zero_unit_s;
   int max_ev = want_events ? 8 * K * (nstages + nu) + 8 : 0;
   if (max_ev) {
     out->events = calloc((size_t)max_ev, sizeof *out->events);
@@ -624,6 +637,8 @@ done:
   free(gather_s);
   free(reduce_s);
   free(optim_unit_s);
+  free(check_unit_s);
+  free(zero_unit_s);
   free(fwd_s);
   free(bwd_s);
   free(nst);

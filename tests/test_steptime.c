@@ -85,7 +85,7 @@ static void Run(FsdpPrefetch pf, int raf, int L, int K, int accum_comm, int gath
   FsdpRuntimeOptions o = Opts(pf, raf, L, K, accum_comm);
   FsdpStepTimeInput in = {&o,    2,       1,      3,      4,   kIsRoot, kStageUnit, kFwd,
                           kBwd,  kGather, kReduce, 0.1, gather_slots, 2, 0, 0, NULL, 1.0, 1.0,
-                          0.0,   1.0};
+                          0.0,   1.0, NULL, NULL};
   TCALL(FsdpStepTimeSimulate(&in, r, ev, maxev, nev));
 }
 
@@ -160,7 +160,7 @@ int main(int argc, char **argv)
       o.accum_comm = 1;
       o.param_dtype = o.reduce_dtype = FSDP_DTYPE_FP32;
       FsdpStepTimeInput in = {&o,  2,      1,      5,   6, is_root, stage_unit, fwd,
-                              bwd, gather, reduce, 0.0, 1 + L, 2, 0, 0, NULL, 1.0, 1.0, 0.0, 1.0};
+                              bwd, gather, reduce, 0.0, 1 + L, 2, 0, 0, NULL, 1.0, 1.0, 0.0, 1.0, NULL, NULL};
       TCALL(FsdpStepTimeSimulate(&in, &r, ev, 64, &n));
       exposed[L] = r.exposed_s;
       CHECK(r.max_in_flight == L, "L %d: %d gathers in flight", L, r.max_in_flight);
@@ -199,7 +199,7 @@ int main(int argc, char **argv)
     static const double gather[4] = {0, 0, 0, 0}, reduce[4] = {3, 3, 3, 3};
     FsdpRuntimeOptions o = Opts(FSDP_PREFETCH_NONE, 1, 0, 1, 1);
     FsdpStepTimeInput in = {&o,  2,      1,      4,   5, is_root, stage_unit, fwd,
-                            bwd, gather, reduce, 0.0, 1, 2, 0, 0, NULL, 1.0, 1.0, 0.0, 1.0};
+                            bwd, gather, reduce, 0.0, 1, 2, 0, 0, NULL, 1.0, 1.0, 0.0, 1.0, NULL, NULL};
     TCALL(FsdpStepTimeSimulate(&in, &r, NULL, 0, &n));
     CHECK(Near(r.step_s, 27.0) && Near(r.exposed_s, 4.0) && Near(r.compute_s, 23.0),
           "gradient ring: step %g exposed %g compute %g", r.step_s, r.exposed_s, r.compute_s);
@@ -227,6 +227,64 @@ int main(int argc, char **argv)
             "gradient tail %s early %d: step %g (want %g), compute %g (want 23.4)",
             FsdpTailNames[tc[i].tail], tc[i].early, r.step_s, tc[i].step, r.compute_s);
     }
+    /* AdamW gated (clipping): the hook still runs each unit's sum of
+     * squares as it lands; shares of 0.1 run where the early AdamW's ran
+     * (27.2 poll, 27.1 stream), the rest of the optimizer after the last
+     * (none left here); unhooked (none) all of it after the last: 27.4 */
+    static const struct {
+      int tail;
+      double step;
+    } gated[] = {{FSDP_TAIL_POLL, 27.2}, {FSDP_TAIL_STREAM, 27.1}, {FSDP_TAIL_NONE, 27.4}};
+    for (size_t i = 0; i < sizeof gated / sizeof gated[0]; i++) {
+      in.tail = gated[i].tail;
+      in.tail_early = 0;
+      in.optim_unit_s = NULL;
+      in.check_unit_s = share;
+      TCALL(FsdpStepTimeSimulate(&in, &r, NULL, 0, &n));
+      CHECK(Near(r.step_s, gated[i].step) && Near(r.compute_s, 23.4),
+            "sums of squares in the tail (%s, AdamW gated): step %g (want %g), compute %g (want "
+            "23.4)", FsdpTailNames[gated[i].tail], r.step_s, gated[i].step, r.compute_s);
+    }
+    in.check_unit_s = NULL;
+    in.tail = FSDP_TAIL_NONE;
+    /* UnitAcquireGrad zeroes each unit's gradient buffer before its
+     * backward, 0.5 s each on the compute thread: the root's (before its
+     * head's backward), block 3's and 2's, block 1's after the wait for its
+     * slot: compute 23 + 4 x 0.5.  Block 3's reduction is issued 1 s later
+     * (10), block 1 reaches its slot 1.5 s later (12.5) and waits 0.5 s
+     * for it; the root's reduction ends the step: 25.5 + 3 = 28.5, exposed
+     * 0.5 + 3 (without the zeroing 27 and 4) */
+    static const double zero[4] = {0.5, 0.5, 0.5, 0.5};
+    in.optimizer_s = 0.0;
+    in.zero_unit_s = zero;
+    TCALL(FsdpStepTimeSimulate(&in, &r, NULL, 0, &n));
+    CHECK(Near(r.compute_s, 25.0) && Near(r.step_s, 28.5) && Near(r.exposed_s, 3.5),
+          "gradient buffers zeroed: compute %g (want 25), step %g (want 28.5), exposed %g (want 3.5)",
+          r.compute_s, r.step_s, r.exposed_s);
+  }
+
+  /* The zeroing where the buffer is persistent (-grad_accum 2 -accum_comm
+   * 0: once, at micro-step 0), a ring slot (-accum_comm 1: every
+   * micro-step) or the gradient shard itself (F = 1, fp32: none here, the
+   * step's start zeroes it within optimizer_s) */
+  {
+    static const double zero[3] = {0.5, 0.5, 0.5};
+    static const struct {
+      int F, ac;
+      double extra;
+    } zc[] = {{2, 0, 1.5}, {2, 1, 3.0}, {1, 0, 0.0}};
+    for (size_t i = 0; i < sizeof zc / sizeof zc[0]; i++) {
+      FsdpRuntimeOptions o = Opts(FSDP_PREFETCH_BACKWARD, 1, 0, 2, zc[i].ac);
+      FsdpStepTimeInput in = {&o,   zc[i].F, 1,   3, 4, kIsRoot, kStageUnit, kFwd, kBwd, kGather,
+                              kReduce, 0.1, 2, 2, 0, 0, NULL, 1.0, 1.0, 0.0, 1.0, NULL, NULL};
+      TCALL(FsdpStepTimeSimulate(&in, &r, NULL, 0, &n));
+      double base = r.compute_s;
+      in.zero_unit_s = zero;
+      TCALL(FsdpStepTimeSimulate(&in, &r, NULL, 0, &n));
+      CHECK(Near(r.compute_s - base, zc[i].extra),
+            "F %d, -grad_accum 2 -accum_comm %d: zeroing adds %g s of compute (want %g)", zc[i].F,
+            zc[i].ac, r.compute_s - base, zc[i].extra);
+    }
   }
 
   /* [Note: contended compute] */
@@ -249,7 +307,7 @@ int main(int argc, char **argv)
       FsdpRuntimeOptions o = Opts(FSDP_PREFETCH_BACKWARD, 1, 0, cc[i].K, cc[i].ac);
       FsdpStepTimeInput in = {&o,    1,       cc[i].R, 3,   4, kIsRoot, kStageUnit, kFwd,
                               kBwd,  kGather, kReduce, 0.1, 1, 2, 0, 0, NULL, cc[i].f,
-                              cc[i].fb, 0.0, 1.0};
+                              cc[i].fb, 0.0, 1.0, NULL, NULL};
       TCALL(FsdpStepTimeSimulate(&in, &r, NULL, 0, &n));
       CHECK(Near(r.step_s, cc[i].step) && Near(r.compute_s, cc[i].compute) &&
                 Near(r.contention_s, cc[i].contention) && Near(r.reduce_busy_s, cc[i].rbusy),
@@ -265,7 +323,7 @@ int main(int argc, char **argv)
     static const double long_gather[3] = {0.5, 3, 3};
     FsdpRuntimeOptions o = Opts(FSDP_PREFETCH_BACKWARD, 1, 1, 1, 1);
     FsdpStepTimeInput in = {&o,   2,           1,       3,   4, kIsRoot, kStageUnit, kFwd, kBwd,
-                            long_gather, kReduce, 0.1, 2, 2, 0, 0, NULL, 1.0, 2.0, 0.0, 1.0};
+                            long_gather, kReduce, 0.1, 2, 2, 0, 0, NULL, 1.0, 2.0, 0.0, 1.0, NULL, NULL};
     TCALL(FsdpStepTimeSimulate(&in, &r, NULL, 0, &n));
     CHECK(Near(r.step_s, 22.85) && Near(r.exposed_s, 10.75) && Near(r.compute_s, 12.1) &&
               Near(r.gather_busy_s, 14.5),
@@ -303,7 +361,7 @@ int main(int argc, char **argv)
       FsdpRuntimeOptions o = Opts(jc[i].pf, 1, 0, 1, 1);
       FsdpStepTimeInput in = {&o,   2,       1,       3,   4,           kIsRoot, kStageUnit, kFwd,
                               kBwd, kGather, kReduce, 0.1, jc[i].slots, 2,       0,          0,
-                              NULL, 1.0,     1.0,     jc[i].join, jc[i].conc};
+                              NULL, 1.0,     1.0,     jc[i].join, jc[i].conc, NULL, NULL};
       TCALL(FsdpStepTimeSimulate(&in, &r, NULL, 0, &n));
       CHECK(Near(r.step_s, jc[i].step) && Near(r.exposed_s, jc[i].exposed) &&
                 Near(r.gather_busy_s, jc[i].gbusy) && Near(r.reduce_busy_s, jc[i].rbusy),
@@ -322,7 +380,7 @@ int main(int argc, char **argv)
     FsdpRuntimeOptions o = Opts(FSDP_PREFETCH_NONE, 1, 0, 1, 1);
     FsdpStepTimeInput in = {&o,   2,       1,       3,   4, kIsRoot, kStageUnit, kFwd,
                             kBwd, kGather, kReduce, 0.3, 1, 2,       0,          0,
-                            NULL, 1.0,     1.0,     0.0, 2.0};
+                            NULL, 1.0,     1.0,     0.0, 2.0, NULL, NULL};
     in.tail = FSDP_TAIL_STREAM;
     in.tail_early = 1;
     in.optim_unit_s = share;

@@ -181,11 +181,16 @@ static int Issue(Sim *s, int k, double alone, int coll)
   return i;
 }
 
-/* Whether AdamW runs per unit in the tail (TailQueue in fsdp.c). */
-static int TailEarly(const FsdpStepTimeInput *in)
+/* The hook's seconds for unit u as its reduction lands (TailQueue in
+ * fsdp.c, FsdpOptimUnitLanded in optim.c): AdamW and the sum of squares
+ * where AdamW may run early, else the sum of squares alone; *on: whether
+ * the runtime hands units over at all (-optim_overlap poll or stream) and
+ * the input models it. */
+static double TailShare(const FsdpStepTimeInput *in, int u, int *on)
 {
-  return in->optim_unit_s && in->tail_early &&
-         (in->tail == FSDP_TAIL_POLL || in->tail == FSDP_TAIL_STREAM);
+  const double *share = in->tail_early ? in->optim_unit_s : in->check_unit_s;
+  *on = share && (in->tail == FSDP_TAIL_POLL || in->tail == FSDP_TAIL_STREAM);
+  return *on ? share[u] : 0.0;
 }
 
 /* TailPoll: hand landed units' shares to the compute thread; block: all. */
@@ -196,8 +201,10 @@ static void TailPoll(Sim *s, int block)
     if (!block && !TaskDone(s, s->u[u].reduce_task)) break;
     WaitTask(s, s->u[u].reduce_task);
     s->tail_head++;
-    Compute(s, s->in->optim_unit_s[u]);
-    s->tail_done_s += s->in->optim_unit_s[u];
+    int on = 0;
+    double share = TailShare(s->in, u, &on);
+    Compute(s, share);
+    s->tail_done_s += share;
   }
 }
 
@@ -287,7 +294,8 @@ static void Reshard(Sim *s, int u)
   x->state = SHARDED;
 }
 
-/* UnitAcquireGrad: the ring's slot is free once its last reduction ran */
+/* UnitAcquireGrad: the ring's slot is free once its last reduction ran;
+ * the buffer is zeroed (a persistent one at micro-step 0 only) */
 static void AcquireGrad(Sim *s, int u)
 {
   SimUnit *x = &s->u[u];
@@ -295,7 +303,12 @@ static void AcquireGrad(Sim *s, int u)
   if (x->holds_grad) return;
   x->holds_grad = 1;
   int persistent = o->grad_accum > 1 && !o->accum_comm && !GradIsShard(s->in);
-  if (GradIsShard(s->in) || persistent) return;
+  if (GradIsShard(s->in)) return; /* the shard, zeroed at the step's start (optimizer_s) */
+  double zero = s->in->zero_unit_s ? s->in->zero_unit_s[u] : 0.0;
+  if (persistent) {
+    if (s->micro == 0) Compute(s, zero);
+    return;
+  }
   if (s->in->unit_is_root[u]) {
     WaitTask(s, s->root_rslot_task);
     x->grad_slot = -2;
@@ -304,19 +317,21 @@ static void AcquireGrad(Sim *s, int u)
     x->grad_slot = s->next_rslot;
     s->next_rslot = (s->next_rslot + 1) % s->in->grad_slots;
   }
+  Compute(s, zero);
 }
 
 /* TailQueue in fsdp.c, for the last micro-step's reductions (task: the
  * unit's reduction, -1 landed already) */
 static int TailQueue(Sim *s, int u, int micro, int nmicro, int task)
 {
-  if (micro != nmicro - 1 || !TailEarly(s->in)) return FSDP_SUCCESS;
+  int on = 0;
+  double share = TailShare(s->in, u, &on);
+  if (micro != nmicro - 1 || !on) return FSDP_SUCCESS;
   s->u[u].reduce_task = task;
   if (s->in->tail == FSDP_TAIL_STREAM) { /* a task behind the reduction */
-    if (Issue(s, 1, s->in->optim_unit_s[u], 0) < 0)
-      FSDP_ERROR(FSDP_ERR_MEM, "out of memory replaying a step");
-    s->tail_done_s += s->in->optim_unit_s[u];
-    if (s->record) s->compute += s->in->optim_unit_s[u];
+    if (Issue(s, 1, share, 0) < 0) FSDP_ERROR(FSDP_ERR_MEM, "out of memory replaying a step");
+    s->tail_done_s += share;
+    if (s->record) s->compute += share;
   } else {
     s->tail_q[s->tail_n++] = u;
   }

@@ -4,10 +4,13 @@
  * [Note: the schedule replayed] FsdpStepTimeSimulate walks the same
  * program that FsdpRuntimeForwardBackward runs (fsdp.c: stages forward then
  * backward, on-demand and prefetched gathers under the limiter and the
- * gather ring, RAF/NRAF reshards, the gradient ring's waits, reductions
- * after each unit's last backward stage, -grad_accum micro-steps with or
- * without communication, then the wait for the last reductions and the
- * optimizer, per unit under the gradient tail when it may) on one virtual
+ * gather ring, RAF/NRAF reshards, the gradient ring's waits and the zeroing
+ * of each gradient buffer taken, reductions after each unit's last
+ * backward stage, -grad_accum micro-steps with or without communication,
+ * the gradient tail's per-unit work as reductions land (AdamW and the sum
+ * of squares, or the sum of squares alone where clipping holds AdamW
+ * back), then the wait for the last reductions and the rest of the
+ * optimizer) on one virtual
  * clock shared by the compute thread and two streams (all-gather, reduce),
  * each stream running its tasks in issue order.  The compute thread issues
  * a task and goes on; when it waits on a gather or a gradient buffer
@@ -127,6 +130,17 @@ typedef struct {
   /* [Note: two collectives at once]: a collective's time while the other
    * stream moves bytes too, over its time alone (<= 1: as alone) */
   double concurrent;
+  /* [Note: the gradient tail] with AdamW gated (tail_early 0), the hook
+   * still runs as each unit lands: its sum of squares (and the scaler's
+   * inf/NaN check), each unit's seconds here ([nunits]; NULL: not
+   * modelled); like optim_unit_s, a share of optimizer_s run early */
+  const double *check_unit_s;
+  /* UnitAcquireGrad: zeroing the unsharded gradient buffer a unit's
+   * backward accumulates into (a ring slot every micro-step, a persistent
+   * -accum_comm 0 buffer at micro-step 0; nothing where the gradient is
+   * the shard), on the compute thread before its first backward stage
+   * ([nunits]; NULL: not modelled) */
+  const double *zero_unit_s;
 } FsdpStepTimeInput;
 
 typedef struct {
