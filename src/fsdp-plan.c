@@ -373,7 +373,8 @@ typedef struct {
  * log); the step's start zeroes the gradient shard (a 4-byte store that
  * first reads its line: 8).  A unit's share in the gradient tail is its
  * AdamW and its part of the norm. */
-static const double kOptimizerBytes = 28.0 + 4.0 + 8.0, kTailBytes = 28.0 + 4.0, kCheckBytes = 4.0;
+static const double kCheckBytes = 4.0, kOptimizerBytes = 28.0 + kCheckBytes + 8.0,
+                    kTailBytes = 28.0 + kCheckBytes;
 /* UnitAcquireGrad zeroes each unit's unsharded gradient buffer before its
  * backward (fsdp.c; F > 1, or a persistent -accum_comm 0 buffer): 8 bytes
  * per element of the unit, as the shard's zeroing above */

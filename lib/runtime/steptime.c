@@ -181,16 +181,15 @@ static int Issue(Sim *s, int k, double alone, int coll)
   return i;
 }
 
-/* The hook's seconds for unit u as its reduction lands (TailQueue in
+/* The hook's seconds per unit as its reduction lands (TailQueue in
  * fsdp.c, FsdpOptimUnitLanded in optim.c): AdamW and the sum of squares
- * where AdamW may run early, else the sum of squares alone; *on: whether
- * the runtime hands units over at all (-optim_overlap poll or stream) and
- * the input models it. */
-static double TailShare(const FsdpStepTimeInput *in, int u, int *on)
+ * where AdamW may run early, else the sum of squares alone; NULL where
+ * the runtime hands no units over (-optim_overlap none) or the input does
+ * not model it. */
+static const double *TailShares(const FsdpStepTimeInput *in)
 {
-  const double *share = in->tail_early ? in->optim_unit_s : in->check_unit_s;
-  *on = share && (in->tail == FSDP_TAIL_POLL || in->tail == FSDP_TAIL_STREAM);
-  return *on ? share[u] : 0.0;
+  if (in->tail != FSDP_TAIL_POLL && in->tail != FSDP_TAIL_STREAM) return NULL;
+  return in->tail_early ? in->optim_unit_s : in->check_unit_s;
 }
 
 /* TailPoll: hand landed units' shares to the compute thread; block: all. */
@@ -201,8 +200,7 @@ static void TailPoll(Sim *s, int block)
     if (!block && !TaskDone(s, s->u[u].reduce_task)) break;
     WaitTask(s, s->u[u].reduce_task);
     s->tail_head++;
-    int on = 0;
-    double share = TailShare(s->in, u, &on);
+    double share = TailShares(s->in)[u]; /* queued: TailQueue found shares */
     Compute(s, share);
     s->tail_done_s += share;
   }
@@ -324,9 +322,9 @@ static void AcquireGrad(Sim *s, int u)
  * unit's reduction, -1 landed already) */
 static int TailQueue(Sim *s, int u, int micro, int nmicro, int task)
 {
-  int on = 0;
-  double share = TailShare(s->in, u, &on);
-  if (micro != nmicro - 1 || !on) return FSDP_SUCCESS;
+  const double *shares = TailShares(s->in);
+  if (micro != nmicro - 1 || !shares) return FSDP_SUCCESS;
+  double share = shares[u];
   s->u[u].reduce_task = task;
   if (s->in->tail == FSDP_TAIL_STREAM) { /* a task behind the reduction */
     if (Issue(s, 1, share, 0) < 0) FSDP_ERROR(FSDP_ERR_MEM, "out of memory replaying a step");
