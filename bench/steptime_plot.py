@@ -3,7 +3,7 @@
 
     /usr/bin/python3 bench/steptime_plot.py OUT.png DIR1/rows.csv [DIR2/rows.csv ...]
 
-One colour per setting (the csv's mode column), the tuner's pick circled,
+One colour per setting (the csv's mode column; "10gbit/1": PER_NODE=1), the tuner's pick circled,
 the diagonal and the +-20% band drawn.  Needs Debian's python3-matplotlib.
 """
 import csv
@@ -21,9 +21,11 @@ for p in paths:
     with open(p) as f:
         rows += list(csv.DictReader(f))
 fig, ax = plt.subplots(figsize=(5.2, 4.4), dpi=90)
-labels = {"node": "one node, W 2", "1gbit": "2 nodes x 2, 1 Gbit/s", "10gbit": "2 nodes x 2, 10 Gbit/s"}
+labels = {"node": "one node, W 2", "1gbit": "2 nodes x 2, 1 Gbit/s", "10gbit": "2 nodes x 2, 10 Gbit/s",
+          "1gbit/1": "2 nodes x 1, 1 Gbit/s", "10gbit/1": "2 nodes x 1, 10 Gbit/s"}
 lo, hi = 1e9, 0
-for mode, colour in (("node", "tab:blue"), ("10gbit", "tab:green"), ("1gbit", "tab:red")):
+for mode, colour in (("node", "tab:blue"), ("10gbit", "tab:green"), ("1gbit", "tab:red"),
+                     ("10gbit/1", "tab:olive"), ("1gbit/1", "tab:purple")):
     pts = [r for r in rows if r["mode"] == mode]
     if not pts:
         continue

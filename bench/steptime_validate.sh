@@ -4,6 +4,13 @@
 #   node     one node, W = 2 (plain mpirun)
 #   1gbit    2 emulated nodes x 2 ranks, a 1 Gbit/s shaped link
 #   10gbit   the same at 10 Gbit/s        (tests/cluster/netcluster.sh; root)
+# PER_NODE: ranks per emulated node, 1 or 2; by default as many as the
+# machine's cores allow (2 where it has 4 or more, else 1): the emulated
+# nodes share this machine's cores, and at 2 per node a 2-core machine ran
+# 4 ranks and their stream threads on 2 cores, more than the project times
+# anything with (bench/README.md, "One rank per emulated node").  At 1 per
+# node W = 2 and the configurations are the node setting's (F 2 shards
+# across the link, F 1 replicates over it).
 # In one run: fsdp-probe measures the machine the way the runs are launched
 # (the profile), then for each configuration (sharding factor, -wrap,
 # -prefetch, RAF/NRAF, -limit_all_gathers) fsdp-train runs REPS times,
@@ -19,6 +26,7 @@
 #
 #   bench/steptime_validate.sh node|1gbit|10gbit [BINDIR]
 #   REPS=3 STEPS=6 MODEL="-model custom ..." bench/steptime_validate.sh 1gbit
+#   PER_NODE=2 bench/steptime_validate.sh 10gbit     # 2 x 2 (needs 4 cores to time fairly)
 # In pieces (each call under ~10 minutes, e.g. under the bench lock): with
 # DIR set, results are kept there and a call does only what is missing:
 # the probe and the tuner, then the repetitions REP_FIRST..REP_LAST of
@@ -52,19 +60,24 @@ else
   tmp=$(mktemp -d /tmp/fsdp_steptime.XXXXXX) keep=0
 fi
 cleanup() { [ "$keep" = 1 ] || rm -rf "$tmp"; }
+two_rank_configs=("-sharding_factor 2 -prefetch none" "-sharding_factor 2 -prefetch backward"
+                  "-sharding_factor 2 -prefetch both" "-sharding_factor 2 -prefetch backward -wrap 2"
+                  "-sharding_factor 2 -prefetch both -wrap 3" "-sharding_factor 2 -prefetch backward -reshard_after_forward 0"
+                  "-sharding_factor 2 -prefetch both -limit_all_gathers 1" "-sharding_factor 1 -prefetch backward"
+                  "-sharding_factor 1 -prefetch none -wrap 2" "-sharding_factor 1 -prefetch both -wrap 3"
+                  "-sharding_factor 2 -prefetch none -wrap 6")
+if [ -z "${PER_NODE:-}" ]; then
+  PER_NODE=1
+  [ "$(nproc)" -ge 4 ] && PER_NODE=2
+fi
+case "$PER_NODE" in 1|2) ;; *) echo "steptime_validate: PER_NODE must be 1 or 2"; exit 2 ;; esac
 case "$MODE" in
   node)
     W=2 G=2
     launch() { mpirun --oversubscribe -n 2 "$@"; }
-    configs=("-sharding_factor 2 -prefetch none" "-sharding_factor 2 -prefetch backward"
-             "-sharding_factor 2 -prefetch both" "-sharding_factor 2 -prefetch backward -wrap 2"
-             "-sharding_factor 2 -prefetch both -wrap 3" "-sharding_factor 2 -prefetch backward -reshard_after_forward 0"
-             "-sharding_factor 2 -prefetch both -limit_all_gathers 1" "-sharding_factor 1 -prefetch backward"
-             "-sharding_factor 1 -prefetch none -wrap 2" "-sharding_factor 1 -prefetch both -wrap 3"
-             "-sharding_factor 2 -prefetch none -wrap 6")
+    configs=("${two_rank_configs[@]}")
     trap cleanup EXIT ;;
   1gbit|10gbit)
-    W=4 G=2
     # shellcheck source=../tests/cluster/netcluster.sh
     . "$root/tests/cluster/netcluster.sh"
     nc_check || exit 77
@@ -72,15 +85,17 @@ case "$MODE" in
     trap 'nc_down; cleanup' EXIT
     export -f nc_run nc_mpirun
     export NC_PREFIX NC_DIR
-    launch() { bash -c 'nc_mpirun "$@"' nc_mpirun node1:2,node2:2 -n 4 -x OMP_NUM_THREADS \
+    G=$PER_NODE W=$((2 * PER_NODE))
+    launch() { bash -c 'nc_mpirun "$@"' nc_mpirun "node1:$G,node2:$G" -n "$W" -x OMP_NUM_THREADS \
                  -x OPENBLAS_NUM_THREADS -x OPENBLAS_CORETYPE "$@"; }
-    configs=("-sharding_factor 4 -prefetch none" "-sharding_factor 4 -prefetch backward"
+    if [ "$PER_NODE" = 1 ]; then configs=("${two_rank_configs[@]}")
+    else configs=("-sharding_factor 4 -prefetch none" "-sharding_factor 4 -prefetch backward"
              "-sharding_factor 4 -prefetch both" "-sharding_factor 4 -prefetch backward -wrap 2"
              "-sharding_factor 4 -prefetch backward -reshard_after_forward 0"
              "-sharding_factor 4 -prefetch both -limit_all_gathers 1" "-sharding_factor 2 -prefetch none"
              "-sharding_factor 2 -prefetch backward" "-sharding_factor 2 -prefetch both -wrap 2"
              "-sharding_factor 1 -prefetch backward" "-sharding_factor 1 -prefetch none -wrap 3"
-             "-sharding_factor 4 -prefetch both -wrap 3") ;;
+             "-sharding_factor 4 -prefetch both -wrap 3"); fi ;;
   *) echo "steptime_validate: MODE must be node, 1gbit or 10gbit"; exit 2 ;;
 esac
 SWEEP=${SWEEP:-mpirun}
@@ -108,7 +123,7 @@ if [ ! -s "$tmp/prof.h5" ]; then
   launch "$BIN/fsdp-probe" $MODEL -profile_out "$tmp/prof.h5" >"$tmp/probe.out" 2>&1 ||
     { echo "fsdp-probe failed"; tail -n 5 "$tmp/probe.out"; rm -f "$tmp/prof.h5"; exit 1; }
 fi
-grep -E 'BLAS core|matmuls|messages|cross|node |beside|join' "$tmp/probe.out"
+grep -E 'BLAS core|matmuls|messages|cross|node |share|beside|join' "$tmp/probe.out"
 # the tuner's pick over the same space (same sequences per rank), measured
 # with the others
 # shellcheck disable=SC2086
@@ -201,7 +216,9 @@ for i in "${!configs[@]}"; do
   done
 done
 printf '%s\n' "${configs[@]}" >"$tmp/configs"
-python3 - "$tmp" "$REPS" "$MODE" <<'PY'
+label=$MODE # rows.csv's mode: "10gbit/1" at one rank per emulated node
+[ "$MODE" != node ] && [ "$PER_NODE" = 1 ] && label=$MODE/1
+python3 - "$tmp" "$REPS" "$label" <<'PY'
 import json, os, statistics, sys
 d, reps, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 configs = open(d + "/configs").read().splitlines()

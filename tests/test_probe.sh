@@ -13,7 +13,9 @@
 #     The model's stages are timed at B = 2 and 1 (-wrap 1: 4 stages) in
 #     3 rounds of one pass at each (every time positive, stage_rounds 3),
 #     and again beside an all-reduce (the factor, the all-reduce's time and
-#     volume, the cores per node recorded), and once more with a join after
+#     volume, the cores per node recorded: the host's halved, as both
+#     emulated nodes share it, nodes_per_host 2, and a quarter of its
+#     memory per rank), and once more with a join after
 #     each stage (what the lockstep costs beyond the slowest rank's stage
 #     times positive), and two world all-gathers at
 #     once against one (a factor recorded).
@@ -126,7 +128,15 @@ want("stage_rounds", int(g.attrs["stage_rounds"]), 3)
 # [Note: contended compute]: the stages again beside an all-reduce, its
 # mean time and received volume, and the cores the ranks see
 if not float(g.attrs["contended_factor"]) > 0: bad.append("contended_factor %r" % g.attrs["contended_factor"])
-if not int(g.attrs["cores_per_node"]) > 0: bad.append("cores_per_node %r" % g.attrs["cores_per_node"])
+# [Note: nodes sharing a host]: both emulated nodes run on this host, so
+# each gets half its cores (at least 1) and a quarter of its memory per rank
+import os
+want("nodes_per_host", int(g.attrs["nodes_per_host"]), 2)
+want("cores_per_node", int(g.attrs["cores_per_node"]), max(1, os.sysconf("SC_NPROCESSORS_ONLN") // 2))
+avail = [int(l.split()[1]) * 1024 for l in open("/proc/meminfo") if l.startswith("MemAvailable:")][0]
+if not int(a["mem_available_bytes"]) < 0.375 * avail:
+    bad.append("mem_available_bytes %d: not this host's MemAvailable (%d) over its 4 ranks"
+               % (int(a["mem_available_bytes"]), avail))
 if not float(g.attrs["contended_allreduce_s"]) > 0: bad.append("contended_allreduce_s %r" % g.attrs["contended_allreduce_s"])
 if not float(g.attrs["contended_allreduce_bytes"]) > 0: bad.append("contended_allreduce_bytes %r" % g.attrs["contended_allreduce_bytes"])
 # [Note: joining a collective]: what a join after each stage costs beyond

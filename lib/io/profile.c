@@ -228,6 +228,7 @@ static int WriteFile(const FsdpProfile *p, const char *tmp)
   }
   FSDP_HDF5_GOTO(FsdpHdf5AttrWriteDouble(g, "contended_factor", p->contended_factor));
   FSDP_HDF5_GOTO(FsdpHdf5AttrWriteInt64(g, "cores_per_node", p->cores_per_node));
+  FSDP_HDF5_GOTO(FsdpHdf5AttrWriteInt64(g, "nodes_per_host", p->nodes_per_host));
   FSDP_HDF5_GOTO(FsdpHdf5AttrWriteDouble(g, "contended_allreduce_s", p->contended_allreduce_s));
   FSDP_HDF5_GOTO(FsdpHdf5AttrWriteDouble(g, "contended_allreduce_bytes",
                                          p->contended_allreduce_bytes));
@@ -450,6 +451,14 @@ int FsdpProfileRead(const char *path, FsdpProfile *p)
       READ_OR_FAIL(p->contended_factor >= 0 && cores >= 0 ? 0 : -1,
                    "/compute contended_factor and cores_per_node of at least 0");
       p->cores_per_node = (int)cores;
+    }
+    /* [Note: nodes sharing a host] in fsdp-probe.c (absent before it: 0) */
+    if (H5Aexists(g, "nodes_per_host") > 0) {
+      int64_t nodes = 0;
+      READ_OR_FAIL(FsdpHdf5AttrReadInt64(g, "nodes_per_host", &nodes), "/compute nodes_per_host");
+      READ_OR_FAIL(nodes >= 0 && nodes <= INT32_MAX ? 0 : -1,
+                   "/compute nodes_per_host of at least 0");
+      p->nodes_per_host = (int)nodes;
     }
     if (H5Aexists(g, "contended_allreduce_s") > 0) {
       READ_OR_FAIL(FsdpHdf5AttrReadDouble(g, "contended_allreduce_s", &p->contended_allreduce_s),

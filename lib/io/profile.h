@@ -104,9 +104,12 @@ typedef struct {
    * beside them, over their time alone (the sum of forward and backward);
    * 0: not measured (a described profile, an older file: fsdp-plan takes
    * 1 and says so).  cores_per_node: the CPUs a node's ranks share (the
-   * fewest any rank sees; 0: not recorded) */
+   * fewest any rank sees; 0: not recorded), its host's divided among
+   * the nodes_per_host nodes on it ([Note: nodes sharing a host] in
+   * fsdp-probe.c; 0: not recorded, a file of before it) */
   double contended_factor;
   int cores_per_node;
+  int nodes_per_host;
   /* and the other side: the mean seconds of the world all-reduce that ran
    * beside those stages, and the volume a rank received in it (fsdp-plan
    * sets it against the world all-reduce curve measured alone); 0: not
