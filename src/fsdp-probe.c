@@ -1117,10 +1117,10 @@ static void ProbeIdentity(const ProbeOptions *po, FsdpTopo topo, FsdpProfile *p)
  * machine: network namespaces or containers on one host (the emulated
  * cluster of tests/cluster/netcluster.sh), a node split with
  * -ranks_per_node.  Their ranks share the host's cores and memory, which
- * each rank counts as its node's: a profile of 2 emulated nodes of 2
- * ranks on a 2-core host said 2 cores per node where each node had 1, and
- * fsdp-plan, seeing an idle core per node at 1 rank per node, charged no
- * contention (predictions 6-20% fast; bench/README.md).  The kernel's
+ * each rank counted as its node's: a profile of 2 emulated nodes of 1
+ * rank on a 2-core host said 2 cores per node where each node had 1, and
+ * fsdp-plan, seeing an idle core per node, charged no contention
+ * (predictions 0.80-1.00 of measured; bench/README.md).  The kernel's
  * boot id names the host (the same in every namespace, a different one on
  * every machine); *nodes: how many of the topology's nodes run on my host,
  * *ranks: how many ranks.  Unreadable: my node alone. */
