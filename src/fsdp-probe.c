@@ -1058,9 +1058,9 @@ static int ProbeCollectives(const ProbeOptions *po, FsdpTopo topo, FsdpProfile *
 
 /* ---- memory and identity ---------------------------------------------- */
 
-/* MemAvailable of /proc/meminfo shared by the ranks of my host ([Note:
- * nodes sharing a host]: ProbeCores counted them); the smallest over
- * ranks. */
+/* MemAvailable of /proc/meminfo shared by the host_ranks ranks of my
+ * host ([Note: nodes sharing a host]; at least my node's); the smallest
+ * over ranks. */
 static int ProbeMemory(FsdpTopo topo, int host_ranks, FsdpProfile *p)
 {
   double avail = 0;
@@ -1122,49 +1122,47 @@ static void ProbeIdentity(const ProbeOptions *po, FsdpTopo topo, FsdpProfile *p)
  * fsdp-plan, seeing an idle core per node, charged no contention
  * (predictions 0.80-1.00 of measured; bench/README.md).  The kernel's
  * boot id names the host (the same in every namespace, a different one on
- * every machine); *nodes: how many of the topology's nodes run on my host,
- * *ranks: how many ranks.  Unreadable: my node alone. */
+ * every machine; where it cannot be read, the rank's node stands for its
+ * host); *nodes: how many of the topology's nodes run on my host (the
+ * topology knows every rank's node, so only the ids travel), *ranks: how
+ * many ranks. */
 static int HostShare(FsdpTopo topo, int *nodes, int *ranks)
 {
   enum { kIdLen = 40 };
-  typedef struct {
-    char id[kIdLen];
-    int node;
-  } HostOf;
-  HostOf me;
-  memset(&me, 0, sizeof me);
+  char me[kIdLen] = {0};
   FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
-  if (!f || !fgets(me.id, sizeof me.id, f)) me.id[0] = '\0';
+  if (!f || !fgets(me, sizeof me, f)) snprintf(me, sizeof me, "node %d", FsdpTopoNodeIndex(topo));
   if (f) fclose(f);
-  me.id[strcspn(me.id, "\n")] = '\0';
-  me.node = FsdpTopoNodeIndex(topo);
+  me[strcspn(me, "\n")] = '\0';
   const FsdpGroup *world = FsdpTopoWorld(topo);
-  HostOf *all = calloc((size_t)world->size, sizeof *all);
-  FSDP_CHECK_ALLOC(all, (size_t)world->size * sizeof *all);
-  int e = MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE, world->comm);
-  if (e != MPI_SUCCESS) {
-    free(all);
-    FSDP_CALL_MPI(e);
+  int nn = FsdpTopoNumNodes(topo);
+  char *ids = calloc((size_t)world->size, kIdLen);
+  char *on_host = calloc((size_t)nn, 1); /* node n has a rank on my host */
+  if (!ids || !on_host) {
+    free(ids);
+    free(on_host);
+    FSDP_CHECK_ALLOC(NULL, (size_t)world->size * kIdLen + (size_t)nn);
   }
+  int e = MPI_Allgather(me, kIdLen, MPI_CHAR, ids, kIdLen, MPI_CHAR, world->comm);
   *nodes = *ranks = 0;
-  for (int r = 0; r < world->size; r++) {
-    int same = me.id[0] ? strcmp(all[r].id, me.id) == 0 : all[r].node == me.node;
-    if (!same) continue;
+  for (int r = 0; e == MPI_SUCCESS && r < world->size; r++) {
+    if (strcmp(ids + (size_t)r * kIdLen, me) != 0) continue;
     (*ranks)++;
-    int first = 1; /* the first rank of its node on my host */
-    for (int q = 0; q < r && first; q++)
-      first = !(all[q].node == all[r].node && (me.id[0] ? strcmp(all[q].id, me.id) == 0 : 1));
-    *nodes += first;
+    int n = FsdpTopoNodeOfRank(topo, r);
+    *nodes += !on_host[n];
+    on_host[n] = 1;
   }
-  free(all);
+  free(ids);
+  free(on_host);
+  FSDP_CALL_MPI(e);
   return FSDP_SUCCESS;
 }
 
 /* [Note: contended compute] the fewest cores any rank's node has: its
- * host's, divided among the nodes on it ([Note: nodes sharing a host]). */
-static int ProbeCores(FsdpTopo topo, FsdpProfile *p, int *host_ranks)
+ * host's, divided among the p->nodes_per_host nodes on it ([Note: nodes
+ * sharing a host]). */
+static int ProbeCores(FsdpProfile *p)
 {
-  FSDP_CALL(HostShare(topo, &p->nodes_per_host, host_ranks));
   if (p->nodes_per_host > 1 && p->cores_per_node > 0) {
     p->cores_per_node /= p->nodes_per_host;
     if (p->cores_per_node < 1) p->cores_per_node = 1;
@@ -1320,7 +1318,8 @@ static int Run(int argc, char **argv)
     err = FsdpTopoCreate(MPI_COMM_WORLD, &po.t.topo, &topo);
     if (!err) ProbeIdentity(&po, topo, p);
     int host_ranks = 0;
-    if (!err) err = ProbeCores(topo, p, &host_ranks);
+    if (!err) err = HostShare(topo, &p->nodes_per_host, &host_ranks);
+    if (!err) err = ProbeCores(p);
     if (!err) err = ProbeMemory(topo, host_ranks, p);
     if (!err && po.compute) err = ProbeCompute(&po, p);
     if (!err) err = ProbeMaxBytes(&po); /* the stages' collective beside takes its size */
