@@ -220,18 +220,35 @@ static int WorldMax(double *v)
   return FSDP_SUCCESS;
 }
 
-/* Each stage's forward and backward: the median over `reps` passes in
- * t (as ProbeStagesAt lays them out, rows `stride` apart), the slowest
- * rank's; t sorted in place. */
-static int StageMedians(double *t, int stride, int ns, int reps, double *fwd, double *bwd)
+typedef enum {
+  STAGE_MEDIAN, /* a stage's typical time: what the replay charges a stage */
+  STAGE_MEAN    /* its time on average: what a run of many passes spends */
+} StageStat;
+
+/* Each stage's forward and backward: the median (or mean) over `reps`
+ * passes in t (as ProbeStagesAt lays them out, rows `stride` apart), the
+ * slowest rank's; t sorted in place. */
+static int StageTimes(double *t, int stride, int ns, int reps, StageStat stat, double *fwd,
+                      double *bwd)
 {
   for (int i = 0; i < 2 * ns; i++) {
-    double med = Median(&t[(size_t)i * stride], reps);
-    FSDP_CALL(WorldMax(&med));
-    if (i < ns) fwd[i] = med;
-    else bwd[i - ns] = med;
+    double *row = &t[(size_t)i * stride], v = 0.0;
+    if (stat == STAGE_MEDIAN) {
+      v = Median(row, reps);
+    } else {
+      for (int r = 0; r < reps; r++) v += row[r];
+      v /= reps;
+    }
+    FSDP_CALL(WorldMax(&v));
+    if (i < ns) fwd[i] = v;
+    else bwd[i - ns] = v;
   }
   return FSDP_SUCCESS;
+}
+
+static int StageMedians(double *t, int stride, int ns, int reps, double *fwd, double *bwd)
+{
+  return StageTimes(t, stride, ns, reps, STAGE_MEDIAN, fwd, bwd);
 }
 
 /* g: a duplicate of the world for a stream thread's collectives (its own
@@ -647,27 +664,40 @@ static int JoinStop(JoinState *js)
 }
 
 /* [Note: joining a collective] What the joins cost beyond the stages the
- * profile keeps.  The profile's stage times are the slowest rank's
- * medians, so the replay already runs at the slowest rank's pace; a join
- * adds only what lockstep costs beyond that: a stage whose slowest rank
- * changes from pass to pass (drift, a hiccup on either core) or ran over
- * its median.  So: the time this rank spent from the first timed stage to
+ * profile keeps.  The profile's stage times are the slowest rank's, so
+ * the replay already runs at the slowest rank's pace; a join adds only
+ * what lockstep costs beyond that: a stage whose slowest rank changes
+ * from pass to pass (drift, a hiccup on either core), and the join's own
+ * hand-off.  So: the time this rank spent from the first timed stage to
  * the last join (its stages plus its waits: the same on every rank, the
  * ranks meeting after each stage) over the sum of the slowest rank's
- * median stage times, less 1; the mean over the ranks, 0 at the least.
+ * stage times, less 1; the mean over the ranks, 0 at the least.
+ * [Note: lockstep against mean stage times] The stage times this is
+ * held against are the passes' means, not their medians: the lockstep
+ * is a sum over the same passes, so a pass that ran long on every rank
+ * (a core lent to another guest, a CPU quota's throttled stretch, both
+ * of which stop a rank for milliseconds at a time) is in both and is not
+ * a join.  Held against medians, which leave such passes out, a machine
+ * whose vCPUs ran about half the time read 0.98 with the ranks alike
+ * (an AMD EPYC guest, issue 29), and 1.0-1.3 on this project's AMD
+ * machine under a CPU quota of one core for the two ranks; against
+ * means, 0.08-0.21 in the same runs (what is left: a rank throttled
+ * while the other runs, which is drift; bench/README.md, "The join
+ * fraction on a machine that runs half the time").  The replay charges
+ * the fraction on every collective, so 0.98 doubled each wait.
  * (The waits over the rank's own stages, the first measure, took a core
- * slower than the other for drift: on one node the fast rank waited 0.27
- * of every stage and the slow one 0.002, and the replay, already at the
- * slow rank's pace, charged the difference twice.)  t: the passes as
- * ProbeStagesAt lays them out; sorted in place. */
+ * slower than the other for drift: on one node the fast rank waited
+ * 0.27 of every stage and the slow one 0.002, and the replay, already at
+ * the slow rank's pace, charged the difference twice.)  t: the passes as
+ * ProbeStagesAt lays them out. */
 static int JoinFraction(const JoinState *js, double *t, int stride, int col, int ns, int reps,
                         double *fraction)
 {
-  double fwd[FSDP_PROFILE_MAX_STAGES], bwd[FSDP_PROFILE_MAX_STAGES], medians = 0.0;
-  FSDP_CALL(StageMedians(t + col, stride, ns, reps, fwd, bwd));
-  for (int i = 0; i < ns; i++) medians += fwd[i] + bwd[i];
+  double fwd[FSDP_PROFILE_MAX_STAGES], bwd[FSDP_PROFILE_MAX_STAGES], stages = 0.0;
+  FSDP_CALL(StageTimes(t + col, stride, ns, reps, STAGE_MEAN, fwd, bwd));
+  for (int i = 0; i < ns; i++) stages += fwd[i] + bwd[i];
   double f[2] = {0.0, 1.0};
-  if (medians > 0) f[0] = js->lockstep / (reps * medians) - 1.0;
+  if (stages > 0) f[0] = js->lockstep / (reps * stages) - 1.0;
   if (f[0] < 0) f[0] = 0.0;
   FSDP_CALL_MPI(MPI_Allreduce(MPI_IN_PLACE, f, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
   *fraction = f[0] / f[1];
@@ -686,7 +716,7 @@ typedef enum {
  * (this rank's seconds); *ns their number (0: more than the profile holds,
  * not timed).  STAGES_BESIDE: *beside_s the collective's mean time (the
  * slowest rank's), *beside_bytes its volume; STAGES_JOINED: *beside_s the
- * join fraction (JoinFraction; t sorted). */
+ * join fraction (JoinFraction). */
 static int ProbeStagesAt(const ProbeOptions *po, int B, StagesMode mode, int reps, double *t,
                          int stride, int col, int *ns_out, double *beside_s, double *beside_bytes)
 {
