@@ -362,6 +362,7 @@ typedef struct {
   double contended_comm;  /* and the collectives' beside compute */
   const char *contended_why; /* why that factor */
   double join_fraction;   /* [Note: joining a collective] charged */
+  double sustained;       /* [Note: sustained speed] factor charged (1: none) */
   double concurrent;      /* [Note: two collectives at once] factor charged (1: none) */
 } ProfilePrediction;
 
@@ -814,6 +815,11 @@ static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutco
                                              : FsdpProfileRead(po.profile, prof);
     if (!perr) perr = CheckProfile(&po, prof);
     if (!perr) pp.peak = prof->peak_flops_per_s;
+    /* [Note: sustained speed] (fsdp-probe.c): every time at the speed the
+     * machine sustains (this copy only: -tune hands the same profile to
+     * every candidate) */
+    pp.sustained = !perr && prof->sustained_factor > 1.0 ? prof->sustained_factor : 1.0;
+    if (!perr) FsdpProfileScaleTimes(prof, pp.sustained);
     if (!perr)
       perr = PredictFromProfile(&po, prof, u, nu, stage_unit, nstages, &shard, &replica,
                                 /* the activations written and read, whether kept or
@@ -916,6 +922,7 @@ static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutco
         FsdpJsonString(j, "contended_factor_from", pp.contended_why);
         FsdpJsonReal(j, "contended_comm_factor", pp.contended_comm);
         FsdpJsonReal(j, "join_fraction", pp.join_fraction);
+        FsdpJsonReal(j, "sustained_factor", pp.sustained);
         FsdpJsonReal(j, "concurrent_factor", pp.concurrent);
         FsdpJsonReal(j, "gemm_s", pp.gemm_s);
         FsdpJsonReal(j, "attention_s", pp.attention_s);
@@ -1004,7 +1011,8 @@ static int PlanOnce(FsdpOpts db, int print, const FsdpProfile *cached, PlanOutco
              pp.contended_comm);
     if (use_profile)
       printf("a collective waits %.3g of the compute before it for its group's ranks to join; "
-             "two at once take x%.3f their time alone\n", pp.join_fraction, pp.concurrent);
+             "two at once take x%.3f their time alone; the machine sustains 1/%.3f of its "
+             "typical speed\n", pp.join_fraction, pp.concurrent, pp.sustained);
     if (predict)
       printf("predicted step: compute %.4g s + intra-node %.4g s + inter-node %.4g s = %.4g s "
              "without overlap, %.4g s with full overlap\n",

@@ -57,6 +57,7 @@ typedef struct {
   int64_t cores;
   double join;       /* [Note: joining a collective], a fraction */
   double concurrent; /* [Note: two collectives at once] */
+  double sustained;  /* [Note: sustained speed] */
 } Description;
 
 typedef struct {
@@ -118,6 +119,10 @@ static int DescriptionFromDb(FsdpOpts db, Description *d)
   FSDP_CALL(FsdpOptsGetDouble(db, g, "describe_concurrent_factor", "a collective's time while "
                               "another runs on the other stream, over its time alone (0: not "
                               "known, taken as 1)", 0, 0, 100, &d->concurrent));
+  FSDP_CALL(FsdpOptsGetDouble(db, g, "describe_sustained_factor", "the machine's time over a "
+                              "stretch of work, over the typical time of its pieces (a CPU "
+                              "quota, shared vCPUs; 0: not known, taken as 1)", 0, 0, 99,
+                              &d->sustained));
   return FSDP_SUCCESS;
 }
 
@@ -820,6 +825,23 @@ static int ProbeStagesAt(const ProbeOptions *po, int B, StagesMode mode, int rep
 }
 
 
+/* [Note: sustained speed] The profile's times are medians (a stage's
+ * typical time), which a shared machine's hiccups do not move.  But a
+ * machine can also stop a rank for tens of milliseconds at a time, again
+ * and again: a CPU quota (a cgroup's cpu.max) throttles it once its share
+ * of a period is spent, and a hypervisor takes a guest's vCPU away (steal
+ * time).  Most stages then run at full speed and some wait out a whole
+ * stretch: the medians show the full speed, while a run of many steps
+ * goes at the average, all of its work alike (compute, collectives,
+ * AdamW).  The probe measures the ratio on the model's passes at the
+ * largest micro-batch: the slowest rank's mean over its median, summed
+ * over the stages (1.0-1.1 on this project's machines unthrottled, 1.6-2
+ * under a quota of one core for two ranks); fsdp-plan multiplies every
+ * time of the profile by it (at least 1), so that a prediction is of the
+ * speed the machine sustains, and says so where it is 1.2 or more.  It
+ * is what the join fraction had taken in before the join was held
+ * against means ([Note: lockstep against mean stage times]). */
+
 /* [Note: stages measured] at the run's micro-batch B and its divisors
  * (largest first, at most FSDP_PROFILE_MAX_STAGE_BATCHES): -tune's
  * candidates split B into micro-batches, and a stage of B/4 sequences
@@ -861,9 +883,21 @@ static int ProbeStages(const ProbeOptions *po, FsdpProfile *p)
                           NULL);
       ns = n; /* the same model at every micro-batch: one stage count */
     }
+  /* [Note: sustained speed] the largest micro-batch's means, before its
+   * medians sort the passes */
+  double mf[FSDP_PROFILE_MAX_STAGES], mb[FSDP_PROFILE_MAX_STAGES];
+  if (!err && ns > 0) err = StageTimes(t, reps, ns, reps, STAGE_MEAN, mf, mb);
   for (int k = 0; !err && ns > 0 && k < nb; k++)
     err = StageMedians(t + (size_t)k * per, reps, ns, reps, p->stage_fwd_s[k], p->stage_bwd_s[k]);
   free(t);
+  if (!err && ns > 0) {
+    double mean = 0.0, median = 0.0;
+    for (int i = 0; i < ns; i++) {
+      mean += mf[i] + mb[i];
+      median += p->stage_fwd_s[0][i] + p->stage_bwd_s[0][i];
+    }
+    p->sustained_factor = median > 0 ? mean / median : 0.0;
+  }
   FSDP_CALL(err);
   if (ns <= 0) return FSDP_SUCCESS; /* more stages than a profile holds */
   p->nstages = ns;
@@ -1242,6 +1276,7 @@ static void DescribeProfile(const ProbeOptions *po, FsdpProfile *p)
   p->contended_factor = d->contended;
   p->cores_per_node = (int)d->cores;
   p->join_fraction = d->join;
+  p->sustained_factor = d->sustained;
   p->concurrent_factor = d->concurrent;
   int G = p->ranks_per_node, N = p->nodes;
   double net = d->net_bw_per_node / G;
@@ -1284,6 +1319,11 @@ static void PrintProfile(const FsdpProfile *p, const char *path)
   if (p->nodes_per_host > 1)
     printf("  %d nodes share one host (the same boot id): its cores and memory divided among "
            "them\n", p->nodes_per_host);
+  if (p->sustained_factor > 0)
+    printf("  the stages' mean over their median: x%.3f%s\n", p->sustained_factor,
+           p->sustained_factor >= 1.2 ? " (the machine stopped the ranks for stretches: a CPU "
+                                        "quota, or vCPUs shared with other guests; fsdp-plan "
+                                        "predicts at this sustained speed)" : "");
   if (p->join_fraction > 0)
     printf("  a collective issued after each stage (the ranks in lockstep) costs %.4f of the "
            "stages' time (the slowest rank's) for the last rank to join it\n", p->join_fraction);

@@ -28,7 +28,11 @@
 #     the optimizer; the gathers of the world-wide sharding group take the
 #     world curve (at most the contended communication factor and the
 #     two-at-once factor times it, plus a join per gather); the plan charges
-#     the profile's join and factor.
+#     the profile's join and factor, and multiplies every time by its
+#     sustained factor (measured: above 0).
+#  2b. [Note: sustained speed]: two described clusters alike but for a
+#     sustained factor of 2.5 (against none): the plan's step, exposed
+#     communication and compute are exactly 2.5 times as long.
 #  3. fsdp-probe -describe: a 2-node x 8 cluster on paper gives the
 #     stated latency and bandwidth at each level (the network's per-node
 #     bandwidth shared by the node's ranks), and fsdp-plan's MFU and
@@ -171,9 +175,17 @@ f = h5py.File(sys.argv[1], "r")
 p = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])
 pr, cm = p["prediction"], p["comm_per_step"]
 bad = []
+# [Note: sustained speed]: every time of the profile at the speed the
+# machine sustains (its mean stage times over their medians, at least 1)
+sus = max(1.0, float(f["compute"].attrs["sustained_factor"]))
+if not float(f["compute"].attrs["sustained_factor"]) > 0:
+    bad.append("sustained_factor %r: not measured" % f["compute"].attrs["sustained_factor"])
+if pr["sustained_factor"] != sus:
+    bad.append("the plan charged a sustained factor of %r, the profile says %r" % (pr["sustained_factor"], sus))
 def curve(lvl, kind):
     a = f["collectives"][lvl][kind].attrs
-    return float(a["latency_s"]), float(a["bandwidth_bytes_per_s"])
+    bw = float(a["bandwidth_bytes_per_s"])
+    return float(a["latency_s"]) * sus, bw / sus
 # W = 4 in 2 nodes, full sharding: the sharding group leaves the node, no replicas
 for kind, key in (("all-gather", "all_gather"), ("reduce-scatter", "reduce_scatter")):
     calls = cm[key + "_calls"]
@@ -188,11 +200,11 @@ if pr["all_reduce_s"] != 0: bad.append("all_reduce_s %r without replicas" % pr["
 # times (B = 2: the first row) plus the optimizer ([Note: stages measured])
 g = f["compute"]
 n = len(g["stage_forward_s"]) // len(g["stage_batch"])
-stages = float(sum(g["stage_forward_s"][:n]) + sum(g["stage_backward_s"][:n]))
+stages = float(sum(g["stage_forward_s"][:n]) + sum(g["stage_backward_s"][:n])) * sus
 if pr.get("stages_measured") is not True: bad.append("stages_measured %r" % pr.get("stages_measured"))
 # [Note: the optimizer's bytes]: AdamW 28, the norm 4 and zeroing 8 bytes
 # per shard element, at the profile's AdamW rate
-opt = 40.0 * (p["memory"]["param_shard_bytes"] / 4) / float(f.attrs["adamw_bytes_per_s"])
+opt = 40.0 * (p["memory"]["param_shard_bytes"] / 4) / float(f.attrs["adamw_bytes_per_s"]) * sus
 if abs(pr["optimizer_s"] - opt) > 1e-12 + 1e-9 * opt:
     bad.append("optimizer_s %r, 40 bytes per shard element at the AdamW rate give %r" % (pr["optimizer_s"], opt))
 parts = stages + pr["optimizer_s"]
@@ -324,6 +336,33 @@ expect_usage "other ranks per node" "measured with 2 ranks per node but the plan
   "$BIN/fsdp-plan" -world_size 8 -ranks_per_node 4 -model tiny -profile "$tmp/prof.h5"
 expect_usage "other back-end" "measured with the mpi back-end but this plan runs on nccl" \
   "$BIN/fsdp-plan" -world_size 4 -ranks_per_node 2 -model tiny -device cuda -profile "$tmp/prof.h5"
+
+# ---- 2b. the sustained factor: every time of the profile, nothing else -------
+for sf in 0 2.5; do
+  "$BIN/fsdp-probe" -describe -describe_nodes 2 -describe_ranks_per_node 2 -describe_backend mpi \
+    -describe_gemm_flops 4e10 -describe_stream_bw 2e10 -describe_memory 7e9 -describe_node_bw 3e9 \
+    -describe_net_bw_per_node 1e9 -describe_join_fraction 0.1 -describe_concurrent_factor 1.3 \
+    -describe_contended_factor 1.5 -describe_cores_per_node 2 -describe_sustained_factor "$sf" \
+    -profile_out "$tmp/sus$sf.h5" >/dev/null 2>&1 || fail "fsdp-probe -describe_sustained_factor $sf"
+  "$BIN/fsdp-plan" -world_size 4 -ranks_per_node 2 -model tiny -batch_size 2 -sharding_factor 2 \
+    -profile "$tmp/sus$sf.h5" -summary json >"$tmp/sus$sf.json" 2>&1 ||
+    fail "fsdp-plan on the described profile with sustained factor $sf"
+done
+"$py" - "$tmp/sus0.json" "$tmp/sus2.5.json" <<'PY' || fail "the sustained factor (above)"
+import sys, json
+a, b = (json.loads(open(x).read().strip().splitlines()[-1]) for x in sys.argv[1:3])
+bad = []
+if (a["prediction"]["sustained_factor"], b["prediction"]["sustained_factor"]) != (1, 2.5):
+    bad.append("factors charged %r and %r, expected 1 and 2.5" % (a["prediction"]["sustained_factor"], b["prediction"]["sustained_factor"]))
+for k in ("step_time_ms", "exposed_comm_ms", "compute_ms"):
+    x, y = a["predicted"][k], b["predicted"][k]
+    if not (x > 0 and abs(y - 2.5 * x) <= 1e-9 * y):
+        bad.append("%s: %r without the factor, %r with 2.5" % (k, x, y))
+    else:
+        print("ok: %s %.6g ms -> %.6g ms at a sustained factor of 2.5" % (k, x, y))
+for x in bad: print("   ", x)
+sys.exit(1 if bad else 0)
+PY
 
 expect_usage "describe without a rate" "-describe needs -describe_gemm_flops" "$BIN/fsdp-probe" \
   -describe -describe_nodes 2 -profile_out "$tmp/x.h5"

@@ -15,8 +15,8 @@
  *                          (the probe's model, one row per micro-batch;
  *                          attributes stage_seq_len, stage_params,
  *                          stage_rounds (0 or absent: timed one
- *                          micro-batch after the other), join_fraction (0 or
- *                          absent: not measured) on
+ *                          micro-batch after the other), join_fraction,
+ *                          sustained_factor (0 or absent: not measured) on
  *                          /compute; may be empty)
  *   /collectives           attribute concurrent_factor (0 or absent: not
  *                          measured)
@@ -139,6 +139,29 @@ double FsdpProfileCurveSeconds(const FsdpProfileCurve *c, double bytes)
   return c->latency_s + (c->bandwidth > 0 ? bytes / c->bandwidth : 0.0);
 }
 
+void FsdpProfileScaleTimes(FsdpProfile *p, double factor)
+{
+  if (!(factor > 1.0) || !isfinite(factor)) return;
+  for (int i = 0; i < p->ngemm; i++) p->gemm[i].flops_per_s /= factor;
+  p->gemm_flops_per_s /= factor;
+  p->attention_flops_per_s /= factor;
+  p->stream_bytes_per_s /= factor;
+  p->adamw_bytes_per_s /= factor;
+  for (int b = 0; b < p->nstage_batches; b++)
+    for (int i = 0; i < p->nstages; i++) {
+      p->stage_fwd_s[b][i] *= factor;
+      p->stage_bwd_s[b][i] *= factor;
+    }
+  p->contended_allreduce_s *= factor;
+  for (int l = 0; l < FSDP_PROFILE_NLEVELS; l++)
+    for (int k = 0; k < FSDP_COLL_NKINDS; k++) {
+      FsdpProfileCurve *c = &p->coll[l][k];
+      for (int i = 0; i < c->n; i++) c->seconds[i] *= factor;
+      c->latency_s *= factor;
+      c->bandwidth /= factor;
+    }
+}
+
 /* ---- writing ---------------------------------------------------------- */
 
 static herr_t WriteArray(hid_t loc, const char *name, hid_t type, const void *data, int n)
@@ -233,6 +256,7 @@ static int WriteFile(const FsdpProfile *p, const char *tmp)
   FSDP_HDF5_GOTO(FsdpHdf5AttrWriteDouble(g, "contended_allreduce_bytes",
                                          p->contended_allreduce_bytes));
   FSDP_HDF5_GOTO(FsdpHdf5AttrWriteDouble(g, "join_fraction", p->join_fraction));
+  FSDP_HDF5_GOTO(FsdpHdf5AttrWriteDouble(g, "sustained_factor", p->sustained_factor));
   FsdpHdf5Close(&g);
 
   FSDP_HDF5_GOTO(g = H5Gcreate2(f, "collectives", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
@@ -473,6 +497,13 @@ int FsdpProfileRead(const char *path, FsdpProfile *p)
                    "/compute join_fraction");
       READ_OR_FAIL(p->join_fraction >= 0 && p->join_fraction < 100 ? 0 : -1,
                    "/compute join_fraction of 0 to 100");
+    }
+    /* [Note: sustained speed] (absent in files of before it: 0) */
+    if (H5Aexists(g, "sustained_factor") > 0) {
+      READ_OR_FAIL(FsdpHdf5AttrReadDouble(g, "sustained_factor", &p->sustained_factor),
+                   "/compute sustained_factor");
+      READ_OR_FAIL(p->sustained_factor >= 0 && p->sustained_factor < 100 ? 0 : -1,
+                   "/compute sustained_factor of 0 to 100");
     }
   }
   FsdpHdf5Close(&g);

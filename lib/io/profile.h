@@ -119,10 +119,17 @@ typedef struct {
    * with a one-element world all-reduce issued on a stream thread right
    * after each and waited for (every rank at once, as an on-demand gather
    * follows a stage in a run: the wait for the last rank to join, with the
-   * thread wake-ups): the time that took beyond the slowest rank's median
+   * thread wake-ups): the time that took beyond the slowest rank's mean
    * stage times, over them; the mean over ranks; 0: none, or not measured
    * (a described profile, an older file) */
   double join_fraction;
+  /* [Note: sustained speed] (fsdp-probe.c): the stages at stage_batch[0],
+   * the slowest rank's mean over the rounds against its median (the sums
+   * over the stages): above 1 where the machine stopped the ranks for
+   * stretches the medians leave out (a CPU quota, vCPUs shared with other
+   * guests); fsdp-plan predicts at that sustained speed.  0: not measured
+   * (a described profile without it, an older file: fsdp-plan takes 1) */
+  double sustained_factor;
   /* [Note: two collectives at once] (runtime/steptime.h): the time of
    * two equal world all-gathers run at once on two stream threads (each
    * its own communicator) over the time of one alone; 0: not measured
@@ -149,6 +156,14 @@ void FsdpProfileFit(FsdpProfileCurve *c);
 /* Not collective.  Predicted seconds of one call moving `bytes` (received
  * volume) on curve c: latency + bytes / bandwidth. */
 double FsdpProfileCurveSeconds(const FsdpProfileCurve *c, double bytes);
+
+/* Not collective.  [Note: sustained speed] (fsdp-probe.c): every time in
+ * p (stage times, curve points and latencies, the contended all-reduce)
+ * multiplied by factor and every rate (matmuls, attention, streaming,
+ * AdamW, curve bandwidths) divided by it; fractions and factors of one
+ * time over another, and the peak, unchanged.  A factor of at most 1 (or
+ * not finite) changes nothing. */
+void FsdpProfileScaleTimes(FsdpProfile *p, double factor);
 
 /* Not collective.  Rank 0 calls it.  Writes p to path atomically (a
  * temporary name, then rename): an existing file is replaced only by a
