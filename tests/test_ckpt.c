@@ -535,7 +535,7 @@ static void test_refused(const char *dir)
   Rig r;
   rig_create(MPI_COMM_WORLD, &kCfg, 0, 0, 1, &r);
   rig_fill(&r, 0.0f);
-  FsdpOptimSetStepCount(r.opt, 17);
+  FsdpOptimSetStepCount(r.opt, 7); /* <= step: [Note: checkpoint attributes] */
   char good[512], p[512];
   snprintf(good, sizeof good, "%s/good.h5", dir);
   FsdpCkptMeta m = make_meta(9);
@@ -596,7 +596,7 @@ static void test_refused(const char *dir)
   /* FsdpCkptReadMeta */
   FsdpCkptMeta mm;
   TCALL(FsdpCkptReadMeta(MPI_COMM_WORLD, good, &mm));
-  CHECK(mm.step == 9 && mm.optim_step == 17 && attr_int(&mm.model, "vocab_size") == kCfg.vocab_size,
+  CHECK(mm.step == 9 && mm.optim_step == 7 && attr_int(&mm.model, "vocab_size") == kCfg.vocab_size,
         "ReadMeta step %lld optim %lld", (long long)mm.step, (long long)mm.optim_step);
   CHECK(FsdpCkptReadMeta(MPI_COMM_WORLD, paths[3], &mm) == FSDP_ERR_USAGE, "ReadMeta of a newer format");
   test_model_desc(&r, good, dir);
@@ -640,7 +640,7 @@ static void test_directory(const char *base)
   Rig r;
   rig_create(MPI_COMM_WORLD, &kCfg, W >= 2 ? W / 2 : 1, 0, 1, &r);
   rig_fill(&r, 0.0f);
-  FsdpOptimSetStepCount(r.opt, 17);
+  FsdpOptimSetStepCount(r.opt, 7); /* <= step: [Note: checkpoint attributes] */
   FsdpCkptOptions o;
   memset(&o, 0, sizeof o);
   o.dir = dir;
@@ -654,7 +654,7 @@ static void test_directory(const char *base)
   double secs = -1;
   for (int64_t s = 10; s <= 30; s += 10) {
     FsdpCkptMeta m = make_meta(s);
-    TCALL(FsdpCkptWriteStep(r.rt, r.opt, &o, &m, p, sizeof p, &secs));
+    TCALL(FsdpCkptWriteStep(r.rt, r.opt, &o, &m, p, sizeof p, &secs, NULL));
     char want[600];
     TCALL(FsdpCkptPath(dir, s, want, sizeof want));
     CHECK(strcmp(p, want) == 0, "WriteStep wrote %s, expected %s", p, want);
@@ -696,7 +696,7 @@ static void test_directory(const char *base)
    * new file survives the prune, the oldest valid one goes, garbage stays,
    * the leftover goes */
   FsdpCkptMeta m = make_meta(25);
-  TCALL(FsdpCkptWriteStep(r.rt, r.opt, &o, &m, p, sizeof p, NULL));
+  TCALL(FsdpCkptWriteStep(r.rt, r.opt, &o, &m, p, sizeof p, NULL, NULL));
   if (rank == 0) {
     CHECK(access(p, F_OK) == 0, "the checkpoint just written (%s) was pruned", p);
     TCALL(FsdpCkptPath(dir, 30, p, sizeof p));
@@ -814,11 +814,11 @@ static int mode_crash(const char *dir)
   o.dir = dir;
   o.every = 5;
   FsdpCkptMeta m = make_meta(5);
-  TCALL(FsdpCkptWriteStep(r.rt, r.opt, &o, &m, NULL, 0, NULL));
+  TCALL(FsdpCkptWriteStep(r.rt, r.opt, &o, &m, NULL, 0, NULL, NULL));
   if (rank == 0) fprintf(stderr, "test_ckpt crash: aborting in the middle of the step-10 checkpoint (expected)\n");
   o.test_abort = 7;
   m = make_meta(10);
-  FsdpCkptWriteStep(r.rt, r.opt, &o, &m, NULL, 0, NULL);
+  FsdpCkptWriteStep(r.rt, r.opt, &o, &m, NULL, 0, NULL, NULL);
   fprintf(stderr, "test_ckpt crash: the save was not aborted\n");
   return 1;
 }
@@ -849,7 +849,7 @@ static int mode_after_crash(const char *dir)
   o.every = 5;
   o.keep = 1;
   m = make_meta(10);
-  TCALL(FsdpCkptWriteStep(r.rt, r.opt, &o, &m, NULL, 0, NULL));
+  TCALL(FsdpCkptWriteStep(r.rt, r.opt, &o, &m, NULL, 0, NULL, NULL));
   if (rank == 0) {
     CHECK(count_files(dir, ".tmp-") == 0, "the leftover survived the next save");
     CHECK(count_files(dir, "ckpt_") == 1, "keep 1 should leave one checkpoint");
