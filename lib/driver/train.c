@@ -423,10 +423,11 @@ int FsdpTrainerStep(FsdpTrainer tr, double *loss)
                  "checkpoint's values are finite (checked when it loaded) but make the loss "
                  "overflow; resume from an earlier checkpoint",
                  l, (long long)tr->step, tr->resumed_from);
+    long long good = (long long)(tr->step - tr->first_step - 1);
     FSDP_ERROR(FSDP_ERR_USAGE,
-               "loss became %f at step %lld after %lld good steps: the training diverged; lower "
+               "loss became %f at step %lld after %lld good step%s: the training diverged; lower "
                "-lr or clip gradients (-grad_clip), and continue from the newest checkpoint",
-               l, (long long)tr->step, (long long)(tr->step - tr->first_step - 1));
+               l, (long long)tr->step, good, good == 1 ? "" : "s");
   }
   return FSDP_SUCCESS;
 }
