@@ -1,7 +1,7 @@
 /* fsdp-ckpt: inspect, verify and convert fsdp checkpoints.
  *
  *   fsdp-ckpt info ckpt_00000100.h5
- *   fsdp-ckpt verify ckpt_00000100.h5          # exit 0 good, 2 bad
+ *   fsdp-ckpt verify ckpt_00000100.h5          # exit 0 good, 2 bad (as a load judges it)
  *   fsdp-ckpt export-llmc ckpt_00000100.h5 model.bin
  *   fsdp-ckpt import-llmc gpt2_124M.bin gpt2.h5
  *   fsdp-train -model custom -n_layer 12 -n_embd 768 -n_head 12 \
@@ -101,10 +101,12 @@ static const char kHelp[] =
     "  fsdp-ckpt info FILE                 step, format, model config, optimizer state,\n"
     "                                      written topology (W, F, G), data position,\n"
     "                                      creation time, parameters with shapes\n"
-    "  fsdp-ckpt verify FILE               every parameter of the file's model config\n"
-    "                                      present in /model and /optim/exp_avg[_sq]\n"
-    "                                      with its shape, fp32, no NaN/Inf; exit 0 if\n"
-    "                                      good, 2 naming the first problem\n"
+    "  fsdp-ckpt verify FILE               root and /optim attributes in range and\n"
+    "                                      consistent, every parameter of the file's model\n"
+    "                                      config present in /model and /optim/exp_avg[_sq]\n"
+    "                                      with its shape, fp32, no NaN/Inf (the checks\n"
+    "                                      fsdp-train's load makes); exit 0 if good, 2\n"
+    "                                      naming the first problem\n"
     "  fsdp-ckpt export-llmc FILE OUT.bin  llm.c GPT-2 checkpoint (version 3, fp32)\n"
     "                                      from /model\n"
     "  fsdp-ckpt import-llmc IN.bin OUT.h5 fsdp checkpoint at step 0 with zero AdamW\n"
