@@ -123,6 +123,8 @@ PY
   [ "$st" -eq 65 ] || fail "a save of non-finite state exited $st, expected 65: $(cat "$tmp/n1.err")"
   grep -q "checkpoint $tmp/nf/ckpt_00000006.h5 was not saved: the training state is not finite: on rank [01], /model/wpe holds [-+]Inf at element" \
     "$tmp/n1.err" || fail "the refusal does not name the file and the parameter: $(cat "$tmp/n1.err")"
+  grep -q "the newest good checkpoint, $tmp/nf/ckpt_00000005.h5, is intact" "$tmp/n1.err" \
+    || fail "the refusal does not name the good checkpoint kept: $(cat "$tmp/n1.err")"
   [ "$(ls -a "$tmp/nf" | grep -v '^\.')" = "ckpt_00000005.h5" ] \
     || fail "after the refused save the directory holds: $(ls -a "$tmp/nf")"
   [ "$(md5sum "$tmp/nf/ckpt_00000005.h5" | cut -d' ' -f1)" = "$sum_nf" ] || fail "the good checkpoint changed"

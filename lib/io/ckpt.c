@@ -1243,15 +1243,16 @@ static void DescribeFailure(const SaveGuard *g, const char *path, int64_t need,
   if (avail >= 0)
     FsdpMsgf(space, sizeof space, "; it needs about %lld bytes (%.1f MiB), %s has %lld bytes (%.1f MiB) free",
          (long long)need, need / 1048576.0, dir, (long long)avail, avail / 1048576.0);
-  int found = 0;
-  if (NewestValid(dir, 0, newest, sizeof newest, &found) != FSDP_SUCCESS) found = 0;
+  int found = 0, nonfinite = g->why.nonfinite;
+  /* after a non-finite refusal: the newest that -resume auto would take */
+  if (NewestValid(dir, nonfinite, newest, sizeof newest, &found) != FSDP_SUCCESS) found = 0;
   char tail[4200];
   if (found)
-    FsdpMsgf(tail, sizeof tail, "the newest complete checkpoint, %s, is intact (-resume auto takes it)",
-         newest);
+    FsdpMsgf(tail, sizeof tail, "the newest %s checkpoint, %s, is intact (-resume auto takes it)",
+             nonfinite ? "good" : "complete", newest);
   else
-    FsdpMsgf(tail, sizeof tail, "%s holds no earlier complete checkpoint", dir);
-  if (g->why.nonfinite) {
+    FsdpMsgf(tail, sizeof tail, "%s holds no earlier %s checkpoint", dir, nonfinite ? "good" : "complete");
+  if (nonfinite) {
     FsdpMsgf(msg, size, "checkpoint %s was not saved: the training state is not finite: on rank %d, "
              "%s. %s; %s", path, g->first, g->why.what, cleanup, tail);
     return;
