@@ -1842,8 +1842,9 @@ int FsdpCkptOptionsFromDb(FsdpOpts db, FsdpCkptOptions *o)
                            1 << 30, &v));
   o->keep = (int)v;
   FSDP_CALL(FsdpOptsGetString(db, g, "resume",
-                              "resume from a checkpoint FILE, or auto: the newest complete one in "
-                              "-checkpoint_dir (none: start fresh)",
+                              "resume from a checkpoint FILE, or auto: the newest one in "
+                              "-checkpoint_dir that passes verification (others are skipped and "
+                              "named; none: start fresh)",
                               NULL, &o->resume));
   if (o->resume && !o->resume[0]) o->resume = NULL;
   static const char *const on_error_names[] = {"stop", "continue", NULL};
