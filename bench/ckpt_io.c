@@ -123,6 +123,7 @@ static int Run(int argc, char **argv, int *help)
   FsdpCkptMeta meta;
   memset(&meta, 0, sizeof meta);
   meta.step = 1;
+  meta.data_position = 1; /* [Note: checkpoint attributes]: one micro-batch per step */
   meta.seed = o.seed;
   meta.global_batch = (int64_t)W * o.batch_size;
   meta.optim = o.optim;

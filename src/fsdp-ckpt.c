@@ -1,7 +1,7 @@
 /* fsdp-ckpt: inspect, verify and convert fsdp checkpoints.
  *
  *   fsdp-ckpt info ckpt_00000100.h5
- *   fsdp-ckpt verify ckpt_00000100.h5          # exit 0 good, 2 bad
+ *   fsdp-ckpt verify ckpt_00000100.h5          # exit 0 good, 2 bad (as a load judges it)
  *   fsdp-ckpt export-llmc ckpt_00000100.h5 model.bin
  *   fsdp-ckpt import-llmc gpt2_124M.bin gpt2.h5
  *   fsdp-train -model custom -n_layer 12 -n_embd 768 -n_head 12 \
@@ -101,10 +101,12 @@ static const char kHelp[] =
     "  fsdp-ckpt info FILE                 step, format, model config, optimizer state,\n"
     "                                      written topology (W, F, G), data position,\n"
     "                                      creation time, parameters with shapes\n"
-    "  fsdp-ckpt verify FILE               every parameter of the file's model config\n"
-    "                                      present in /model and /optim/exp_avg[_sq]\n"
-    "                                      with its shape, fp32, no NaN/Inf; exit 0 if\n"
-    "                                      good, 2 naming the first problem\n"
+    "  fsdp-ckpt verify FILE               root and /optim attributes in range and\n"
+    "                                      consistent, every parameter of the file's model\n"
+    "                                      config present in /model and /optim/exp_avg[_sq]\n"
+    "                                      with its shape, fp32, no NaN/Inf (the checks\n"
+    "                                      fsdp-train's load makes); exit 0 if good, 2\n"
+    "                                      naming the first problem\n"
     "  fsdp-ckpt export-llmc FILE OUT.bin  llm.c GPT-2 checkpoint (version 3, fp32)\n"
     "                                      from /model\n"
     "  fsdp-ckpt import-llmc IN.bin OUT.h5 fsdp checkpoint at step 0 with zero AdamW\n"
@@ -295,8 +297,9 @@ static void ReportString(const FsdpCkptReport *r, const char *path, char *msg, s
 }
 
 /* The groups `checks` (FSDP_CKPT_CHECK_*) of path hold exactly the
- * engine's parameters as fp32 datasets of their shapes, else a usage
- * error naming the first problem. */
+ * engine's parameters as fp32 datasets of their shapes (and, with
+ * FSDP_CKPT_CHECK_VALUES, only finite values), else a usage error naming
+ * the first problem. */
 static int CheckGroups(const char *path, const Engine *e, unsigned checks)
 {
   FsdpCkptReport *r = calloc(1, sizeof *r);
@@ -311,61 +314,20 @@ static int CheckGroups(const char *path, const Engine *e, unsigned checks)
   return err;
 }
 
-/* Scan dataset gname/spec->name for NaN/Inf in chunks of whole rows.  0,
- * or 1 with msg naming the dataset and the first bad element. */
-static int ScanDataset(hid_t f, const char *path, const char *gname, const FsdpParamSpec *spec,
-                       float *buf, char *msg, size_t size)
+/* [Note: finite checkpoints] (ckpt.h): every value of the groups
+ * `checks` names is finite, else a usage error naming the first. */
+static int CheckValues(const char *path, unsigned checks)
 {
-  char dname[FSDP_MAX_NAME + 64];
-  snprintf(dname, sizeof dname, "%s/%s", gname, spec->name);
-  int64_t numel = FlatParamSpecNumel(spec);
-  if (numel <= 0) return 0;
-  int64_t row = 1;
-  for (int d = 1; d < spec->ndim; d++) row *= spec->shape[d];
-  int64_t nrows = spec->ndim ? spec->shape[0] : 1;
-  int64_t per = CHUNK_ELEMS / row > 0 ? CHUNK_ELEMS / row : 1;
-  int bad = 0;
-  hid_t d = H5Dopen2(f, dname, H5P_DEFAULT), fs = d >= 0 ? H5Dget_space(d) : -1;
-  if (fs < 0) bad = 2;
-  for (int64_t r0 = 0; r0 < nrows && !bad; r0 += per) {
-    int64_t nr = nrows - r0 < per ? nrows - r0 : per;
-    hsize_t n = (hsize_t)(nr * row);
-    hid_t ms = H5Screate_simple(1, &n, NULL);
-    herr_t rc = ms < 0 ? -1 : 0;
-    if (rc >= 0 && spec->ndim > 0) {
-      hsize_t start[FSDP_MAX_NDIM] = {0}, count[FSDP_MAX_NDIM];
-      for (int k = 0; k < spec->ndim; k++) count[k] = (hsize_t)spec->shape[k];
-      start[0] = (hsize_t)r0;
-      count[0] = (hsize_t)nr;
-      rc = H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL);
-    }
-    if (rc >= 0) rc = H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, buf);
-    if (rc < 0) {
-      char why[600];
-      FsdpHdf5ErrorSummary(why, sizeof why);
-      FsdpMsgf(msg, size, "checkpoint %s: %s cannot be read (truncated or corrupt): %s", path, dname,
-           why);
-      bad = 1;
-    }
-    for (int64_t i = 0; i < (int64_t)n && !bad; i++) {
-      if (isfinite(buf[i])) continue;
-      int64_t flat = r0 * row + i, idx[FSDP_MAX_NDIM], rest = flat;
-      for (int k = spec->ndim - 1; k >= 0; k--) {
-        idx[k] = rest % spec->shape[k];
-        rest /= spec->shape[k];
-      }
-      char where[160];
-      FsdpCkptShapeString(spec->ndim, idx, where, sizeof where);
-      FsdpMsgf(msg, size, "checkpoint %s: %s holds %s at element %lld (index %s)", path, dname,
-           isnan(buf[i]) ? "NaN" : (buf[i] > 0 ? "+Inf" : "-Inf"), (long long)flat, where);
-      bad = 1;
-    }
-    if (ms >= 0) H5Sclose(ms);
+  FsdpCkptReport *r = calloc(1, sizeof *r);
+  FSDP_CHECK_ALLOC(r, sizeof *r);
+  int err = FsdpCkptCheck(path, NULL, NULL, checks | FSDP_CKPT_CHECK_VALUES, NULL, r);
+  char msg[MSG_SIZE];
+  if (!err && r->finding != FSDP_CKPT_GOOD) {
+    ReportString(r, path, msg, sizeof msg);
+    err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_USAGE, "%s: not exported", msg);
   }
-  if (bad == 2) FsdpMsgf(msg, size, "checkpoint %s: %s is not a readable dataset", path, dname);
-  if (fs >= 0) H5Sclose(fs);
-  if (d >= 0) H5Dclose(d);
-  return bad != 0;
+  free(r);
+  return err;
 }
 
 /* Open a checkpoint for reading: metadata through the library (which names
@@ -484,7 +446,6 @@ static int Verify(const char *path, int weights_only)
   Engine e;
   hid_t f;
   FSDP_CALL(OpenCheckpoint(path, &m, &e, &f));
-  static const char *const groups[3] = {"/model", "/optim/exp_avg", "/optim/exp_avg_sq"};
   int ngroups = 3;
   if (H5Lexists(f, "/optim", H5P_DEFAULT) <= 0) {
     if (!weights_only) {
@@ -497,39 +458,17 @@ static int Verify(const char *path, int weights_only)
     }
     ngroups = 1;
   }
-  char *msg = calloc(1, MSG_SIZE);
-  FSDP_CHECK_ALLOC(msg, MSG_SIZE);
-  int bad = 0;
-  int err = CheckGroups(path, &e, FSDP_CKPT_CHECK_MODEL | (ngroups == 3 ? FSDP_CKPT_CHECK_OPTIM : 0));
-  int64_t maxrow = 1, checked = 0;
-  for (int i = 0; i < e.nparams; i++) {
-    const FsdpParamSpec *s = e.params[i].spec;
-    int64_t row = 1;
-    for (int d = 1; d < s->ndim; d++) row *= s->shape[d];
-    if (row > maxrow) maxrow = row;
-  }
-  float *buf = NULL;
-  if (!err) err = FsdpMalloc(FSDP_MEM_OTHER, (size_t)(maxrow > CHUNK_ELEMS ? maxrow : CHUNK_ELEMS) * sizeof(float), &buf);
-  for (int k = 0; k < ngroups && !bad && !err; k++)
-    for (int i = 0; i < e.nparams && !bad; i++) {
-      bad = ScanDataset(f, path, groups[k], e.params[i].spec, buf, msg, MSG_SIZE);
-      checked += FlatParamSpecNumel(e.params[i].spec);
-    }
-  FsdpFree(&buf);
+  /* the library's check, as the trainer's load and -resume auto make it
+   * ([Note: finite checkpoints] in ckpt.h): every value read */
+  int err = CheckGroups(path, &e, FSDP_CKPT_CHECK_MODEL | FSDP_CKPT_CHECK_VALUES |
+                                      (ngroups == 3 ? FSDP_CKPT_CHECK_OPTIM : 0));
+  int64_t checked = 0;
+  for (int k = 0; k < ngroups; k++)
+    for (int i = 0; i < e.nparams; i++) checked += FlatParamSpecNumel(e.params[i].spec);
   H5Fclose(f);
   int nparams = e.nparams;
   EngineDestroy(&e);
-  if (err) {
-    free(msg);
-    FSDP_CALL(err);
-  }
-  if (bad) {
-    char text[MSG_SIZE];
-    memcpy(text, msg, MSG_SIZE);
-    free(msg);
-    FSDP_ERROR(FSDP_ERR_USAGE, "%s", text);
-  }
-  free(msg);
+  FSDP_CALL(err);
   printf("%s: ok: step %lld, %d datasets (%s) with the shapes of its model config, fp32, "
          "%lld values, no NaN/Inf\n",
          path, (long long)m.step, nparams * ngroups,
@@ -742,7 +681,8 @@ static int ExportLlmc(const char *path, const char *out)
     FSDP_ERROR(FSDP_ERR_USAGE, "checkpoint %s holds a %s model: llm.c files hold GPT-2 models only",
                path, m.model.family);
   }
-  if (CheckGroups(path, &e, FSDP_CKPT_CHECK_MODEL) != FSDP_SUCCESS) {
+  /* [Note: finite checkpoints] (ckpt.h): no NaN/Inf goes out */
+  if (CheckGroups(path, &e, FSDP_CKPT_CHECK_MODEL | FSDP_CKPT_CHECK_VALUES) != FSDP_SUCCESS) {
     H5Fclose(f);
     EngineDestroy(&e);
     FSDP_CALL(FSDP_ERR_USAGE);
@@ -1671,6 +1611,8 @@ static int ExportHf(const char *path, const char *outdir, int bf16)
   HfModel m;
   FSDP_CALL(HfModelFromDesc(&meta.model, what, &m));
   int err = HfCheckEngine(&m);
+  /* [Note: finite checkpoints] (ckpt.h): no NaN/Inf goes out, nothing is created */
+  if (!err) err = CheckValues(path, FSDP_CKPT_CHECK_MODEL);
   if (!err && mkdir(outdir, 0777) != 0 && errno != EEXIST)
     err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_USAGE, "cannot create folder %s: %s",
                          outdir, strerror(errno));

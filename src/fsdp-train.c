@@ -17,16 +17,19 @@ static const char kHelp[] =
     "Options come from FSDP_OPTIONS, then the command line left to right, where\n"
     "-options_file FILE inserts FILE's options; a later value wins.\n"
     "Exit status: 0 done, 2 bad usage or input, 75 preempted (-preempt_signals: a\n"
-    "checkpoint was written, continue with -resume auto), 1 other failures.\n";
+    "checkpoint was written, continue with -resume auto), 65 the training state became\n"
+    "non-finite (a NaN/Inf loss, or a checkpoint save refused; the newest good\n"
+    "checkpoint is kept), 1 other failures.\n";
 
 /* Everything up to the end of training; returns an error code. */
-static int Run(int argc, char **argv, int *handled_help, int *preempted)
+static int Run(int argc, char **argv, int *handled_help, int *preempted, int *nonfinite)
 {
   FsdpOpts db = NULL;
   FsdpTrainOptions o;
   FsdpTrainer tr = NULL;
   *handled_help = 0;
   *preempted = 0;
+  *nonfinite = 0;
   FSDP_CALL(FsdpOptsCreate(MPI_COMM_WORLD, argc, argv, &db));
   /* read every option first: -help lists them all and a typo is an error
    * before any MPI work or allocation */
@@ -67,6 +70,7 @@ static int Run(int argc, char **argv, int *handled_help, int *preempted)
   if (!err) err = FsdpTrainerRun(tr, stdout);
   if (!err) err = FsdpTrainerSummary(tr, stdout);
   if (!err) *preempted = FsdpTrainerPreempted(tr) != 0;
+  if (tr) *nonfinite = FsdpTrainerNonFinite(tr);
   if (!err) {
     int nleft = 0;
     if (FsdpOptsHas(db, "options_left")) err = FsdpOptsReportLeft(db, stderr, &nleft);
@@ -91,8 +95,8 @@ int main(int argc, char **argv)
     FsdpFinalize();
     return FsdpExitStatus(err);
   }
-  int help = 0, preempted = 0;
-  err = Run(argc, argv, &help, &preempted);
+  int help = 0, preempted = 0, nonfinite = 0;
+  err = Run(argc, argv, &help, &preempted, &nonfinite);
   if (err && err != FSDP_ERR_USAGE) {
     /* a rank-local failure may leave other ranks inside a collective */
     FsdpAbort(err);
@@ -101,5 +105,7 @@ int main(int argc, char **argv)
   /* [Note: preemption] (driver/preempt.h): a checkpoint was written; the
    * job script requeues the run on this status */
   if (!err && preempted) return FSDP_EXIT_PREEMPTED;
+  /* [Note: finite checkpoints] (io/ckpt.h): every rank stopped with one message */
+  if (err == FSDP_ERR_USAGE && nonfinite) return FSDP_EXIT_NONFINITE;
   return FsdpExitStatus(err);
 }

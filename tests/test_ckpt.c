@@ -535,7 +535,7 @@ static void test_refused(const char *dir)
   Rig r;
   rig_create(MPI_COMM_WORLD, &kCfg, 0, 0, 1, &r);
   rig_fill(&r, 0.0f);
-  FsdpOptimSetStepCount(r.opt, 17);
+  FsdpOptimSetStepCount(r.opt, 7); /* <= step: [Note: checkpoint attributes] */
   char good[512], p[512];
   snprintf(good, sizeof good, "%s/good.h5", dir);
   FsdpCkptMeta m = make_meta(9);
@@ -596,7 +596,7 @@ static void test_refused(const char *dir)
   /* FsdpCkptReadMeta */
   FsdpCkptMeta mm;
   TCALL(FsdpCkptReadMeta(MPI_COMM_WORLD, good, &mm));
-  CHECK(mm.step == 9 && mm.optim_step == 17 && attr_int(&mm.model, "vocab_size") == kCfg.vocab_size,
+  CHECK(mm.step == 9 && mm.optim_step == 7 && attr_int(&mm.model, "vocab_size") == kCfg.vocab_size,
         "ReadMeta step %lld optim %lld", (long long)mm.step, (long long)mm.optim_step);
   CHECK(FsdpCkptReadMeta(MPI_COMM_WORLD, paths[3], &mm) == FSDP_ERR_USAGE, "ReadMeta of a newer format");
   test_model_desc(&r, good, dir);
@@ -640,7 +640,7 @@ static void test_directory(const char *base)
   Rig r;
   rig_create(MPI_COMM_WORLD, &kCfg, W >= 2 ? W / 2 : 1, 0, 1, &r);
   rig_fill(&r, 0.0f);
-  FsdpOptimSetStepCount(r.opt, 17);
+  FsdpOptimSetStepCount(r.opt, 7); /* <= step: [Note: checkpoint attributes] */
   FsdpCkptOptions o;
   memset(&o, 0, sizeof o);
   o.dir = dir;
@@ -654,7 +654,7 @@ static void test_directory(const char *base)
   double secs = -1;
   for (int64_t s = 10; s <= 30; s += 10) {
     FsdpCkptMeta m = make_meta(s);
-    TCALL(FsdpCkptWriteStep(r.rt, r.opt, &o, &m, p, sizeof p, &secs));
+    TCALL(FsdpCkptWriteStep(r.rt, r.opt, &o, &m, p, sizeof p, &secs, NULL));
     char want[600];
     TCALL(FsdpCkptPath(dir, s, want, sizeof want));
     CHECK(strcmp(p, want) == 0, "WriteStep wrote %s, expected %s", p, want);
@@ -696,7 +696,7 @@ static void test_directory(const char *base)
    * new file survives the prune, the oldest valid one goes, garbage stays,
    * the leftover goes */
   FsdpCkptMeta m = make_meta(25);
-  TCALL(FsdpCkptWriteStep(r.rt, r.opt, &o, &m, p, sizeof p, NULL));
+  TCALL(FsdpCkptWriteStep(r.rt, r.opt, &o, &m, p, sizeof p, NULL, NULL));
   if (rank == 0) {
     CHECK(access(p, F_OK) == 0, "the checkpoint just written (%s) was pruned", p);
     TCALL(FsdpCkptPath(dir, 30, p, sizeof p));
@@ -814,11 +814,11 @@ static int mode_crash(const char *dir)
   o.dir = dir;
   o.every = 5;
   FsdpCkptMeta m = make_meta(5);
-  TCALL(FsdpCkptWriteStep(r.rt, r.opt, &o, &m, NULL, 0, NULL));
+  TCALL(FsdpCkptWriteStep(r.rt, r.opt, &o, &m, NULL, 0, NULL, NULL));
   if (rank == 0) fprintf(stderr, "test_ckpt crash: aborting in the middle of the step-10 checkpoint (expected)\n");
   o.test_abort = 7;
   m = make_meta(10);
-  FsdpCkptWriteStep(r.rt, r.opt, &o, &m, NULL, 0, NULL);
+  FsdpCkptWriteStep(r.rt, r.opt, &o, &m, NULL, 0, NULL, NULL);
   fprintf(stderr, "test_ckpt crash: the save was not aborted\n");
   return 1;
 }
@@ -849,7 +849,7 @@ static int mode_after_crash(const char *dir)
   o.every = 5;
   o.keep = 1;
   m = make_meta(10);
-  TCALL(FsdpCkptWriteStep(r.rt, r.opt, &o, &m, NULL, 0, NULL));
+  TCALL(FsdpCkptWriteStep(r.rt, r.opt, &o, &m, NULL, 0, NULL, NULL));
   if (rank == 0) {
     CHECK(count_files(dir, ".tmp-") == 0, "the leftover survived the next save");
     CHECK(count_files(dir, "ckpt_") == 1, "keep 1 should leave one checkpoint");
@@ -877,6 +877,63 @@ static void test_desc_int_range(void)
         kCfg.n_layer, err, err == FSDP_SUCCESS ? back.n_layer : -1);
 }
 
+/* [Note: finite checkpoints]: a save of an infinity is refused on every
+ * rank, naming the parameter and element, whatever -checkpoint_on_error
+ * says; nothing is written or pruned (keep 1 keeps the good checkpoint);
+ * NaN in the shard padding, which is never written, is no reason to
+ * refuse.  At W = 4 the shard's two replicas split its write, and the
+ * replica that writes the bad element finds it. */
+static void test_nonfinite_save(const char *base)
+{
+  char dir[512], p[600];
+  snprintf(dir, sizeof dir, "%s/nonfinite", base);
+  make_clean_dir(dir);
+  Rig r;
+  int F = W >= 2 ? W / 2 : 1;
+  rig_create(MPI_COMM_WORLD, &kCfg, F, 0, 1, &r);
+  rig_fill(&r, NAN);
+  FsdpOptimSetStepCount(r.opt, 7);
+  FsdpCkptOptions o;
+  memset(&o, 0, sizeof o);
+  o.dir = dir;
+  o.every = 10;
+  o.keep = 1;
+  o.on_error = FSDP_CKPT_ON_ERROR_CONTINUE;
+  FsdpCkptMeta m = make_meta(10);
+  int nonfinite = -1;
+  TCALL(FsdpCkptWriteStep(r.rt, r.opt, &o, &m, p, sizeof p, NULL, &nonfinite));
+  CHECK(nonfinite == 0 && p[0], "a finite state with NaN padding was not saved (%d)", nonfinite);
+  /* +Inf at the last element of the last piece of the last unit's last
+   * shard, on every replica of that shard */
+  int u = FsdpRuntimeNumUnits(r.rt) - 1;
+  FlatParam fp = FsdpRuntimeUnitFlatParam(r.rt, u);
+  const FlatParamPiece *pc;
+  int np;
+  TCALL(FlatParamShardPieces(fp, F - 1, &pc, &np));
+  const FlatParamPiece last = pc[np - 1];
+  if (FlatParamShardRank(fp) == F - 1) family(&r, 2, u)[last.shard_offset + last.count - 1] = INFINITY;
+  char want[300];
+  snprintf(want, sizeof want, "ckpt_00000020.h5 was not saved: the training state is not finite: "
+           "on rank %d, /optim/exp_avg_sq/%s holds +Inf at element %lld",
+           W - 1, FlatParamSpec(fp, last.param)->name,
+           (long long)(last.param_offset + last.count - 1));
+  m = make_meta(20);
+  int err = FsdpCkptWriteStep(r.rt, r.opt, &o, &m, p, sizeof p, NULL, &nonfinite);
+  CHECK(err == FSDP_ERR_USAGE && nonfinite == 1, "a save of +Inf: error %d, nonfinite %d", err,
+        nonfinite);
+  CHECK(strstr(FsdpErrorLastMessage(), want) != NULL, "the refusal says '%s', expected '%s'",
+        FsdpErrorLastMessage(), want);
+  if (rank == 0) {
+    TCALL(FsdpCkptPath(dir, 10, p, sizeof p));
+    CHECK(access(p, F_OK) == 0, "-checkpoint_keep 1 pruned the good %s after a refused save", p);
+    TCALL(FsdpCkptPath(dir, 20, p, sizeof p));
+    CHECK(access(p, F_OK) != 0, "the refused %s exists", p);
+    CHECK(count_files(dir, ".tmp-") == 0 && count_files(dir, ".headroom") == 0,
+          "a refused save left a temporary file");
+  }
+  rig_destroy(&r);
+}
+
 int main(int argc, char **argv)
 {
   TCALL(FsdpInitialize(&argc, &argv));
@@ -898,6 +955,7 @@ int main(int argc, char **argv)
     test_refused(dir);
     test_directory(dir);
     test_trained(dir);
+    test_nonfinite_save(dir);
     /* every HDF5 file, group, dataset, attribute the library opened is closed */
     ssize_t open_ids = H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL);
     CHECK(open_ids == 0, "%lld HDF5 objects left open", (long long)open_ids);

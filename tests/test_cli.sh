@@ -188,6 +188,54 @@ assert s["comm_time_per_step"]["max_gathers_in_flight"] == 2
 print("ok: JSON summary has the documented fields and the values of DESIGN §5")
 PY
 
+# checkpoints out of range or not finite ([Note: checkpoint attributes],
+# [Note: finite checkpoints] in lib/io/ckpt.h): refused on load with the
+# attribute or the dataset and index named, exit 2, the file untouched
+if /usr/bin/python3 -c 'import h5py' >/dev/null 2>&1; then
+  # shellcheck disable=SC2086
+  timeout 120 "$MPIEXEC" $PREFLAGS -n 2 "$TRAIN" $tiny -checkpoint_dir "$tmp/ckb" -checkpoint_every 2 \
+    >"$tmp/ckb.out" 2>&1 || { echo "FAIL: no checkpoint for the bad-checkpoint cases"; fails=$((fails + 1)); }
+  for kind in step:-7 data_position:-100 data_position:4611686018427387904 optim/step_count:-1 \
+              world_size:0 sharding_factor:3 model/wpe:nan optim/exp_avg_sq/wpe:inf; do
+    name=$(echo "$kind" | tr '/:' '__')
+    /usr/bin/python3 - "$tmp/ckb/ckpt_00000002.h5" "$tmp/bad_$name.h5" "$kind" <<'PY'
+import shutil, sys, h5py, numpy as np
+src, dst, kind = sys.argv[1:4]
+shutil.copyfile(src, dst)
+where, value = kind.rsplit(":", 1)
+with h5py.File(dst, "r+") as f:
+    if value in ("nan", "inf"):
+        d = f[where]; a = d[()]; a[1, 5] = float(value); d[...] = a
+    elif "/" in where:
+        group, attr = where.rsplit("/", 1); f[group].attrs[attr] = np.int64(value)
+    else:
+        f.attrs[where] = np.int64(value)
+PY
+    md5sum "$tmp/bad_$name.h5" >"$tmp/bad_$name.md5"
+  done
+  expect 2 2 "bad_step_-7.h5 has step -7; expected 0 to" -model tiny -steps 4 -resume "$tmp/bad_step_-7.h5"
+  expect 2 2 "has data_position -100 at step 2" -model tiny -steps 4 -resume "$tmp/bad_data_position_-100.h5"
+  expect 2 2 "has data_position 4611686018427387904 at step 2" -model tiny -steps 4 \
+    -resume "$tmp/bad_data_position_4611686018427387904.h5"
+  expect 2 2 "has /optim step_count -1 at step 2" -model tiny -steps 4 -resume "$tmp/bad_optim_step_count_-1.h5"
+  expect 2 2 "records the topology world_size 0" -model tiny -steps 4 -resume "$tmp/bad_world_size_0.h5"
+  expect 2 2 "world_size 2, sharding_factor 3" -model tiny -steps 4 -resume "$tmp/bad_sharding_factor_3.h5"
+  expect 2 2 "bad_model_wpe_nan.h5: /model/wpe holds NaN at element 37 (index \[1, 5\])" -model tiny -steps 4 \
+    -resume "$tmp/bad_model_wpe_nan.h5"
+  expect 2 2 "/optim/exp_avg_sq/wpe holds +Inf at element 37 (index \[1, 5\])" -model tiny -steps 4 \
+    -resume "$tmp/bad_optim_exp_avg_sq_wpe_inf.h5" -checkpoint_dir "$tmp/ckc" -checkpoint_every 1
+  expect_tool fsdp-sample 2 "bad_model_wpe_nan.h5: /model/wpe holds NaN at element 37" \
+    -resume "$tmp/bad_model_wpe_nan.h5" -max_new_tokens 2
+  for f in "$tmp"/bad_*.md5; do
+    checks=$((checks + 1))
+    md5sum -c --status "$f" || { echo "FAIL: a refused resume modified ${f%.md5}.h5"; fails=$((fails + 1)); }
+  done
+  checks=$((checks + 1))
+  [ -z "$(ls "$tmp/ckc"/ckpt_* 2>/dev/null)" ] || { echo "FAIL: a refused resume wrote $(ls "$tmp/ckc")"; fails=$((fails + 1)); }
+else
+  echo "skipped: the bad-checkpoint cases edit HDF5 files with h5py (apt-get install python3-h5py)"
+fi
+
 # FSDP_OPTIONS is shared: each program runs with every option that only the
 # others list in their -help there (so also no option of one is a near miss
 # of another's); on the command line such an option is unknown (exit 2).

@@ -5,7 +5,12 @@
 #     parameter list whose total is the model's parameter count;
 #   - verify passes it, and fails (exit 2, naming the file and the first
 #     problem) on copies with a NaN, an Inf, a missing, mis-shaped, f64 or
-#     extra dataset, no /optim, a truncated or non-HDF5 file;
+#     extra dataset, no /optim, a truncated or non-HDF5 file, and root or
+#     /optim attributes out of range or inconsistent (a negative step,
+#     data position or seed, a data position beyond what the steps
+#     consumed, a step_count of -1 or above the step, a world size 0, a
+#     sharding factor not dividing it); export-hf and export-llmc refuse
+#     a NaN checkpoint and write nothing;
 #   - export-llmc writes llm.c's layout (checked tensor by tensor against
 #     the HDF5 datasets by an independent reader in Python);
 #     export -> import -> export is byte-identical; the imported file is
@@ -222,6 +227,25 @@ def corrupt(src, dst, kind):
             del f["model"].attrs["family"]
         elif kind == "llama":
             f["model"].attrs["family"] = np.bytes_("llama")
+        # [Note: checkpoint attributes]: out of range or inconsistent
+        elif kind == "negstep":
+            f.attrs["step"] = np.int64(-7)
+        elif kind == "negpos":
+            f.attrs["data_position"] = np.int64(-100)
+        elif kind == "bigpos":
+            f.attrs["data_position"] = np.int64(1 << 62)
+        elif kind == "negcount":
+            f["optim"].attrs["step_count"] = np.int64(-1)
+        elif kind == "bigcount":
+            f["optim"].attrs["step_count"] = np.int64(4)
+        elif kind == "world":
+            f.attrs["world_size"] = np.int64(0)
+        elif kind == "shard":
+            f.attrs["sharding_factor"] = np.int64(3)
+        elif kind == "negseed":
+            f.attrs["seed"] = np.int64(-5)
+        elif kind == "wpenan":
+            d = f["model/wpe"]; a = d[()]; a[2, 9] = np.nan; d[...] = a
         else:
             raise SystemExit("unknown corruption " + kind)
     print("corrupted copy %s (%s)" % (dst, kind))
@@ -273,6 +297,27 @@ expect 2 "bad_f64.h5: /model/ln_f.bias has floating-point elements of 8 bytes, e
 expect 2 "bad_extra.h5 has /model/foo, which is not a parameter" verify "$tmp/bad_extra.h5"
 expect 2 "bad_nooptim.h5 has no /optim group" verify "$tmp/bad_nooptim.h5"
 expect 0 "ok: step 3, 28 datasets \(/model only\)" verify "$tmp/bad_nooptim.h5" -weights_only
+# attributes in range and consistent, as every reader checks them
+for kind in negstep negpos bigpos negcount bigcount world shard negseed wpenan; do
+  pycheck "corrupt ($kind)" corrupt "$C" "$tmp/bad_$kind.h5" "$kind"
+done
+expect 2 "bad_negstep.h5 has step -7; expected 0 to " verify "$tmp/bad_negstep.h5"
+expect 2 "bad_negpos.h5 has data_position -100 at step 3; expected 3 to 3145728" verify "$tmp/bad_negpos.h5"
+expect 2 "bad_bigpos.h5 has data_position 4611686018427387904 at step 3" verify "$tmp/bad_bigpos.h5"
+expect 2 "bad_negcount.h5 has /optim step_count -1 at step 3; expected 0 to 3" verify "$tmp/bad_negcount.h5"
+expect 2 "bad_bigcount.h5 has /optim step_count 4 at step 3" verify "$tmp/bad_bigcount.h5"
+expect 2 "bad_world.h5 records the topology world_size 0, sharding_factor 2" verify "$tmp/bad_world.h5"
+expect 2 "bad_shard.h5 records the topology world_size 2, sharding_factor 3" verify "$tmp/bad_shard.h5"
+expect 2 "bad_negseed.h5 has seed -5" verify "$tmp/bad_negseed.h5"
+expect 2 "bad_wpenan.h5: /model/wpe holds NaN at element 73 \(index \[2, 9\]\)" verify "$tmp/bad_wpenan.h5"
+# [Note: finite checkpoints]: the converters export no NaN/Inf and create nothing
+expect 2 "bad_wpenan.h5: /model/wpe holds NaN at element 73 \(index \[2, 9\]\): not exported" \
+  export-hf "$tmp/bad_wpenan.h5" "$tmp/hf_nan"
+checks=$((checks + 1))
+[ ! -e "$tmp/hf_nan" ] || fail "export-hf of a NaN checkpoint created $tmp/hf_nan"
+expect 2 "bad_nan.h5: /model/h.1.attn.c_attn.weight holds NaN at element 167" export-llmc "$tmp/bad_nan.h5" "$tmp/nan.bin"
+checks=$((checks + 1))
+[ ! -e "$tmp/nan.bin" ] || fail "export-llmc of a NaN checkpoint wrote $tmp/nan.bin"
 # a file of before model families is a gpt2 model; another family is named
 expect 0 "ok: step 3, 84 datasets" verify "$tmp/bad_nofamily.h5"
 expect 0 "^family +gpt2$" info "$tmp/bad_nofamily.h5"

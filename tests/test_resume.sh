@@ -2,8 +2,11 @@
 # test_resume.sh: a checkpoint written at (W=4, F=4) after 5 of 10 steps
 # resumes at (W=2, F=1) and at (W=4, F=2, 2 ranks per node) with the same
 # losses as the uninterrupted run; -resume auto picks the newest complete
-# checkpoint; a resumed run appends to its run file; a failed resume leaves
-# every file as it was.
+# checkpoint and skips (naming them) newer ones that fail verification; a
+# resumed run appends to its run file; a failed resume leaves every file as
+# it was; a save of non-finite state is refused (exit 65) with the good
+# checkpoint kept; divergence messages say whether the run or the
+# checkpoint diverged; a changed -seed is warned about.
 #   usage: test_resume.sh MPIEXEC "PREFLAGS" FSDP_TRAIN
 set -u
 MPIEXEC=$1
@@ -75,6 +78,76 @@ run 2 "$tmp/bad3" $common -batch_size 4 -metrics "$tmp/run.h5" && fail "a fresh 
 grep -q "run.h5" "$tmp/bad3.err" || fail "run-file refusal lacks the file name"
 rows2=$(h5ls "$tmp/run.h5/metrics/loss" 2>/dev/null | sed -n 's/.*{\([0-9]*\)\/.*/\1/p')
 [ "$rows2" = "15" ] || fail "the refused run changed the run file ($rows2 rows)"
+
+# [Note: finite checkpoints] (lib/io/ckpt.h), edited with h5py
+py=""
+for p in /usr/bin/python3 python3; do
+  if "$p" -c 'import h5py, numpy' >/dev/null 2>&1; then py=$p; break; fi
+done
+if [ -n "$py" ]; then
+  edit() { # edit SRC DST KIND: a copy of checkpoint SRC with one change
+    "$py" - "$@" <<'PY'
+import shutil, sys, h5py, numpy as np
+src, dst, kind = sys.argv[1:4]
+shutil.copyfile(src, dst)
+with h5py.File(dst, "r+") as f:
+    if kind == "poisoned":  # a step-7 checkpoint with an Inf moment
+        f.attrs["step"] = np.int64(7); f.attrs["data_position"] = np.int64(7)
+        d = f["optim/exp_avg_sq/wpe"]; a = d[()]; a[2, 3] = np.inf; d[...] = a
+    elif kind == "explodes":  # finite, but the next update overflows wpe
+        d = f["optim/exp_avg/wpe"]; d[...] = np.full(d.shape, 3e38, np.float32)
+        d = f["optim/exp_avg_sq/wpe"]; d[...] = np.zeros(d.shape, np.float32)
+    elif kind == "overflows":  # finite, but the forward pass overflows
+        d = f["model/ln_f.weight"]; d[...] = np.full(d.shape, 3e38, np.float32)
+PY
+  }
+  # -resume auto skips, and names, a newer checkpoint that fails verification
+  mkdir -p "$tmp/pois"
+  cp "$tmp/five.h5" "$tmp/pois/ckpt_00000005.h5"
+  edit "$tmp/five.h5" "$tmp/pois/ckpt_00000007.h5" poisoned
+  run 2 "$tmp/p1" $common -steps 6 -batch_size 4 -checkpoint_dir "$tmp/pois" -resume auto \
+    || { fail "-resume auto next to a poisoned checkpoint failed"; cat "$tmp/p1.err"; }
+  grep -q "resumed from $tmp/pois/ckpt_00000005.h5 at step 5" "$tmp/p1" \
+    || fail "-resume auto did not skip the poisoned ckpt_00000007.h5: $(grep resumed "$tmp/p1")"
+  grep -q "skipping $tmp/pois/ckpt_00000007.h5 .*/optim/exp_avg_sq/wpe holds +Inf at element 67 (index \[2, 3\])" \
+    "$tmp/p1.err" || fail "-resume auto did not name the poisoned file and value: $(cat "$tmp/p1.err")"
+  [ -f "$tmp/pois/ckpt_00000007.h5" ] || fail "-resume auto deleted the poisoned file"
+  # a save of non-finite state is refused: exit 65, the good checkpoint kept
+  # (also with -checkpoint_keep 1), no temporary file left
+  mkdir -p "$tmp/nf"
+  edit "$tmp/five.h5" "$tmp/nf/ckpt_00000005.h5" explodes
+  sum_nf=$(md5sum "$tmp/nf/ckpt_00000005.h5" | cut -d' ' -f1)
+  run 2 "$tmp/n1" $common -steps 8 -batch_size 4 -checkpoint_dir "$tmp/nf" -resume auto \
+    -checkpoint_every 1 -checkpoint_keep 1
+  st=$?
+  [ "$st" -eq 65 ] || fail "a save of non-finite state exited $st, expected 65: $(cat "$tmp/n1.err")"
+  grep -q "checkpoint $tmp/nf/ckpt_00000006.h5 was not saved: the training state is not finite: on rank [01], /model/wpe holds [-+]Inf at element" \
+    "$tmp/n1.err" || fail "the refusal does not name the file and the parameter: $(cat "$tmp/n1.err")"
+  grep -q "the newest good checkpoint, $tmp/nf/ckpt_00000005.h5, is intact" "$tmp/n1.err" \
+    || fail "the refusal does not name the good checkpoint kept: $(cat "$tmp/n1.err")"
+  [ "$(ls -a "$tmp/nf" | grep -v '^\.')" = "ckpt_00000005.h5" ] \
+    || fail "after the refused save the directory holds: $(ls -a "$tmp/nf")"
+  [ "$(md5sum "$tmp/nf/ckpt_00000005.h5" | cut -d' ' -f1)" = "$sum_nf" ] || fail "the good checkpoint changed"
+  # divergence without a save: the loss, one step later, says it diverged
+  run 2 "$tmp/n2" $common -steps 8 -batch_size 4 -resume "$tmp/nf/ckpt_00000005.h5"
+  st=$?
+  [ "$st" -eq 65 ] || fail "a diverged run exited $st, expected 65"
+  grep -q "loss became .* at step 7 after 1 good step: the training diverged; lower -lr" "$tmp/n2.err" \
+    || fail "divergence message: $(cat "$tmp/n2.err")"
+  # a finite checkpoint whose values overflow the first step is named; a
+  # -seed other than the checkpoint's is warned about
+  edit "$tmp/five.h5" "$tmp/over.h5" overflows
+  run 2 "$tmp/n3" $common -steps 8 -batch_size 4 -resume "$tmp/over.h5" -seed 12
+  st=$?
+  [ "$st" -eq 65 ] || fail "an overflowing checkpoint exited $st, expected 65"
+  grep -q "loss became .* at step 6, the first step after resuming from $tmp/over.h5" "$tmp/n3.err" \
+    || fail "the divergence message does not blame the checkpoint: $(cat "$tmp/n3.err")"
+  grep -q "checkpoint $tmp/over.h5 was written with -seed 11, this run uses -seed 12" "$tmp/n3.err" \
+    || fail "no warning about the changed -seed: $(cat "$tmp/n3.err")"
+  [ "$(grep -c "was written with -seed" "$tmp/n3.err")" = 1 ] || fail "the -seed warning is not printed once"
+else
+  echo "skipped: the non-finite cases edit checkpoints with h5py and numpy"
+fi
 
 echo "test_resume: $fails failed"
 [ "$fails" -eq 0 ]

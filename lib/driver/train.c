@@ -51,6 +51,8 @@ struct FsdpTrainer_ {
   uint64_t last_intra, last_inter; /* this step's node-local / cross-node bytes */
   FsdpMetrics metrics;
   int preempted;                 /* the signal that stopped the run, or 0 */
+  int nonfinite;                 /* the state became non-finite: FSDP_EXIT_NONFINITE */
+  char resumed_from[4096];       /* the checkpoint loaded, or "" */
   char preempt_ckpt[4096];       /* the checkpoint it wrote */
   FsdpData val;                  /* held-out data (-val_every > 0) */
   int64_t *val_steps;            /* [Note: validation] step of each validation */
@@ -278,8 +280,14 @@ int FsdpTrainerCreate(MPI_Comm comm, const FsdpTrainOptions *o, FsdpTrainer *out
                   "%lld: the data order and the trajectory will differ",
                path, (long long)meta.global_batch,
                (long long)tr->W * tr->B * o->fsdp.grad_accum);
+    if (meta.seed != o->seed)
+      FsdpWarn(1, "checkpoint %s was written with -seed %lld, this run uses -seed %lld: the "
+                  "built-in task's data differ from the checkpoint's run (pass -seed %lld to "
+                  "continue it)",
+               path, (long long)meta.seed, (long long)o->seed, (long long)meta.seed);
     tr->step = tr->first_step = meta.step;
     tr->data_base = meta.data_position;
+    snprintf(tr->resumed_from, sizeof tr->resumed_from, "%s", path);
     if (tr->rank == 0) printf("resumed from %s at step %lld\n", path, (long long)meta.step);
   }
   if (o->metrics) {
@@ -407,9 +415,20 @@ int FsdpTrainerStep(FsdpTrainer tr, double *loss)
     if (FsdpDeviceGetMemStats(&ds)) tr->allocs_step1 = ds.num_allocs;
   }
   if (loss) *loss = l;
-  if (!isfinite(l))
-    FSDP_ERROR(FSDP_ERR_USAGE, "loss became %f at step %lld: lower -lr or check the data", l,
-               (long long)tr->step);
+  if (!isfinite(l)) { /* [Note: finite checkpoints] (ckpt.h): no checkpoint of this state */
+    tr->nonfinite = 1;
+    if (tr->resumed_from[0] && tr->step == tr->first_step + 1)
+      FSDP_ERROR(FSDP_ERR_USAGE,
+                 "loss became %f at step %lld, the first step after resuming from %s: the "
+                 "checkpoint's values are finite (checked when it loaded) but make the loss "
+                 "overflow; resume from an earlier checkpoint",
+                 l, (long long)tr->step, tr->resumed_from);
+    long long good = (long long)(tr->step - tr->first_step - 1);
+    FSDP_ERROR(FSDP_ERR_USAGE,
+               "loss became %f at step %lld after %lld good step%s: the training diverged; lower "
+               "-lr or clip gradients (-grad_clip), and continue from the newest checkpoint",
+               l, (long long)tr->step, good, good == 1 ? "" : "s");
+  }
   return FSDP_SUCCESS;
 }
 
@@ -501,7 +520,10 @@ static int WriteCheckpoint(FsdpTrainer tr, int64_t s, FILE *out, char *path, siz
   m.optim = tr->o.optim;
   char p[4096];
   double secs = 0.0;
-  FSDP_CALL(FsdpCkptWriteStep(tr->rt, tr->optim, ck, &m, p, sizeof p, &secs));
+  int nonfinite = 0;
+  int err = FsdpCkptWriteStep(tr->rt, tr->optim, ck, &m, p, sizeof p, &secs, &nonfinite);
+  if (nonfinite) tr->nonfinite = 1; /* [Note: finite checkpoints] (ckpt.h) */
+  FSDP_CALL(err);
   /* "": the save failed and -checkpoint_on_error continue (warned) */
   int written = p[0] != '\0';
   if (tr->metrics)
@@ -615,6 +637,7 @@ void FsdpTrainerCommTimes(FsdpTrainer tr, double *exposed_s, double *busy_s)
 FsdpTrace FsdpTrainerTrace(FsdpTrainer tr) { return tr->trace; }
 int64_t FsdpTrainerFirstStep(FsdpTrainer tr) { return tr->first_step; }
 int FsdpTrainerPreempted(FsdpTrainer tr) { return tr->preempted; }
+int FsdpTrainerNonFinite(FsdpTrainer tr) { return tr->nonfinite; }
 
 int FsdpTrainerSummary(FsdpTrainer tr, FILE *out)
 {

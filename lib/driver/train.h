@@ -101,6 +101,12 @@ FsdpTrace FsdpTrainerTrace(FsdpTrainer tr);
 /* The signal that preempted the run (SIGUSR1, ...: FsdpTrainerRun stopped
  * after a checkpoint, fsdp-train exits with FSDP_EXIT_PREEMPTED), or 0. */
 int FsdpTrainerPreempted(FsdpTrainer tr);
+
+/* Not collective.  1 when the run stopped because the training state
+ * became non-finite (a loss, or a checkpoint save refused: [Note: finite
+ * checkpoints] in ckpt.h; fsdp-train exits with FSDP_EXIT_NONFINITE), else
+ * 0.  Every rank agrees. */
+int FsdpTrainerNonFinite(FsdpTrainer tr);
 /* Collective on comm.  [Note: validation] (train.c): the mean loss over
  * -val_batches global batches of held-out windows, each rank its slice,
  * computed with the FSDP forward only (FsdpRuntimeForward); the same on

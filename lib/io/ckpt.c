@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -306,8 +307,61 @@ static int ReadModelDesc(hid_t g, const char *path, FsdpModelDesc *desc, char *m
   return r.bad;
 }
 
+/* [Note: checkpoint attributes]: 0 when m's values are in range and
+ * consistent, else 1 with msg naming the file, the attribute, its value
+ * and what was expected.  has_optim: the file has /optim (step_count). */
+static int ValidateAttributes(const FsdpCkptMeta *m, int has_optim, const char *path, char *msg,
+                              size_t size)
+{
+  const long long step = (long long)m->step, pos = (long long)m->data_position;
+  if (m->step < 0 || m->step > FSDP_CKPT_MAX_STEP) {
+    FsdpMsgf(msg, size, "checkpoint %s has step %lld; expected 0 to %lld (optimizer steps done)",
+             path, step, (long long)FSDP_CKPT_MAX_STEP);
+    return 1;
+  }
+  /* each step consumes 1 to FSDP_CKPT_MAX_ACCUM micro-batches */
+  const long long most = m->step > INT64_MAX / FSDP_CKPT_MAX_ACCUM
+                             ? (long long)INT64_MAX
+                             : step * (long long)FSDP_CKPT_MAX_ACCUM;
+  if (pos < step || pos > most) {
+    FsdpMsgf(msg, size,
+             "checkpoint %s has data_position %lld at step %lld; expected %lld to %lld "
+             "micro-batches (each step consumes 1 to %lld: -grad_accum)",
+             path, pos, step, step, most, (long long)FSDP_CKPT_MAX_ACCUM);
+    return 1;
+  }
+  if (m->seed < 0) {
+    FsdpMsgf(msg, size, "checkpoint %s has seed %lld; expected a seed >= 0 (as -seed)", path,
+             (long long)m->seed);
+    return 1;
+  }
+  if (m->global_batch < 0) {
+    FsdpMsgf(msg, size, "checkpoint %s has global_batch %lld; expected >= 0 sequences (0: unknown)",
+             path, (long long)m->global_batch);
+    return 1;
+  }
+  if (m->world_size < 1 || m->sharding_factor < 1 || m->sharding_factor > m->world_size ||
+      m->world_size % m->sharding_factor != 0 || m->ranks_per_node < 1) {
+    FsdpMsgf(msg, size,
+             "checkpoint %s records the topology world_size %d, sharding_factor %d, "
+             "ranks_per_node %d; expected world_size >= 1, a sharding_factor that divides it, "
+             "ranks_per_node >= 1",
+             path, m->world_size, m->sharding_factor, m->ranks_per_node);
+    return 1;
+  }
+  if (has_optim && (m->optim_step < 0 || m->optim_step > m->step)) {
+    FsdpMsgf(msg, size,
+             "checkpoint %s has /optim step_count %lld at step %lld; expected 0 to %lld (AdamW "
+             "counts the optimizer steps it took)",
+             path, (long long)m->optim_step, step, step);
+    return 1;
+  }
+  return 0;
+}
+
 /* Read the metadata of an open file into *m; 0 on success, else 1 with
- * msg set (a file that is HDF5 but not a checkpoint this build reads). */
+ * msg set (a file that is HDF5 but not a checkpoint this build reads, or
+ * attributes out of range: [Note: checkpoint attributes]). */
 static int ReadAttributes(hid_t file, const char *path, FsdpCkptMeta *m, char *msg, size_t size)
 {
   memset(m, 0, sizeof *m);
@@ -351,7 +405,8 @@ static int ReadAttributes(hid_t file, const char *path, FsdpCkptMeta *m, char *m
   int bad = ReadModelDesc(g, path, &m->model, msg, size);
   H5Gclose(g);
   if (bad) return 1;
-  if (H5Lexists(file, "/optim", H5P_DEFAULT) > 0) {
+  int has_optim = H5Lexists(file, "/optim", H5P_DEFAULT) > 0;
+  if (has_optim) {
     g = H5Gopen2(file, "/optim", H5P_DEFAULT);
     if (g >= 0) {
       FsdpOptimOptions *o = &m->optim;
@@ -369,7 +424,7 @@ static int ReadAttributes(hid_t file, const char *path, FsdpCkptMeta *m, char *m
       H5Gclose(g);
     }
   }
-  return 0;
+  return ValidateAttributes(m, has_optim, path, msg, size);
 }
 
 /* Open path read-only with serial HDF5 (the default sec2 driver); on
@@ -512,6 +567,109 @@ static void CheckGroup(hid_t file, FsdpRuntime rt, const char *gname, int fp32, 
   H5Gclose(g);
 }
 
+/* [Note: finite checkpoints]: index of the first non-finite of x[0..n), or -1. */
+static int64_t FirstNonFinite(const float *x, int64_t n)
+{
+  for (int64_t i = 0; i < n; i++)
+    if (!isfinite(x[i])) return i;
+  return -1;
+}
+
+static const char *NonFiniteName(float v) { return isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf"; }
+
+/* Element `flat` (row-major) of an array of shape[ndim] as an index. */
+static void FlatToIndex(int ndim, const int64_t *shape, int64_t flat, int64_t *idx)
+{
+  for (int k = ndim - 1; k >= 0; k--) {
+    idx[k] = shape[k] > 0 ? flat % shape[k] : 0;
+    flat = shape[k] > 0 ? flat / shape[k] : 0;
+  }
+}
+
+/* Report x[i] of parameter spec of group gname (x starts at flat element
+ * `start`) as a non-finite value. */
+static void ReportNonFinite(const char *gname, const FsdpParamSpec *spec, int64_t start,
+                            const float *x, int64_t i, FsdpCkptReport *r)
+{
+  r->finding = FSDP_CKPT_NONFINITE;
+  snprintf(r->group, sizeof r->group, "%s", gname);
+  snprintf(r->name, sizeof r->name, "%s", spec->name);
+  snprintf(r->value, sizeof r->value, "%s", NonFiniteName(x[i]));
+  r->element = start + i;
+  r->ndim = spec->ndim;
+  FlatToIndex(spec->ndim, spec->shape, start + i, r->shape);
+}
+
+#define SCAN_CHUNK ((int64_t)1 << 18) /* floats read at a time */
+
+typedef struct {
+  const char *gname;
+  float *buf; /* SCAN_CHUNK floats */
+  FsdpCkptReport *r;
+} ValueScan;
+
+/* H5Literate callback: read dataset `name` of a group in chunks and stop
+ * (1) at its first non-finite value or a read that fails.  Entries that
+ * are no dataset of at most FSDP_MAX_NDIM dimensions are the structure
+ * check's business. */
+static herr_t ScanDataset(hid_t g, const char *name, const H5L_info_t *info, void *ctx)
+{
+  (void)info;
+  ValueScan *vs = ctx;
+  FsdpParamSpec spec;
+  memset(&spec, 0, sizeof spec);
+  snprintf(spec.name, sizeof spec.name, "%s", name);
+  hid_t d = H5Dopen2(g, name, H5P_DEFAULT), fs = d >= 0 ? H5Dget_space(d) : -1;
+  int ndim = fs >= 0 ? H5Sget_simple_extent_ndims(fs) : -1;
+  hsize_t dims[H5S_MAX_RANK];
+  int stop = 0;
+  if (ndim >= 0 && ndim <= FSDP_MAX_NDIM && H5Sget_simple_extent_dims(fs, dims, NULL) >= 0) {
+    spec.ndim = ndim;
+    for (int k = 0; k < ndim; k++) spec.shape[k] = (int64_t)dims[k];
+    int64_t numel = FlatParamSpecNumel(&spec);
+    for (int64_t start = 0; start < numel && !stop; start += SCAN_CHUNK) {
+      int64_t n = numel - start < SCAN_CHUNK ? numel - start : SCAN_CHUNK;
+      hid_t ms = MemSpace(n);
+      herr_t rc = ms < 0 ? -1 : SelectFlat(fs, &spec, start, n);
+      if (rc >= 0) rc = H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, vs->buf);
+      if (ms >= 0) H5Sclose(ms);
+      int64_t bad = rc < 0 ? -1 : FirstNonFinite(vs->buf, n);
+      if (rc < 0) {
+        vs->r->finding = FSDP_CKPT_UNREADABLE;
+        snprintf(vs->r->group, sizeof vs->r->group, "%s", vs->gname);
+        snprintf(vs->r->name, sizeof vs->r->name, "%s", name);
+        stop = 1;
+      } else if (bad >= 0) {
+        ReportNonFinite(vs->gname, &spec, start, vs->buf, bad, vs->r);
+        stop = 1;
+      }
+    }
+  }
+  if (fs >= 0) H5Sclose(fs);
+  if (d >= 0) H5Dclose(d);
+  return stop;
+}
+
+/* [Note: finite checkpoints]: every value of the groups `checks` names
+ * (those present), datasets in name order; sets r->finding at the first
+ * non-finite one. */
+static int ScanValues(hid_t file, unsigned checks, FsdpCkptReport *r)
+{
+  float *buf = malloc((size_t)SCAN_CHUNK * sizeof *buf);
+  FSDP_CHECK_ALLOC(buf, (size_t)SCAN_CHUNK * sizeof *buf);
+  for (int k = 0; k < NKINDS && !r->finding; k++) {
+    if (!(checks & (k == KIND_PARAM ? FSDP_CKPT_CHECK_MODEL : FSDP_CKPT_CHECK_OPTIM))) continue;
+    if (H5Lexists(file, kKindGroup[k], H5P_DEFAULT) <= 0) continue;
+    hid_t g = H5Gopen2(file, kKindGroup[k], H5P_DEFAULT);
+    if (g < 0) continue;
+    ValueScan vs = {kKindGroup[k], buf, r};
+    H5Literate(g, H5_INDEX_NAME, H5_ITER_INC, NULL, ScanDataset, &vs);
+    H5Gclose(g);
+  }
+  free(buf);
+  return FSDP_SUCCESS;
+}
+
 int FsdpCkptCheck(const char *path, FsdpRuntime rt, const FsdpModelDesc *expect, unsigned checks,
                   FsdpCkptMeta *meta, FsdpCkptReport *report)
 {
@@ -532,8 +690,10 @@ int FsdpCkptCheck(const char *path, FsdpRuntime rt, const FsdpModelDesc *expect,
   for (int k = 0; k < 3 && rt && !report->finding; k++)
     if (checks & (k == 0 ? FSDP_CKPT_CHECK_MODEL : FSDP_CKPT_CHECK_OPTIM))
       CheckGroup(f, rt, groups[k], (checks & FSDP_CKPT_CHECK_FP32) != 0, report);
+  int err = FSDP_SUCCESS;
+  if (!report->finding && (checks & FSDP_CKPT_CHECK_VALUES)) err = ScanValues(f, checks, report);
   if (f >= 0) H5Fclose(f);
-  return FSDP_SUCCESS;
+  return err;
 }
 
 void FsdpCkptReportString(const FsdpCkptReport *r, const char *path, char *buf, size_t size)
@@ -567,6 +727,11 @@ void FsdpCkptReportString(const FsdpCkptReport *r, const char *path, char *buf, 
   case FSDP_CKPT_EXTRA:
     FsdpMsgf(buf, size, "checkpoint %s has parameter %s/%s, which the model does not have", path, g, n);
     break;
+  case FSDP_CKPT_NONFINITE:
+    FsdpCkptShapeString(r->ndim, r->shape, have, sizeof have);
+    FsdpMsgf(buf, size, "checkpoint %s: %s/%s holds %s at element %lld (index %s)", path, g, n,
+             r->value, (long long)r->element, have);
+    break;
   default:
     FsdpMsgf(buf, size, "checkpoint %s: %s holds %lld entries but the model has %lld parameters", path,
          g, (long long)r->entries, (long long)r->expected);
@@ -588,7 +753,8 @@ static int Validate(FsdpRuntime rt, int with_optim, const char *path, const Fsdp
   memset(v, 0, sizeof *v);
   FsdpCkptReport *r = calloc(1, sizeof *r);
   FSDP_CHECK_ALLOC(r, sizeof *r);
-  unsigned checks = FSDP_CKPT_CHECK_MODEL | (with_optim ? FSDP_CKPT_CHECK_OPTIM : 0);
+  unsigned checks = FSDP_CKPT_CHECK_MODEL | (with_optim ? FSDP_CKPT_CHECK_OPTIM : 0) |
+                    (rt ? FSDP_CKPT_CHECK_VALUES : 0);
   int err = FsdpCkptCheck(path, rt, expect, checks, &v->meta, r);
   v->bad = r->finding != FSDP_CKPT_GOOD;
   if (v->bad) FsdpCkptReportString(r, path, v->msg, sizeof v->msg);
@@ -673,7 +839,8 @@ typedef struct {
   int first;  /* then: the lowest failing rank */
   /* this rank's failure; once agreed, the first failing rank's */
   struct {
-    int err_no; /* 0: the call left no errno */
+    int err_no;    /* 0: the call left no errno */
+    int nonfinite; /* not the storage: the state is not finite ([Note: finite checkpoints]) */
     char what[MSG_SIZE];
   } why;
 } SaveGuard;
@@ -701,6 +868,22 @@ static void SaveFailHdf5(SaveGuard *g, const char *what)
   FsdpHdf5ErrorSummary(stack, sizeof stack);
   SaveFail(g, err_no, "%s failed%s%s%s", what, stack[0] ? " [HDF5: " : "", stack,
            stack[0] ? "]" : "");
+}
+
+/* [Note: finite checkpoints]: x[i], element start + i of parameter spec
+ * in group gname, is not finite: refuse the save with its name. */
+static void SaveFailNonFinite(SaveGuard *g, const char *gname, const FsdpParamSpec *spec,
+                              int64_t start, const float *x, int64_t i)
+{
+  if (g->failed) return;
+  FsdpCkptReport r;
+  memset(&r, 0, sizeof r);
+  ReportNonFinite(gname, spec, start, x, i, &r);
+  char index[160];
+  FsdpCkptShapeString(r.ndim, r.shape, index, sizeof index);
+  SaveFail(g, 0, "%s/%s holds %s at element %lld (index %s)", gname, spec->name, r.value,
+           (long long)r.element, index);
+  g->why.nonfinite = 1;
 }
 
 /* Run one HDF5 call of a save unless this rank already failed. */
@@ -992,6 +1175,9 @@ static int WriteTensors(SaveGuard *g, hid_t file, FsdpRuntime rt, FsdpOptim opt,
                                              H5P_DEFAULT, dcpl, H5P_DEFAULT));
         SAVE_HDF5(g, what, SelectFlat(fspace, spec, start, count));
         SAVE_HDF5(g, what, mspace = MemSpace(count));
+        /* [Note: finite checkpoints]: the piece this rank is about to write */
+        int64_t bad = count > 0 && shard ? FirstNonFinite(shard + off, count) : -1;
+        if (bad >= 0) SaveFailNonFinite(g, kKindGroup[k], spec, start, shard + off, bad);
         SAVE_AGREE(g);
         errno = 0;
         herr_t wr = H5Dwrite(dset, H5T_NATIVE_FLOAT, mspace, fspace, dxpl,
@@ -1041,7 +1227,7 @@ static int ParallelAccess(MPI_Comm comm, hid_t *fapl, hid_t *dxpl)
   return FSDP_SUCCESS;
 }
 
-static int NewestValid(const char *dir, char *path, size_t size, int *found);
+static int NewestValid(const char *dir, int verify, char *path, size_t size, int *found);
 
 /* Rank 0, after a failed save was cleaned up: the one message every rank
  * returns ([Note: failed saves]). */
@@ -1057,14 +1243,20 @@ static void DescribeFailure(const SaveGuard *g, const char *path, int64_t need,
   if (avail >= 0)
     FsdpMsgf(space, sizeof space, "; it needs about %lld bytes (%.1f MiB), %s has %lld bytes (%.1f MiB) free",
          (long long)need, need / 1048576.0, dir, (long long)avail, avail / 1048576.0);
-  int found = 0;
-  if (NewestValid(dir, newest, sizeof newest, &found) != FSDP_SUCCESS) found = 0;
+  int found = 0, nonfinite = g->why.nonfinite;
+  /* after a non-finite refusal: the newest that -resume auto would take */
+  if (NewestValid(dir, nonfinite, newest, sizeof newest, &found) != FSDP_SUCCESS) found = 0;
   char tail[4200];
   if (found)
-    FsdpMsgf(tail, sizeof tail, "the newest complete checkpoint, %s, is intact (-resume auto takes it)",
-         newest);
+    FsdpMsgf(tail, sizeof tail, "the newest %s checkpoint, %s, is intact (-resume auto takes it)",
+             nonfinite ? "good" : "complete", newest);
   else
-    FsdpMsgf(tail, sizeof tail, "%s holds no earlier complete checkpoint", dir);
+    FsdpMsgf(tail, sizeof tail, "%s holds no earlier %s checkpoint", dir, nonfinite ? "good" : "complete");
+  if (nonfinite) {
+    FsdpMsgf(msg, size, "checkpoint %s was not saved: the training state is not finite: on rank %d, "
+             "%s. %s; %s", path, g->first, g->why.what, cleanup, tail);
+    return;
+  }
   FsdpMsgf(msg, size, "checkpoint %s was not saved: %s: on rank %d, %s%s. %s; %s", path,
        err_no ? strerror(err_no) : "cause not reported", g->first, g->why.what, space, cleanup,
        tail);
@@ -1072,7 +1264,8 @@ static void DescribeFailure(const SaveGuard *g, const char *path, int64_t need,
 
 /* Collective on the runtime's world: save to path.  A storage failure on
  * any rank comes back on every rank as *failed = 1 with msg (not printed)
- * after the cleanup of [Note: failed saves]; other errors are raised. */
+ * after the cleanup of [Note: failed saves], a non-finite value as
+ * *failed = 2 ([Note: finite checkpoints]); other errors are raised. */
 static int SaveGuarded(FsdpRuntime rt, FsdpOptim opt, const char *path, const FsdpCkptMeta *meta,
                        int *failed, char *msg, size_t size)
 {
@@ -1182,7 +1375,7 @@ done:
     DescribeFailure(g, path, need, cleanup, r.msg, sizeof r.msg);
   }
   FSDP_CALL_MPI(MPI_Bcast(&r, (int)sizeof r, MPI_BYTE, 0, g->comm));
-  *failed = 1;
+  *failed = g->why.nonfinite ? 2 : 1;
   snprintf(msg, size, "%s", r.msg);
   return FSDP_SUCCESS;
 }
@@ -1512,9 +1705,28 @@ static int QuickCheck(const char *path, char *msg, size_t size)
   return bad;
 }
 
-/* Not collective: the newest checkpoint of dir passing QuickCheck into
- * path (*found = 0 when none); warns about the ones it skips. */
-static int NewestValid(const char *dir, char *path, size_t size, int *found)
+/* FsdpCkptFindResumable's check: every attribute, both groups, every
+ * value ([Note: finite checkpoints]).  0, or 1 with msg. */
+static int VerifyCheck(const char *path, char *msg, size_t size, int *err)
+{
+  FsdpCkptReport *r = calloc(1, sizeof *r);
+  if (!r) {
+    *err = FSDP_ERR_MEM;
+    return 1;
+  }
+  *err = FsdpCkptCheck(path, NULL, NULL,
+                       FSDP_CKPT_CHECK_MODEL | FSDP_CKPT_CHECK_OPTIM | FSDP_CKPT_CHECK_VALUES, NULL,
+                       r);
+  int bad = r->finding != FSDP_CKPT_GOOD;
+  if (bad) FsdpCkptReportString(r, path, msg, size);
+  free(r);
+  return bad || *err;
+}
+
+/* Not collective: the newest checkpoint of dir passing QuickCheck (with
+ * verify: VerifyCheck) into path (*found = 0 when none); warns about the
+ * ones it skips. */
+static int NewestValid(const char *dir, int verify, char *path, size_t size, int *found)
 {
   Entry *list = NULL;
   int n = 0;
@@ -1523,7 +1735,7 @@ static int NewestValid(const char *dir, char *path, size_t size, int *found)
   for (int i = 0; i < n && !err; i++) {
     char p[4096], msg[MSG_SIZE];
     snprintf(p, sizeof p, "%s/%s", dir, list[i].name);
-    if (QuickCheck(p, msg, sizeof msg) == 0) {
+    if (QuickCheck(p, msg, sizeof msg) == 0 && (!verify || VerifyCheck(p, msg, sizeof msg, &err) == 0)) {
       *found = 1;
       snprintf(path, size, "%s", p);
       break;
@@ -1534,19 +1746,34 @@ static int NewestValid(const char *dir, char *path, size_t size, int *found)
   return err;
 }
 
-int FsdpCkptFindLatest(MPI_Comm comm, const char *dir, char *path, size_t size, int *found)
+/* Collective on comm: FsdpCkptFindLatest, or with verify
+ * FsdpCkptFindResumable. */
+static int FindNewest(MPI_Comm comm, const char *dir, int verify, char *path, size_t size,
+                      int *found)
 {
   FsdpHdf5Init();
   int rank;
   FSDP_CALL_MPI(MPI_Comm_rank(comm, &rank));
   struct { int err, found; char path[4096]; } r;
   memset(&r, 0, sizeof r);
-  if (rank == 0) r.err = NewestValid(dir, r.path, sizeof r.path, &r.found);
+  if (rank == 0) r.err = NewestValid(dir, verify, r.path, sizeof r.path, &r.found);
   FSDP_CALL_MPI(MPI_Bcast(&r, (int)sizeof r, MPI_BYTE, 0, comm));
   if (r.err) FSDP_ERROR(r.err, "listing checkpoints in %s failed", dir);
   if (strlen(r.path) >= size) FSDP_ERROR(FSDP_ERR_USAGE, "checkpoint path %s is too long", r.path);
   snprintf(path, size, "%s", r.path);
   *found = r.found;
+  return FSDP_SUCCESS;
+}
+
+int FsdpCkptFindLatest(MPI_Comm comm, const char *dir, char *path, size_t size, int *found)
+{
+  FSDP_CALL(FindNewest(comm, dir, 0, path, size, found));
+  return FSDP_SUCCESS;
+}
+
+int FsdpCkptFindResumable(MPI_Comm comm, const char *dir, char *path, size_t size, int *found)
+{
+  FSDP_CALL(FindNewest(comm, dir, 1, path, size, found));
   return FSDP_SUCCESS;
 }
 
@@ -1615,8 +1842,9 @@ int FsdpCkptOptionsFromDb(FsdpOpts db, FsdpCkptOptions *o)
                            1 << 30, &v));
   o->keep = (int)v;
   FSDP_CALL(FsdpOptsGetString(db, g, "resume",
-                              "resume from a checkpoint FILE, or auto: the newest complete one in "
-                              "-checkpoint_dir (none: start fresh)",
+                              "resume from a checkpoint FILE, or auto: the newest one in "
+                              "-checkpoint_dir that passes verification (others are skipped and "
+                              "named; none: start fresh)",
                               NULL, &o->resume));
   if (o->resume && !o->resume[0]) o->resume = NULL;
   static const char *const on_error_names[] = {"stop", "continue", NULL};
@@ -1638,7 +1866,7 @@ int FsdpCkptResolveResume(MPI_Comm comm, const FsdpCkptOptions *o, char *path, s
   *found = 0;
   if (size) path[0] = '\0';
   if (o->resume && strcmp(o->resume, "auto") == 0) {
-    FSDP_CALL(FsdpCkptFindLatest(comm, o->dir, path, size, found));
+    FSDP_CALL(FsdpCkptFindResumable(comm, o->dir, path, size, found));
     return FSDP_SUCCESS;
   }
   if (o->resume) {
@@ -1685,8 +1913,10 @@ static int MakeDirs(const char *dir)
 }
 
 int FsdpCkptWriteStep(FsdpRuntime rt, FsdpOptim opt, const FsdpCkptOptions *o,
-                      const FsdpCkptMeta *meta, char *path, size_t size, double *seconds)
+                      const FsdpCkptMeta *meta, char *path, size_t size, double *seconds,
+                      int *nonfinite)
 {
+  if (nonfinite) *nonfinite = 0;
   MPI_Comm comm = WorldComm(rt);
   double t0 = MPI_Wtime();
   int rank;
@@ -1704,6 +1934,13 @@ int FsdpCkptWriteStep(FsdpRuntime rt, FsdpOptim opt, const FsdpCkptOptions *o,
   if (o->test_abort > 0) FsdpCkptSetTestAbort(o->test_abort);
   if (!r.failed) FSDP_CALL(SaveGuarded(rt, opt, p, meta, &r.failed, r.msg, sizeof r.msg));
   if (seconds) *seconds = MPI_Wtime() - t0;
+  if (r.failed == 2) { /* [Note: finite checkpoints]: training on would not help */
+    if (nonfinite) *nonfinite = 1;
+    FSDP_ERROR(FSDP_ERR_USAGE,
+               "%s. The run stops: lower -lr or clip gradients (-grad_clip), and continue from "
+               "the newest good checkpoint with -resume auto",
+               r.msg);
+  }
   if (r.failed && o->on_error == FSDP_CKPT_ON_ERROR_CONTINUE) {
     /* every rank knows; one warns */
     FsdpWarn(1, "%s. Training goes on (-checkpoint_on_error continue)", r.msg);

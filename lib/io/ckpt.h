@@ -61,6 +61,38 @@
  * the file and the first problem, and no rank touches its shards or hangs.
  * Only then do all ranks open the file with MPI-IO and read.  A load never
  * writes to the file.
+ *
+ * [Note: checkpoint attributes] The root attributes say where a run
+ * stands, and a resumed run computes with them: a negative step gave a
+ * negative learning rate and a crash in the next save, a negative data
+ * position an internal error, a step_count of -1 NaN.  So every reader
+ * (FsdpCkptCheck: load, -resume auto, fsdp-ckpt, fsdp-sample) refuses a
+ * file unless 0 <= step <= FSDP_CKPT_MAX_STEP, seed >= 0, global_batch >=
+ * 0 (0: unknown), step <= data_position <= step * FSDP_CKPT_MAX_ACCUM
+ * (each optimizer step consumes 1 to -grad_accum's maximum micro-batches;
+ * the data itself wraps around, so any such position lies inside it),
+ * world_size >= 1, 1 <= sharding_factor <= world_size dividing it,
+ * ranks_per_node >= 1, and, with /optim, 0 <= step_count <= step (AdamW
+ * counts the steps the fp16 scaler did not skip).
+ *
+ * [Note: finite checkpoints] A checkpoint never holds a NaN or an
+ * infinity.  Saving: the save's own write pass checks each piece of a
+ * shard (parameters and both moments) right before it is written -- on
+ * every back-end the bytes sit in host memory there (device shards are
+ * staged, [Note: device staging]), replicas split a shard so every element
+ * is looked at once, and the agreement that precedes each collective
+ * write ([Note: failed saves]) carries the verdict, so no pass over the
+ * state and no collective is added.  (The optimizer's update pass would
+ * see the values a step earlier, but on a GPU it runs in device kernels,
+ * which would each need a reduction of their own.)  A refused save
+ * removes its temporary file, names the first bad parameter, prunes
+ * nothing, and the trainer stops with FSDP_EXIT_NONFINITE.  Reading:
+ * FsdpCkptCheck with FSDP_CKPT_CHECK_VALUES reads every value of /model
+ * (and the moments when they are wanted) on rank 0 before any shard is
+ * touched, naming the dataset, the element and its index; the load,
+ * -resume auto (which skips such files), fsdp-ckpt verify and export-hf,
+ * and fsdp-sample all call it.  This reads the file once more than the
+ * load itself (serially): a second or so per GiB.
  */
 #ifndef FSDP_CKPT_H
 #define FSDP_CKPT_H
@@ -75,6 +107,15 @@
 #include "runtime/optim.h"
 
 #define FSDP_CKPT_VERSION 1
+
+/* [Note: checkpoint attributes]: the largest step (as -steps) and the
+ * most micro-batches one step consumes (as -grad_accum) */
+#define FSDP_CKPT_MAX_STEP (INT64_MAX / 4)
+#define FSDP_CKPT_MAX_ACCUM ((int64_t)1 << 20)
+
+/* fsdp-train's exit status when the training state became non-finite: a
+ * loss, or a checkpoint save refused ([Note: finite checkpoints]) */
+#define FSDP_EXIT_NONFINITE 65
 
 /* What a checkpoint records besides tensors.  Save reads the fields marked
  * (in); Load fills all of them from the file. */
@@ -126,7 +167,9 @@ typedef enum {
   FSDP_CKPT_NOT_FP32,   /* floating-point of elem_size != 4 bytes (asked for fp32) */
   FSDP_CKPT_SHAPE,      /* group/name has shape[ndim], the model want_shape[want_ndim] */
   FSDP_CKPT_EXTRA,      /* group holds name, which is no parameter of the model */
-  FSDP_CKPT_COUNT       /* group holds entries links for expected parameters */
+  FSDP_CKPT_COUNT,      /* group holds entries links for expected parameters */
+  FSDP_CKPT_NONFINITE   /* group/name holds value ("NaN", "+Inf", "-Inf") at flat
+                           element `element`, index shape[ndim] */
 } FsdpCkptFinding;
 
 #define FSDP_CKPT_MAX_RANK 32 /* dimensions of a dataset a report can hold (HDF5's) */
@@ -140,23 +183,32 @@ typedef struct {
   int64_t shape[FSDP_CKPT_MAX_RANK], want_shape[FSDP_MAX_NDIM];
   size_t elem_size;
   int64_t entries, expected;
+  int64_t element;            /* NONFINITE: flat (row-major) index in the dataset */
+  char value[8];              /* NONFINITE: "NaN", "+Inf" or "-Inf" */
 } FsdpCkptReport;
 
 /* Which groups FsdpCkptCheck compares with the runtime's parameters. */
 enum {
   FSDP_CKPT_CHECK_MODEL = 1, /* /model */
   FSDP_CKPT_CHECK_OPTIM = 2, /* /optim/exp_avg and /optim/exp_avg_sq */
-  FSDP_CKPT_CHECK_FP32 = 4   /* datasets must be 32-bit floats (else any float) */
+  FSDP_CKPT_CHECK_FP32 = 4,  /* datasets must be 32-bit floats (else any float) */
+  FSDP_CKPT_CHECK_VALUES = 8 /* every value of the checked groups is finite
+                                ([Note: finite checkpoints]) */
 };
 
 /* Not collective: serial HDF5, path opened read-only ([Note: checkpoint
  * validation]).  Opens path and reads its metadata into *meta (may be
- * NULL); compares the model description with expect (when not NULL);
- * then, when rt is not NULL, checks that each group named in `checks`
- * holds exactly the parameters rt registered (FsdpRuntimeUnitSpecs: also
- * before set-up), with their shapes.  *report gets the first problem
- * (finding FSDP_CKPT_GOOD: none).  Returns an error code only when it
- * could not look (out of memory). */
+ * NULL), each attribute in range and consistent with the others
+ * ([Note: checkpoint attributes]); compares the model description with
+ * expect (when not NULL); then, when rt is not NULL, checks that each
+ * group named in `checks` holds exactly the parameters rt registered
+ * (FsdpRuntimeUnitSpecs: also before set-up), with their shapes; with
+ * FSDP_CKPT_CHECK_VALUES, reads every dataset of those groups (of the
+ * ones present when rt is NULL) and finds the first non-finite value.
+ * *report gets the first problem (finding FSDP_CKPT_GOOD: none).  The
+ * trainer's load, -resume auto and fsdp-ckpt verify all judge a file
+ * here.  Returns an error code only when it could not look (out of
+ * memory). */
 int FsdpCkptCheck(const char *path, FsdpRuntime rt, const FsdpModelDesc *expect, unsigned checks,
                   FsdpCkptMeta *meta, FsdpCkptReport *report);
 
@@ -188,8 +240,10 @@ int FsdpCkptFindLatest(MPI_Comm comm, const char *dir, char *path, size_t size, 
  * `keep` newest by step (keep <= 0 keeps all), counting only files that
  * pass FsdpCkptFindLatest's quick check (others are left alone), and
  * leftover *.tmp-* files of interrupted saves.  Call after a save
- * completed; FsdpCkptWriteStep never deletes the file it just wrote, even
- * when newer ones exist (a run resumed from an older -resume FILE). */
+ * completed; FsdpCkptWriteStep prunes only after a save that passed the
+ * finite check ([Note: finite checkpoints]) and never deletes the file it
+ * just wrote, even when newer ones exist (a run resumed from an older
+ * -resume FILE): the newest checkpoint known good always stays. */
 int FsdpCkptPrune(MPI_Comm comm, const char *dir, int keep);
 
 /* Options, group "Checkpoint". */
@@ -209,10 +263,17 @@ enum { FSDP_CKPT_ON_ERROR_STOP, FSDP_CKPT_ON_ERROR_CONTINUE };
 /* Not collective.  Reads the options above. */
 int FsdpCkptOptionsFromDb(FsdpOpts db, FsdpCkptOptions *o);
 
+/* Collective on comm.  Like FsdpCkptFindLatest, but each candidate must
+ * also pass FsdpCkptCheck with every value (attributes, both groups,
+ * FSDP_CKPT_CHECK_VALUES; rank 0 reads the files): the ones that fail are
+ * skipped and named in a warning with their first problem.  -resume
+ * auto's choice. */
+int FsdpCkptFindResumable(MPI_Comm comm, const char *dir, char *path, size_t size, int *found);
+
 /* Collective on comm.  What to resume from: -resume FILE gives FILE
- * (FsdpCkptLoad validates it); -resume auto gives the newest complete
- * checkpoint in the directory, or *found = 0 to start fresh when there is
- * none.  Without -resume, checkpointing (every > 0) into a directory that
+ * (FsdpCkptLoad validates it); -resume auto gives the newest checkpoint
+ * in the directory that passes verification (FsdpCkptFindResumable), or
+ * *found = 0 to start fresh when there is none.  Without -resume, checkpointing (every > 0) into a directory that
  * already holds checkpoints is a usage error (it would mix two runs and
  * prune the other's files); *found = 0 otherwise. */
 int FsdpCkptResolveResume(MPI_Comm comm, const FsdpCkptOptions *o, char *path, size_t size,
@@ -225,9 +286,12 @@ int FsdpCkptResolveResume(MPI_Comm comm, const FsdpCkptOptions *o, char *path, s
  * the file system refused (directory, disk full, I/O error) is, with
  * o->on_error STOP, FsdpCkptSave's FSDP_ERR_USAGE; with CONTINUE, rank 0
  * warns once, nothing is pruned, and the call succeeds with path set to
- * "" (not written). */
+ * "" (not written).  A save refused because the state is not finite
+ * ([Note: finite checkpoints]) is FSDP_ERR_USAGE whatever o->on_error
+ * says, with *nonfinite (may be NULL) set to 1 and nothing pruned. */
 int FsdpCkptWriteStep(FsdpRuntime rt, FsdpOptim opt, const FsdpCkptOptions *o,
-                      const FsdpCkptMeta *meta, char *path, size_t size, double *seconds);
+                      const FsdpCkptMeta *meta, char *path, size_t size, double *seconds,
+                      int *nonfinite);
 
 /* [Note: streamed checkpoints] Converters (fsdp-ckpt import-hf,
  * import-llmc) write a checkpoint one tensor at a time without a runtime:

@@ -9,9 +9,15 @@
  * set an attribute of the root, /model or /optim to a value of any type
  * and shape (scalar, 0-4 elements, null), delete one, delete or replace a
  * parameter's dataset with one of another type or shape, add extra
- * entries, remove or replace whole groups.  Then FsdpCkptReadMeta and
- * FsdpCkptLoad must answer with success or a usage error, and a file they
- * accept must really hold the model's configuration. */
+ * entries, remove or replace whole groups; set a root or /optim integer
+ * attribute to one of the values that broke resumes (a negative step,
+ * data position or step count, 2^62, a world size of 0, ...); put a NaN
+ * or an infinity into one element of a dataset.  Then FsdpCkptReadMeta
+ * and FsdpCkptLoad must answer with success or a usage error, and a file
+ * they accept must really hold the model's configuration, attributes in
+ * range and consistent ([Note: checkpoint attributes] in ckpt.h) and
+ * leave only finite values in the shards ([Note: finite checkpoints]). */
+#include <math.h>
 #include <hdf5.h>
 #include <string.h>
 
@@ -72,6 +78,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
   FsdpCkptMeta m;
   memset(&m, 0, sizeof m);
   m.step = 3;
+  m.data_position = 3;
+  m.global_batch = 4;
   SETUP(GptConfigDescribe(&kCfg, "custom", &g_desc));
   m.model = g_desc;
   m.optim = oo;
@@ -157,9 +165,60 @@ static void make_dataset(hid_t g, const char *name, Input *in)
   H5Sclose(space);
 }
 
+/* Set integer attribute `name` of the root or /optim to a value from a
+ * table of the ones that matter ([Note: checkpoint attributes]). */
+static void set_int_attr(hid_t file, Input *in)
+{
+  static const char *const names[] = {"step", "data_position", "seed", "global_batch",
+                                      "world_size", "sharding_factor", "ranks_per_node",
+                                      "step_count"};
+  static const int64_t values[] = {-7, -1, 0, 1, 2, 3, 4, 5, 100, (int64_t)1 << 20,
+                                   ((int64_t)1 << 20) * 3 + 1, (int64_t)1 << 62, INT64_MIN,
+                                   INT64_MAX, -100, 17};
+  const char *name = names[next(in) % COUNT(names)];
+  int64_t v = values[next(in) % COUNT(values)];
+  hid_t obj = H5Oopen(file, strcmp(name, "step_count") == 0 ? "/optim" : "/", H5P_DEFAULT);
+  if (obj < 0) return;
+  if (H5Aexists(obj, name) > 0) H5Adelete(obj, name);
+  FsdpHdf5AttrWriteInt64(obj, name, v);
+  H5Oclose(obj);
+}
+
+/* Put a NaN or an infinity into one element of a parameter's dataset. */
+static void set_nonfinite(hid_t file, Input *in)
+{
+  static const float values[] = {NAN, INFINITY, -INFINITY};
+  hid_t g = H5Gopen2(file, kGroups[next(in) % 3], H5P_DEFAULT);
+  const char *name = g_params[next(in) % (unsigned)g_nparams];
+  unsigned at = next(in) * 256u + next(in);
+  float v = values[next(in) % 3];
+  hid_t d = g >= 0 ? H5Dopen2(g, name, H5P_DEFAULT) : -1;
+  hid_t s = d >= 0 ? H5Dget_space(d) : -1;
+  hssize_t n = s >= 0 ? H5Sget_simple_extent_npoints(s) : 0;
+  if (n > 0 && H5Dget_storage_size(d) > 0) {
+    float *buf = malloc((size_t)n * sizeof *buf);
+    if (buf && H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0) {
+      buf[at % (unsigned)n] = v;
+      H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
+    }
+    free(buf);
+  }
+  if (s >= 0) H5Sclose(s);
+  if (d >= 0) H5Dclose(d);
+  if (g >= 0) H5Gclose(g);
+}
+
 static void edit(hid_t file, Input *in)
 {
-  switch (next(in) % 6) {
+  unsigned op = next(in);
+  /* the two edits added last sit at the top of the byte, so that the
+   * checked-in inputs keep their meaning */
+  if (op >= 248) {
+    if (op < 252) set_int_attr(file, in);
+    else set_nonfinite(file, in);
+    return;
+  }
+  switch (op % 6) {
   case 0:
     set_attr(file, in);
     break;
@@ -207,9 +266,52 @@ static void edit(hid_t file, Input *in)
   }
 }
 
+/* A scalar integer attribute of the accepted file (it must have one). */
+static int64_t accepted_int(hid_t f, const char *obj, const char *name)
+{
+  int64_t v = 0;
+  hid_t o = H5Oopen(f, obj, H5P_DEFAULT);
+  FUZZ_REQUIRE(o >= 0 && FsdpHdf5AttrReadInt64(o, name, &v) >= 0, "accepted without %s%s%s", obj,
+               strcmp(obj, "/") ? "/" : "", name);
+  H5Oclose(o);
+  return v;
+}
+
+/* [Note: checkpoint attributes] and [Note: finite checkpoints] (ckpt.h):
+ * what an accepted file records is in range and consistent, and what the
+ * load put into the shards is finite. */
+static void check_accepted_state(hid_t f, int with_optim)
+{
+  int64_t step = accepted_int(f, "/", "step"), pos = accepted_int(f, "/", "data_position");
+  int64_t W = accepted_int(f, "/", "world_size"), F = accepted_int(f, "/", "sharding_factor");
+  FUZZ_REQUIRE(step >= 0 && step <= FSDP_CKPT_MAX_STEP, "accepted step %lld", (long long)step);
+  FUZZ_REQUIRE(pos >= step && pos / FSDP_CKPT_MAX_ACCUM <= step,
+               "accepted data_position %lld at step %lld", (long long)pos, (long long)step);
+  FUZZ_REQUIRE(W >= 1 && F >= 1 && F <= W && W % F == 0, "accepted world_size %lld, sharding_factor %lld",
+               (long long)W, (long long)F);
+  FUZZ_REQUIRE(accepted_int(f, "/", "ranks_per_node") >= 1, "accepted ranks_per_node < 1");
+  FUZZ_REQUIRE(accepted_int(f, "/", "seed") >= 0, "accepted a negative seed");
+  FUZZ_REQUIRE(accepted_int(f, "/", "global_batch") >= 0, "accepted a negative global_batch");
+  if (with_optim) {
+    int64_t t = FsdpOptimStepCount(g_opt);
+    FUZZ_REQUIRE(t >= 0 && t <= step, "accepted step_count %lld at step %lld", (long long)t,
+                 (long long)step);
+  }
+  for (int u = 0; u < FsdpRuntimeNumUnits(g_rt); u++) {
+    int64_t n = FlatParamShardNumel(FsdpRuntimeUnitFlatParam(g_rt, u));
+    const float *x[3] = {FsdpRuntimeUnitShard(g_rt, u), with_optim ? FsdpOptimExpAvg(g_opt, u) : NULL,
+                         with_optim ? FsdpOptimExpAvgSq(g_opt, u) : NULL};
+    for (int k = 0; k < 3; k++)
+      for (int64_t i = 0; x[k] && i < n; i++)
+        FUZZ_REQUIRE(isfinite(x[k][i]), "accepted a non-finite value (unit %d, tensor %d, element %lld)",
+                     u, k, (long long)i);
+  }
+}
+
 /* A file that Load accepted holds the model's configuration, as scalar
- * integer attributes of exactly the model's values. */
-static void check_accepted(void)
+ * integer attributes of exactly the model's values, and the attributes
+ * and values check_accepted_state checks. */
+static void check_accepted(int with_optim)
 {
   hid_t f = H5Fopen(fuzz_path, H5F_ACC_RDONLY, H5P_DEFAULT);
   FUZZ_REQUIRE(f >= 0, "an accepted checkpoint does not open");
@@ -227,6 +329,7 @@ static void check_accepted(void)
     H5Sclose(s);
     H5Aclose(a);
   }
+  check_accepted_state(f, with_optim);
   H5Fclose(f);
 }
 
@@ -249,6 +352,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                  "message does not name the file: %s", FsdpErrorLastMessage());
     return 0;
   }
-  check_accepted();
+  check_accepted(!(flags & 1));
   return 0;
 }
