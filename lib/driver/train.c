@@ -69,8 +69,7 @@ int FsdpTrainOptionsFromDb(FsdpOpts db, FsdpTrainOptions *o)
   FSDP_CALL(FsdpTopoOptionsFromDb(db, &o->topo));
   FSDP_CALL(FsdpModelOptionsFromDb(db, &o->model));
   snprintf(o->model_name, sizeof o->model_name, "%s", o->model.preset);
-  FSDP_CALL(FsdpOptsGetInt(db, "FSDP", "wrap", "transformer blocks per FSDP unit", 1, 1, 1 << 20, &v));
-  o->wrap = (int)v;
+  FSDP_CALL(FsdpRuntimeWrapFromDb(db, &o->wrap));
   FSDP_CALL(FsdpRuntimeOptionsFromDb(db, &o->fsdp));
   FSDP_CALL(FsdpOptimOptionsFromDb(db, &o->optim));
   FSDP_CALL(FsdpOptsGetInt(db, g, "batch_size", "sequences per rank per micro-step (B)", 4, 1,
@@ -144,6 +143,8 @@ int FsdpTrainOptionsFromDb(FsdpOpts db, FsdpTrainOptions *o)
   if (o->val_data && o->val_every == 0)
     FSDP_ERROR(FSDP_ERR_USAGE, "option -val_data %s: validation is off (-val_every 0); give "
                "-val_every N to validate every N steps", o->val_data);
+  /* last: every option is read (-help lists them all) */
+  FSDP_CALL(FsdpRuntimeCheckWrap(&o->model, o->wrap));
   FsdpOptsToString(db, o->options_string, sizeof o->options_string);
   o->optim.total_steps = o->steps;
   return FSDP_SUCCESS;
