@@ -108,6 +108,15 @@ int FsdpTrainOptionsFromDb(FsdpOpts db, FsdpTrainOptions *o)
                               "ranks that have not arrived, dumps the flight recorder and ends "
                               "the job (0 = never; SIGUSR2 dumps the recorder at any time)",
                               600.0, 0.0, 1e9, &o->coll_timeout));
+  FSDP_CALL(FsdpOptsGetDouble(db, g, "coll_warn",
+                              "seconds a collective may run before the hang watchdog warns, once, "
+                              "naming it, its unit and step and the ranks that have not arrived; "
+                              "the job goes on until -coll_timeout (0 = never; below "
+                              "-coll_timeout: a default not below it is off)",
+                              60.0, 0.0, 1e9, &o->coll_warn));
+  if (!FsdpOptsHas(db, "coll_warn") && o->coll_timeout > 0 && o->coll_warn >= o->coll_timeout)
+    o->coll_warn = 0.0; /* the timeout comes first */
+  FSDP_CALL(FsdpFlightCheckWarn(o->coll_timeout, o->coll_warn));
   FSDP_CALL(FsdpOptsGetDouble(db, "FSDP", "loss_scale",
                               "initial loss scale of the sharded gradient scaler (used when "
                               "-param_dtype or -reduce_dtype is fp16)",
@@ -191,7 +200,7 @@ int FsdpTrainerCreate(MPI_Comm comm, const FsdpTrainOptions *o, FsdpTrainer *out
   FSDP_CALL(FsdpPreemptInstall(&o->preempt));
   FSDP_CALL(FsdpTopoCreate(comm, &o->topo, &tr->topo));
   /* [Note: hang watchdog] (comm/flight.h): records every collective */
-  FSDP_CALL(FsdpFlightCreate(comm, o->coll_timeout, o->metrics));
+  FSDP_CALL(FsdpFlightCreate(comm, o->coll_timeout, o->coll_warn, o->metrics));
   tr->flight = 1;
   /* the device first: without a usable GPU -device cuda is a usage error
    * on every rank before anything is allocated */
