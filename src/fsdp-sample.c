@@ -50,7 +50,6 @@ typedef struct {
 static int ReadOptions(FsdpOpts db, SampleOptions *o)
 {
   memset(o, 0, sizeof *o);
-  int64_t v;
   const char *g = "Sampling";
   FSDP_CALL(FsdpTopoOptionsFromDb(db, &o->topo));
   FSDP_CALL(FsdpModelOptionsFromDb(db, &o->model));
@@ -60,8 +59,7 @@ static int ReadOptions(FsdpOpts db, SampleOptions *o)
       "ffn_dim_multiplier", "tie_embeddings", "rope_theta", "norm_eps"};
   for (size_t i = 0; i < sizeof kModelOpts / sizeof kModelOpts[0]; i++)
     o->model_from_options |= FsdpOptsHas(db, kModelOpts[i]);
-  FSDP_CALL(FsdpOptsGetInt(db, "FSDP", "wrap", "transformer blocks per FSDP unit", 1, 1, 1 << 20, &v));
-  o->wrap = (int)v;
+  FSDP_CALL(FsdpRuntimeWrapFromDb(db, &o->wrap));
   FSDP_CALL(FsdpRuntimeOptionsFromDb(db, &o->fsdp));
   FSDP_CALL(FsdpOptsGetEnum(db, g, "device", "compute device: cpu, or cuda (needs a CUDA build)",
                             kDeviceNames, 0, &o->device_cuda));
@@ -240,6 +238,7 @@ static int Generate(const SampleOptions *o, Sampler *s)
     desc = meta.model;
     if (!desc.preset[0]) snprintf(desc.preset, sizeof desc.preset, "custom");
   }
+  FSDP_CALL(FsdpRuntimeCheckWrap(&desc, o->wrap));
   const char *preset = desc.preset;
   const int V = (int)FsdpModelDescInt(&desc, "vocab_size");
   const int seq_len = (int)FsdpModelDescInt(&desc, "seq_len");

@@ -79,6 +79,20 @@ expect 4 2 "sharding_factor 3" $tiny -sharding_factor 3
 expect 4 2 "ranks_per_node 3" $tiny -ranks_per_node 3
 expect 2 2 "not divisible by -n_head" -model custom -n_embd 30 -n_head 4 -steps 2
 expect 2 2 "cuda" $tiny -device cuda
+# values that only make sense together (one check, FsdpOptimOptionsFromDb and
+# FsdpRuntimeCheckWrap, for every program that reads them): the cosine
+# schedule decays from -lr to -lr_min; -wrap at most the model's blocks;
+# the stages (-n_layer / -wrap rounded up, plus 2) within the runtime's 4096
+expect 2 2 "option -lr_min 5 is above -lr 0.001" $tiny -lr_min 5 -lr 1e-3
+expect 2 2 "option -lr_min: -0.5 is out of range (expected a real number in \[0," $tiny -lr_min -0.5
+expect 2 2 "option -wrap 100: the model has 2 transformer blocks (-n_layer 2); -wrap must be in \[1, 2\]" \
+  $tiny -wrap 100
+expect 2 2 "option -n_layer 5000 with -wrap 1 makes 5002 stages.*limit of 4096 stages; use -n_layer at most 4094, or -wrap at least 2" \
+  $tiny -n_layer 5000
+expect_tool fsdp-plan 2 "limit of 4096 stages; use -n_layer at most 8188, or -wrap at least 25" \
+  -model tiny -n_layer 100000 -wrap 2
+expect_tool fsdp-plan 2 "option -lr_min 0.5 is above -lr 0.1" -model tiny -lr 0.1 -lr_min 0.5
+expect_tool fsdp-probe 2 "option -wrap 3: the model has 2 transformer blocks" -model tiny -wrap 3
 
 # data files (written with python3: magic, version, count, then uint16 tokens)
 mk() { # mk FILE MAGIC VERSION COUNT NTOKENS MAXTOKEN
@@ -276,6 +290,9 @@ unset FSDP_OPTIONS
 expect_tool fsdp-ckpt 2 "unknown option -sharding_factor" info "$tmp/ck/ckpt_00000002.h5" -sharding_factor 2
 expect_tool fsdp-plan 2 "unknown option -weights_only" -model tiny -world_size 2 -weights_only
 expect 1 2 "unknown option -world_size" $tiny -world_size 2
+# fsdp-sample holds -wrap against the checkpoint's model (tiny: 2 blocks)
+expect_tool fsdp-sample 2 "option -wrap 3: the model has 2 transformer blocks" \
+  -resume "$tmp/ck/ckpt_00000002.h5" -wrap 3 -max_new_tokens 2
 
 echo "test_cli: $checks checks, $fails failed"
 [ "$fails" -eq 0 ]

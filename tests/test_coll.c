@@ -636,9 +636,10 @@ static void run_chunked(const FsdpGroup *world)
 }
 
 /* [Note: waiting for a collective] (coll_mpi.c): FSDP_COMM_WAIT (read at
- * create) picks the blocking calls (block, the default main's run used) or
- * the nonblocking ones with MPI_Test and sched_yield (yield) or nanosleep
- * (sleep); each must give the same results (at F = W: every collective
+ * create) picks the nonblocking calls polled for a second, then with
+ * nanosleep (adaptive, the default main's run used), the blocking calls
+ * (block) or the nonblocking ones with MPI_Test and sched_yield (yield) or
+ * nanosleep (sleep); each must give the same results (at F = W: every collective
  * kind and dtype).  Only at W <= 2: with more ranks than cores every
  * wake-up from a sleep or yield waits for a time slice, and the hundreds
  * of small collectives here took past the test's timeout at W = 4 on a
@@ -656,7 +657,7 @@ static void run_wait_modes(const FsdpGroup *world)
               strstr(FsdpErrorLastMessage(), bad[i]) != NULL,
           "message '%s' names neither the variable nor '%s'", FsdpErrorLastMessage(), bad[i]);
   }
-  const char *modes[] = {"yield", "sleep"};
+  const char *modes[] = {"block", "yield", "sleep"};
   for (size_t i = 0; g_wsize <= 2 && i < sizeof modes / sizeof modes[0]; i++) {
     setenv("FSDP_COMM_WAIT", modes[i], 1);
     TCALL(FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &c));

@@ -7,6 +7,12 @@
 #     (not by the test's own timeout) within timeout + 30 s -- the issue's
 #     bound is timeout + 10 s; 20 s more of slack for a loaded machine --
 #     with a message naming the stopped rank as not arrived.
+#  2b. -coll_warn 2 -coll_timeout 8 on 2 ranks, rank 1 stopped: a warning
+#     naming the collective, its unit and step and rank 1 as not arrived
+#     comes before the timeout's message, and the waiting rank 0 uses
+#     under 30% of a core meanwhile (utime + stime from /proc/PID/stat
+#     over 3 s of the wait; a rank polling in MPI takes most of a core:
+#     a bound, not a timing).  -coll_warn not below -coll_timeout: exit 2.
 #  3. one rank made to skip an all-gather (FSDP_FAULT=skip:..., test only):
 #     the message names the first sequence number at which the ranks'
 #     calls differ and what each rank issued there.
@@ -69,11 +75,18 @@ rank_pid() {
   done
 }
 
-# start ARGS...: fsdp-train on 4 ranks in the background; sets launcher
+# start ARGS...: fsdp-train on $NP ranks (4 unless set) in the background,
+# stdout to $tmp/out, stderr there too or to $ERR; sets launcher
 start() {
-  # shellcheck disable=SC2086
-  timeout 240 "$MPIEXEC" $PREFLAGS -n 4 "$TRAIN" -model tiny -log_every 1 "$@" \
-    >"$tmp/out" 2>&1 &
+  if [ -n "${ERR:-}" ]; then
+    # shellcheck disable=SC2086
+    timeout 240 "$MPIEXEC" $PREFLAGS -n "${NP:-4}" "$TRAIN" -model tiny -log_every 1 "$@" \
+      >"$tmp/out" 2>"$ERR" &
+  else
+    # shellcheck disable=SC2086
+    timeout 240 "$MPIEXEC" $PREFLAGS -n "${NP:-4}" "$TRAIN" -model tiny -log_every 1 "$@" \
+      >"$tmp/out" 2>&1 &
+  fi
   launcher=$!
 }
 
@@ -146,6 +159,61 @@ else
 fi
 cleanup_job
 
+# 2b. the warning before the timeout, and waiting that costs no core
+# shellcheck disable=SC2086
+timeout 120 "$MPIEXEC" $PREFLAGS -n 2 "$TRAIN" -model tiny -steps 2 -coll_warn 8 -coll_timeout 8 \
+  >"$tmp/out" 2>&1
+status=$?
+if [ "$status" -ne 2 ] || ! grep -q "option -coll_warn 8 is not below -coll_timeout 8" "$tmp/out"; then
+  fail "-coll_warn 8 -coll_timeout 8: status $status, expected 2 and a message naming both"
+else
+  echo "ok: -coll_warn 8 -coll_timeout 8 -> status 2"
+fi
+NP=2 start -steps 100000 -coll_warn 2 -coll_timeout 8
+if ! wait_step 5; then
+  fail "-coll_warn: the run did not reach step 5"
+else
+  victim=$(rank_pid 1)
+  waiter=$(rank_pid 0)
+  if [ -z "$victim" ] || [ -z "$waiter" ]; then
+    fail "-coll_warn: cannot find the pids of ranks 0 and 1"
+  else
+    pids=$(descendants "$launcher")
+    kill -STOP "$victim"
+    t0=$(date +%s)
+    # from 3 s on, when every wait has gone on for more than a second
+    sleep 3
+    cpu() { awk '{print $14 + $15}' "/proc/$waiter/stat" 2>/dev/null; }
+    c1=$(cpu) w1=$(date +%s.%N)
+    sleep 3
+    c2=$(cpu) w2=$(date +%s.%N)
+    wait "$launcher"
+    status=$?
+    launcher=""
+    secs=$(($(date +%s) - t0))
+    share=$(python3 -c "import os, sys; c1, c2, w1, w2 = sys.argv[1:]; \
+print('%.3f' % ((float(c2) - float(c1)) / os.sysconf('SC_CLK_TCK') / (float(w2) - float(w1))))" \
+      "${c1:-0}" "${c2:-0}" "$w1" "$w2")
+    warn='warning: rank 0: collective [a-z-]* #[0-9]* on the .* comm (2 ranks; unit -\{0,1\}[0-9]*, step [0-9]*, .*) still running after [0-9.]* s (-coll_warn 2); rank 1 has not arrived: no heartbeat'
+    wline=$(grep -n -m1 "$warn" "$tmp/out" | cut -d: -f1)
+    eline=$(grep -n -m1 "not complete after .* (-coll_timeout 8); rank 1 has not arrived" "$tmp/out" | cut -d: -f1)
+    if [ "$status" -eq 0 ] || [ "$status" -eq 124 ]; then
+      fail "-coll_warn: status $status, expected the watchdog to end the job (not 0, not 124)"
+    elif [ "$secs" -gt $((8 + 30)) ]; then
+      fail "-coll_warn: the job ended $secs s after the stop (at most 8 + 30 s)"
+    elif [ -z "$wline" ]; then
+      fail "-coll_warn: no warning naming the collective, its unit and step, and rank 1"
+    elif [ -z "$eline" ] || [ "$wline" -gt "$eline" ]; then
+      fail "-coll_warn: the warning (line ${wline}) does not come before the timeout (line ${eline:-none})"
+    elif [ -z "$c1" ] || [ -z "$c2" ] || ! python3 -c "import sys; sys.exit(float(sys.argv[1]) >= 0.30)" "$share"; then
+      fail "-coll_warn: rank 0 used ${share} of a core while it waited (at most 0.30)"
+    else
+      echo "ok: rank 1 stopped -> warned, then status $status after $secs s; rank 0 used $share of a core waiting: $(grep -m1 "$warn" "$tmp/out" | cut -c1-300)"
+    fi
+  fi
+fi
+cleanup_job
+
 # 3. rank 2 skips the all-gather of unit 1 in step 2.  On the gathers'
 # communicator step 1 issues #1..#5 (forward 0, 1, 2; backward 2, 1) and
 # step 2 starts with the root's #6, so the skipped one is #7: from there
@@ -174,7 +242,8 @@ steps=400
 timeout 240 "$MPIEXEC" $PREFLAGS -n 4 "$TRAIN" -model tiny -log_every 1 -steps $steps \
   -summary json >"$tmp/ref" 2>&1
 ref_status=$?
-start -steps $steps -summary json -metrics "$tmp/run.h5"
+# stderr apart: the rings (tens of KiB) must not land inside the JSON line
+ERR="$tmp/err" start -steps $steps -summary json -metrics "$tmp/run.h5"
 if ! wait_step 20; then
   fail "SIGUSR2: the run did not reach step 20"
 else
@@ -186,7 +255,7 @@ else
   launcher=""
   ref_losses=$(tail -1 "$tmp/ref" | grep -o '"losses": \[[^]]*\]')
   losses=$(tail -1 "$tmp/out" | grep -o '"losses": \[[^]]*\]')
-  dumps=$(grep -c "flight recorder (SIGUSR2)" "$tmp/out")
+  dumps=$(grep -c "flight recorder (SIGUSR2)" "$tmp/err")
   files=$(ls "$tmp"/run.h5.flight-rank*.txt 2>/dev/null | wc -l)
   if [ -z "$p1" ]; then
     fail "SIGUSR2: cannot find the pid of rank 1"

@@ -10,7 +10,9 @@
 # must be equal, exactly.
 # Then: -recompute 1 adds the recomputed forward to the predicted step's
 # time, not to the model FLOP; gpt-175b on 512 ranks (8 per node) plans in seconds (without touching the model), with
-# shards summing to the model; bad topology options are usage errors.
+# shards summing to the model; so do 100000 layers (one unit, or 4000
+# units); bad topology options and -wrap / -n_layer beyond the model or
+# the runtime's stage limit are usage errors.
 #   usage: test_plan.sh MPIEXEC "PREFLAGS" BINDIR   (BINDIR holds fsdp-train and fsdp-plan)
 set -u
 MPIEXEC=$1
@@ -208,6 +210,34 @@ else
   echo "FAIL: fsdp-plan gpt-175b: $(tail -n 3 "$tmp/big.out")"; fails=$((fails + 1))
 fi
 
+# -n_layer at the option's maximum plans in seconds: one unit of 100000
+# blocks (1.2 million parameters, where comparing their names pairwise took
+# half an hour) and units of 25 blocks (4002 stages, near the runtime's
+# limit); the 60 s of timeout guard against a quadratic plan, they are
+# not a timing target (about 1.5 s each here)
+for w in 100000 25; do
+  checks=$((checks + 1))
+  if timeout 60 "$BIN/fsdp-plan" -world_size 2 -model tiny -n_layer 100000 -wrap $w -summary json \
+       >"$tmp/deep.out" 2>&1; then
+    python3 - "$tmp/deep.out" "$w" <<'PY' || fails=$((fails + 1))
+import json, sys
+p = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+L, w, C, V, T = 100000, int(sys.argv[2]), 32, 64, 16
+root, block = V * C + T * C + 2 * C, 12 * C * C + 13 * C
+units = p["units"]
+want = [root] + [block * min(w, L - l) for l in range(0, L, w)]
+ok = [u["numel"] for u in units] == want and p["model"]["param_count"] == root + L * block
+ok = ok and units[1]["name"] == ("h.0-%d" % (w - 1))
+print("%s: -n_layer %d -wrap %d planned: %d units, %d parameters"
+      % ("ok" if ok else "FAIL", L, w, len(units), p["model"]["param_count"]))
+sys.exit(0 if ok else 1)
+PY
+  else
+    echo "FAIL: fsdp-plan -n_layer 100000 -wrap $w (status $?): $(tail -n 3 "$tmp/deep.out")"
+    fails=$((fails + 1))
+  fi
+done
+
 # Llama 3 presets at scale: llama3-8b on 64 ranks (8 per node), full and
 # hybrid; llama3.2-1b (tied): the real parameter counts and unit lists
 for spec in "llama3-8b 0 8030261248 33" "llama3-8b 8 8030261248 33" "llama3.2-1b 0 1235814400 17"; do
@@ -272,7 +302,8 @@ PY
 done
 
 # usage errors name the option
-for bad in "-sharding_factor 3" "-ranks_per_node 3" "-plan_rank 9"; do
+for bad in "-sharding_factor 3" "-ranks_per_node 3" "-plan_rank 9" "-wrap 3 -model tiny" \
+           "-n_layer 4095 -model tiny"; do
   checks=$((checks + 1))
   opt=${bad%% *}
   # shellcheck disable=SC2086

@@ -26,6 +26,7 @@ struct FsdpColl_ {
   const CollBackendOps *ops;
   void *state; /* the back-end's own */
   FsdpCommCounters counters; /* touched on the issuing thread only */
+  int scalar_adaptive; /* scalars wait as [Note: waiting for a collective] says */
 };
 
 /* ---- shared helpers ------------------------------------------------------ */
@@ -153,6 +154,7 @@ int FsdpCollCreate(FsdpCollBackend backend, FsdpColl *out)
   FsdpColl c = calloc(1, sizeof *c);
   FSDP_CHECK_ALLOC(c, sizeof *c);
   c->ops = ops;
+  c->scalar_adaptive = FsdpCollMpiWaitIsAdaptive();
   int err = ops->create(&c->state);
   if (err) {
     free(c);
@@ -372,7 +374,8 @@ static int CollScalar(FsdpColl c, const FsdpGroup *g, double *vals, int n, MPI_O
                                op == MPI_MAX ? FSDP_FLIGHT_SCALAR_MAX : FSDP_FLIGHT_SCALAR_SUM, -1,
                                (uint64_t)n * sizeof(double), FSDP_NDTYPES);
   FsdpFlightStart(h);
-  int err = MPI_Allreduce(MPI_IN_PLACE, vals, n, MPI_DOUBLE, op, g->comm);
+  /* [Note: waiting for a collective]: a hung peer costs no core here either */
+  int err = FsdpCollMpiAllreduce(MPI_IN_PLACE, vals, n, MPI_DOUBLE, op, g->comm, c->scalar_adaptive);
   FsdpFlightEnd(h);
   if (err != MPI_SUCCESS) {
     char msg[MPI_MAX_ERROR_STRING];

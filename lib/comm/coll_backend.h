@@ -69,4 +69,13 @@ const char *FsdpCollGroupName(const FsdpGroup *g);
  * scale, both powers of two when scale is. */
 void FsdpCollSplitScale(float scale, float *pre, float *post);
 
+/* [Note: waiting for a collective] (coll_mpi.c) for MPI_Allreduce, the
+ * MPI back-end's and the scalar reductions' (coll.c): with adaptive (and
+ * FsdpCollMpiWaitIsAdaptive says whether FSDP_COMM_WAIT chooses it) the
+ * nonblocking call, waited for as that Note says; else the blocking one.
+ * Returns an MPI error code. */
+int FsdpCollMpiAllreduce(const void *send, void *recv, int count, MPI_Datatype type, MPI_Op op,
+                         MPI_Comm comm, int adaptive);
+int FsdpCollMpiWaitIsAdaptive(void);
+
 #endif

@@ -30,16 +30,25 @@
 
 /* [Note: waiting for a collective] A collective on the communication
  * thread waits most of its time for the peers to enter it; the thread
- * shares its rank's cores with the compute thread.  How it waits for an
- * all-gather or a reduce-scatter (FSDP_COMM_WAIT; all-reduces always block:
- * [Note: all-reduce blocks]):
+ * shares its rank's cores with the compute thread.  How it waits
+ * (FSDP_COMM_WAIT; the scalar reductions of coll.c wait the same way):
+ *   adaptive  (the default) the nonblocking call (MPI_Iallgather, ...),
+ *          then MPI_Test in a loop -- polling as the blocking call does, so
+ *          a collective keeps its latency -- for COLL_SPIN_S (1 s); a wait
+ *          still going then is a peer far behind or a hang, and it goes on
+ *          with nanosleep between tests, from 50 us doubling to 1 ms: a
+ *          stopped rank costs its peers no core while the watchdog warns
+ *          and times out ([Note: hang watchdog], flight.h; test_flight
+ *          measures a waiting rank's CPU time), for at most 1 ms more
+ *          latency on a wait that has taken a second already.
  *   block  the blocking MPI call (MPI_Allgather, ...).  Open MPI polls for
  *          the peers inside it without ever sleeping, so while a peer still
  *          computes, this thread takes a share of the core from this rank's
- *          compute thread.
- *   yield  the nonblocking call (MPI_Iallgather, ...), then MPI_Test and
- *          sched_yield until it completes: the compute thread runs whenever
- *          it is ready, the collective progresses between its time slices.
+ *          compute thread -- and during a hang a whole core, until
+ *          -coll_timeout (the default before adaptive).
+ *   yield  the nonblocking call, then MPI_Test and sched_yield until it
+ *          completes: the compute thread runs whenever it is ready, the
+ *          collective progresses between its time slices.
  *   sleep  the nonblocking call, then MPI_Test with nanosleep between tests,
  *          from 2 us doubling to 256 us: the thread costs (almost) no cycles
  *          while it waits, at a latency of up to 256 us per step of the
@@ -49,13 +58,17 @@
  * than block (within the noise of the loaded machine), but on an
  * oversubscribed, loaded machine every wake-up from nanosleep waits for a
  * time slice: test_chunked (thousands of small collectives) took 213 s
- * instead of 35 s.  So block stays the default; yield and sleep are there
- * for runs with a core to spare per rank and large collectives. */
-typedef enum { COLL_WAIT_BLOCK, COLL_WAIT_YIELD, COLL_WAIT_SLEEP } CollWait;
-static const char *const coll_wait_names[] = {"block", "yield", "sleep", NULL};
-#define COLL_WAIT_DEFAULT COLL_WAIT_BLOCK
+ * instead of 35 s.  adaptive sleeps only after a second of waiting, so
+ * short collectives wait as under block; yield and sleep are there for
+ * runs with a core to spare per rank and large collectives. */
+typedef enum { COLL_WAIT_ADAPTIVE, COLL_WAIT_BLOCK, COLL_WAIT_YIELD, COLL_WAIT_SLEEP } CollWait;
+static const char *const coll_wait_names[] = {"adaptive", "block", "yield", "sleep", NULL};
+#define COLL_WAIT_DEFAULT COLL_WAIT_ADAPTIVE
 #define COLL_SLEEP_MIN_NS 2000L
 #define COLL_SLEEP_MAX_NS 256000L
+#define COLL_SPIN_S 1.0
+#define COLL_IDLE_MIN_NS 50000L
+#define COLL_IDLE_MAX_NS 1000000L
 
 /* The back-end's state: the MPI objects for 2-byte sums, the chunk limit
  * and the way of waiting. */
@@ -67,24 +80,36 @@ typedef struct {
   int algo;         /* [Note: ring reduce-scatter]: RING_AUTO, RING_ALWAYS or RING_NEVER */
 } CollMpi;
 
-/* Complete *req the way m->wait says; returns an MPI error code. */
-static int MpiWaitRequest(const CollMpi *m, MPI_Request *req)
+static void SleepNs(long ns)
 {
-  if (m->wait == COLL_WAIT_BLOCK) return MPI_Wait(req, MPI_STATUS_IGNORE);
-  long ns = COLL_SLEEP_MIN_NS;
-  for (;;) {
+  struct timespec ts = {0, ns};
+  nanosleep(&ts, NULL);
+}
+
+/* Complete *req the way `wait` says; returns an MPI error code. */
+static int CollWaitRequest(CollWait wait, MPI_Request *req)
+{
+  if (wait == COLL_WAIT_BLOCK) return MPI_Wait(req, MPI_STATUS_IGNORE);
+  long ns = wait == COLL_WAIT_SLEEP ? COLL_SLEEP_MIN_NS : COLL_IDLE_MIN_NS;
+  double t0 = wait == COLL_WAIT_ADAPTIVE ? FsdpWallTime() : 0.0;
+  int idle = 0; /* adaptive: past COLL_SPIN_S */
+  for (unsigned polls = 1;; polls++) {
     int done = 0;
     int err = MPI_Test(req, &done, MPI_STATUS_IGNORE);
     if (err != MPI_SUCCESS || done) return err;
-    if (m->wait == COLL_WAIT_YIELD) {
+    if (wait == COLL_WAIT_YIELD) {
       sched_yield();
-    } else {
-      struct timespec ts = {0, ns};
-      nanosleep(&ts, NULL);
-      if (ns < COLL_SLEEP_MAX_NS) ns *= 2;
+    } else if (wait == COLL_WAIT_SLEEP || idle) {
+      SleepNs(ns);
+      long max = wait == COLL_WAIT_SLEEP ? COLL_SLEEP_MAX_NS : COLL_IDLE_MAX_NS;
+      if (ns < max) ns = 2 * ns < max ? 2 * ns : max;
+    } else if (polls % 256 == 0) { /* the clock now and then: a test is cheaper */
+      idle = FsdpWallTime() - t0 >= COLL_SPIN_S;
     }
   }
 }
+
+static int MpiWaitRequest(const CollMpi *m, MPI_Request *req) { return CollWaitRequest(m->wait, req); }
 
 /* One collective call into err (an MPI error code): the blocking call
  * under FSDP_COMM_WAIT=block, else its nonblocking variant (the same
@@ -413,8 +438,11 @@ static int MpiReduceScatter(void *state, const FsdpGroup *g, void *send, void *r
 }
 
 /* [Note: all-reduce blocks] All-reduces below the ring's size ([Note:
- * ring all-reduce]) keep the blocking MPI_Allreduce whatever
- * FSDP_COMM_WAIT says (the ring's exchanges wait as it says).  Open MPI
+ * ring all-reduce]) keep the blocking MPI_Allreduce under FSDP_COMM_WAIT
+ * block, yield and sleep (the ring's exchanges wait as it says); adaptive
+ * (the default) issues MPI_Iallreduce and polls it as the blocking call
+ * would for its first second ([Note: waiting for a collective]): a hung
+ * peer must not cost a core in a small all-reduce either.  Open MPI
  * 4.1's MPI_Iallreduce (libnbc, whose default for an in-place sum on few
  * ranks is, as we read its selection, a binomial reduce and broadcast
  * rather than the blocking call's reduce-scatter + all-gather) measured
@@ -472,6 +500,24 @@ static int MpiAllReduceRing(const CollMpi *m, const FsdpGroup *g, void *buf, siz
   return FSDP_SUCCESS;
 }
 
+int FsdpCollMpiAllreduce(const void *send, void *recv, int count, MPI_Datatype type, MPI_Op op,
+                         MPI_Comm comm, int adaptive)
+{
+  if (!adaptive) return MPI_Allreduce(send, recv, count, type, op, comm);
+  MPI_Request req = MPI_REQUEST_NULL;
+  int err = MPI_Iallreduce(send, recv, count, type, op, comm, &req);
+  return err == MPI_SUCCESS ? CollWaitRequest(COLL_WAIT_ADAPTIVE, &req) : err;
+}
+
+static int CollWaitParse(const char *env, CollWait *out);
+
+/* (A bad FSDP_COMM_WAIT is reported where the back-end is created.) */
+int FsdpCollMpiWaitIsAdaptive(void)
+{
+  CollWait w;
+  return CollWaitParse(getenv("FSDP_COMM_WAIT"), &w) && w == COLL_WAIT_ADAPTIVE;
+}
+
 static int MpiAllReduce(void *state, const FsdpGroup *g, void *buf, size_t count,
                           FsdpDtype dt, float scale)
 {
@@ -490,8 +536,9 @@ static int MpiAllReduce(void *state, const FsdpGroup *g, void *buf, size_t count
   for (size_t off = 0; off < count; off += m->max_count) { /* [Note: all-reduce blocks] */
     size_t len = count - off < m->max_count ? count - off : m->max_count;
     COLL_CALL_MPI(FSDP_COLL_ALL_REDUCE, g, "MPI_Allreduce",
-                  MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * k, (int)len, MpiType(m, dt),
-                                MpiSum(m, dt, 0), g->comm));
+                  FsdpCollMpiAllreduce(MPI_IN_PLACE, (char *)buf + off * k, (int)len,
+                                       MpiType(m, dt), MpiSum(m, dt, 0), g->comm,
+                                       m->wait == COLL_WAIT_ADAPTIVE));
   }
   CollScaleInplace(buf, count, dt, post);
   return FSDP_SUCCESS;
@@ -522,19 +569,25 @@ static int CollMaxCountFromEnv(size_t *out)
 }
 
 /* FSDP_COMM_WAIT: see [Note: waiting for a collective]. */
-static int CollWaitFromEnv(CollWait *out)
+static int CollWaitParse(const char *env, CollWait *out)
 {
   *out = COLL_WAIT_DEFAULT;
-  const char *env = getenv("FSDP_COMM_WAIT");
-  if (!env || !env[0]) return FSDP_SUCCESS;
+  if (!env || !env[0]) return 1;
   for (int i = 0; coll_wait_names[i]; i++)
     if (strcmp(env, coll_wait_names[i]) == 0) {
       *out = (CollWait)i;
-      return FSDP_SUCCESS;
+      return 1;
     }
+  return 0;
+}
+
+static int CollWaitFromEnv(CollWait *out)
+{
+  const char *env = getenv("FSDP_COMM_WAIT");
+  if (CollWaitParse(env, out)) return FSDP_SUCCESS;
   FSDP_ERROR(FSDP_ERR_USAGE,
-             "environment variable FSDP_COMM_WAIT: '%s' is not block, yield or sleep (how the "
-             "communication thread waits for a collective; default %s)",
+             "environment variable FSDP_COMM_WAIT: '%s' is not adaptive, block, yield or sleep "
+             "(how the communication thread waits for a collective; default %s)",
              env, coll_wait_names[COLL_WAIT_DEFAULT]);
 }
 

@@ -50,6 +50,7 @@ typedef struct {
   FsdpDtype dt;
   double issue, start, end; /* FsdpWallTime */
   int state;
+  int warned; /* the -coll_warn warning about it was printed */
 } Entry;
 
 /* What peers can read (fixed layout, same binary on every rank). */
@@ -88,7 +89,7 @@ typedef struct {
   MPI_Win win;
   int nnode, node_rank;
   PubRank **peers; /* [nnode], node-rank order; peers[node_rank] == me */
-  double t0, timeout;
+  double t0, timeout, warn; /* -coll_timeout, -coll_warn (0: off) */
   char dump_path[4096]; /* "" without a run file */
   int world_rank;
   int64_t step;
@@ -205,7 +206,7 @@ uint64_t FsdpFlightIssue(MPI_Comm comm, const char *comm_name, FsdpFlightKind ki
   uint64_t pos = fl->npos++;
   Entry *e = &fl->ring[pos % FSDP_FLIGHT_RING];
   *e = (Entry){pos, ci >= 0 ? fl->me->comm[ci].issued + 1 : 0, ci, kind, unit, fl->phase,
-               fl->step, bytes, dt, FsdpWallTime(), 0.0, 0.0, ST_ISSUED};
+               fl->step, bytes, dt, FsdpWallTime(), 0.0, 0.0, ST_ISSUED, 0};
   PubCallSet(fl, e);
   pthread_mutex_unlock(&fl->mu);
   return pos + 1;
@@ -354,32 +355,41 @@ static int CallsDiffer(const PubCall *a, const PubCall *b)
   return a->kind != b->kind || a->unit != b->unit || a->step != b->step || a->bytes != b->bytes;
 }
 
-/* Collective e has been running for more than the timeout: find out from
- * the node's records who has not arrived and where ranks disagree, print,
- * dump and end the job.  Does not return. */
-static _Noreturn void Diagnose(Flight *fl, const Entry *e)
+/* The heartbeat: the watchdog's tick, and the re-read window's (a rank
+ * that diagnoses a hang goes on ticking, or its peers, diagnosing the same
+ * hang at the same moment, would take it for stopped). */
+static void Tick(Flight *fl) { __atomic_add_fetch(&fl->me->tick, 1, __ATOMIC_RELEASE); }
+
+/* Collective e has been running for limit_s (-coll_warn or -coll_timeout):
+ * find out from the node's records who has not arrived and where ranks
+ * disagree, into buf[cap] (after the caller's head line).  0 when
+ * out of memory (buf then holds only the head). */
+static int DescribeHang(Flight *fl, const Entry *e, double limit_s, char *buf, size_t cap,
+                        size_t head)
 {
   int nn = fl->nnode;
   PubRank *snap = calloc((size_t)nn, sizeof *snap);
   uint64_t *tick0 = calloc((size_t)nn, sizeof *tick0);
   int *moved = calloc((size_t)nn, sizeof *moved);
-  char *buf = malloc(16384);
-  double stuck_s = FsdpWallTime() - e->start;
-  if (snap && tick0 && moved && buf) {
+  int ok = snap && tick0 && moved;
+  if (ok) {
     /* [Note: hang watchdog]: re-read every second until every peer ticked
-     * or the window (timeout/4, 1..4 s) is over */
-    double window = fmin(4.0, fmax(1.0, fl->timeout / 4.0)), waited = 0.0;
+     * or the window (limit/4, 1..4 s) is over */
+    double window = fmin(4.0, fmax(1.0, limit_s / 4.0)), waited = 0.0;
     for (int p = 0; p < nn; p++) tick0[p] = __atomic_load_n(&fl->peers[p]->tick, __ATOMIC_ACQUIRE);
     moved[fl->node_rank] = 1;
     for (;;) {
-      SleepS(1.0);
-      waited += 1.0;
+      for (int k = 0; k < 5; k++) {
+        SleepS(FL_TICK_S);
+        Tick(fl);
+      }
+      waited += 5 * FL_TICK_S;
       int all = 1;
       for (int p = 0; p < nn; p++) {
         if (__atomic_load_n(&fl->peers[p]->tick, __ATOMIC_ACQUIRE) != tick0[p]) moved[p] = 1;
         all &= moved[p];
       }
-      if (all || waited >= window) break;
+      if (all || waited >= window - 1e-9) break;
     }
     /* a record left mid-write (its rank stopped there) is taken as it is:
      * its world rank never changes, the rest is best effort */
@@ -390,13 +400,8 @@ static _Noreturn void Diagnose(Flight *fl, const Entry *e)
     PubRead(fl->me, &snap[fl->node_rank]);
     pthread_mutex_unlock(&fl->mu);
 
-    Msg m = {buf, 0, 16384};
+    Msg m = {buf, head, cap};
     const PubComm *mine = &snap[fl->node_rank].comm[e->comm];
-    Add(&m, "rank %d: collective %s #%llu on the '%s' comm (%d ranks; unit %d, step %lld, %s, "
-            "%llu bytes %s) not complete after %.1f s (-coll_timeout %g)",
-        fl->world_rank, kKindNames[e->kind], (unsigned long long)e->seq, mine->name, mine->size,
-        e->unit, (long long)e->step, e->phase >= 0 && e->phase < 3 ? FsdpPhaseNames[e->phase] : "-",
-        (unsigned long long)e->bytes, DtName(e->dt), stuck_s, fl->timeout);
     /* error.c keeps 2 KiB of a message: name at most 8 ranks one by one */
     int named = 0, elsewhere = 0, more = 0;
     for (int i = 0; i < fl->nmembers[e->comm]; i++) {
@@ -457,14 +462,71 @@ static _Noreturn void Diagnose(Flight *fl, const Entry *e)
         AddCall(&m, b);
       }
     }
+  }
+  free(snap);
+  free(tick0);
+  free(moved);
+  return ok;
+}
+
+/* The head line of a hang message: e, its communicator, unit, step and
+ * phase, and for how long it has been running. */
+static size_t DescribeCall(Flight *fl, const Entry *e, const char *state, char *buf, size_t cap)
+{
+  Msg m = {buf, 0, cap};
+  pthread_mutex_lock(&fl->mu);
+  const PubComm *mine = &fl->me->comm[e->comm];
+  char name[sizeof mine->name];
+  memcpy(name, mine->name, sizeof name);
+  int size = mine->size;
+  pthread_mutex_unlock(&fl->mu);
+  Add(&m, "rank %d: collective %s #%llu on the '%s' comm (%d ranks; unit %d, step %lld, %s, "
+          "%llu bytes %s) %s after %.1f s",
+      fl->world_rank, kKindNames[e->kind], (unsigned long long)e->seq, name, size, e->unit,
+      (long long)e->step, e->phase >= 0 && e->phase < 3 ? FsdpPhaseNames[e->phase] : "-",
+      (unsigned long long)e->bytes, DtName(e->dt), state, FsdpWallTime() - e->start);
+  return m.n;
+}
+
+/* [Note: hang watchdog] -coll_warn: collective e has been running for
+ * more than fl->warn seconds: print who has not arrived, once, and go on
+ * (the job ends only at -coll_timeout). */
+static void WarnHang(Flight *fl, const Entry *e)
+{
+  char *buf = malloc(16384);
+  if (!buf) return;
+  size_t n = DescribeCall(fl, e, "still running", buf, 16384);
+  Msg m = {buf, n, 16384};
+  Add(&m, " (-coll_warn %g)", fl->warn);
+  DescribeHang(fl, e, fl->warn, buf, 16384, m.n);
+  m.n = strlen(buf);
+  if (fl->timeout > 0) Add(&m, "; the job ends if it is not complete after -coll_timeout %g s",
+                           fl->timeout);
+  else Add(&m, "; -coll_timeout 0: the job waits for it");
+  FsdpWarn(0, "%s", buf);
+  free(buf);
+}
+
+/* Collective e has been running for more than the timeout: diagnose,
+ * print, dump and end the job.  Does not return. */
+static _Noreturn void Diagnose(Flight *fl, const Entry *e)
+{
+  char *buf = malloc(16384);
+  if (buf) {
+    size_t n = DescribeCall(fl, e, "not complete", buf, 16384);
+    Msg m = {buf, n, 16384};
+    Add(&m, " (-coll_timeout %g)", fl->timeout);
+    DescribeHang(fl, e, fl->timeout, buf, 16384, m.n);
+    m.n = strlen(buf);
     Add(&m, "; ending the job");
     FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_MPI, "%s", buf);
+    free(buf);
   } else {
     FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_MPI,
                    "rank %d: collective %s #%llu not complete after %.1f s (-coll_timeout %g); "
                    "ending the job",
-                   fl->world_rank, kKindNames[e->kind], (unsigned long long)e->seq, stuck_s,
-                   fl->timeout);
+                   fl->world_rank, kKindNames[e->kind], (unsigned long long)e->seq,
+                   FsdpWallTime() - e->start, fl->timeout);
   }
   DumpAll(fl, "collective timeout");
   FsdpErrorAbortJob(FSDP_ERR_MPI);
@@ -490,7 +552,7 @@ static void *WatchdogMain(void *arg)
     int stop = fl->stop;
     pthread_mutex_unlock(&fl->stop_mu);
     if (stop) break;
-    __atomic_add_fetch(&fl->me->tick, 1, __ATOMIC_RELEASE);
+    Tick(fl);
     if (g_usr2) {
       g_usr2 = 0;
       __atomic_add_fetch(&fl->me->dump_req, 1, __ATOMIC_RELEASE);
@@ -503,21 +565,27 @@ static void *WatchdogMain(void *arg)
       fl->seen_dumps = req;
       DumpAll(fl, "SIGUSR2");
     }
-    if (fl->timeout > 0) {
-      Entry stuck;
-      int found = 0;
+    if (fl->timeout > 0 || fl->warn > 0) {
+      Entry stuck, slow;
+      int found = 0, warn = 0;
       double now = FsdpWallTime();
       pthread_mutex_lock(&fl->mu);
       uint64_t n = fl->npos, first = n > FSDP_FLIGHT_RING ? n - FSDP_FLIGHT_RING : 0;
       for (uint64_t p = first; p < n && !found; p++) {
-        const Entry *e = &fl->ring[p % FSDP_FLIGHT_RING];
-        if (e->state == ST_RUNNING && e->comm >= 0 && now - e->start > fl->timeout) {
+        Entry *e = &fl->ring[p % FSDP_FLIGHT_RING];
+        if (e->state != ST_RUNNING || e->comm < 0) continue;
+        if (fl->timeout > 0 && now - e->start > fl->timeout) {
           stuck = *e;
           found = 1;
+        } else if (fl->warn > 0 && !warn && !e->warned && now - e->start > fl->warn) {
+          e->warned = 1; /* once per collective */
+          slow = *e;
+          warn = 1;
         }
       }
       pthread_mutex_unlock(&fl->mu);
       if (found) Diagnose(fl, &stuck);
+      if (warn) WarnHang(fl, &slow);
     }
   }
   return NULL;
@@ -525,11 +593,24 @@ static void *WatchdogMain(void *arg)
 
 /* ---- lifecycle ------------------------------------------------------------- */
 
-int FsdpFlightCreate(MPI_Comm world, double timeout_s, const char *run_file)
+int FsdpFlightCheckWarn(double timeout_s, double warn_s)
+{
+  if (!(warn_s >= 0.0))
+    FSDP_ERROR(FSDP_ERR_USAGE, "option -coll_warn: %g is not a number of seconds >= 0 "
+                               "(0 = no warning)", warn_s);
+  if (warn_s > 0 && timeout_s > 0 && warn_s >= timeout_s)
+    FSDP_ERROR(FSDP_ERR_USAGE, "option -coll_warn %g is not below -coll_timeout %g: the warning "
+               "about a collective that has not completed comes before the timeout that ends "
+               "the job (0 = no warning)", warn_s, timeout_s);
+  return FSDP_SUCCESS;
+}
+
+int FsdpFlightCreate(MPI_Comm world, double timeout_s, double warn_s, const char *run_file)
 {
   if (!(timeout_s >= 0.0))
     FSDP_ERROR(FSDP_ERR_USAGE, "option -coll_timeout: %g is not a number of seconds >= 0 "
                                "(0 = no timeout)", timeout_s);
+  FSDP_CALL(FsdpFlightCheckWarn(timeout_s, warn_s));
   /* a second trainer in the same process (tests) shares the recorder */
   if (g_fl) {
     g_fl->refs++;
@@ -543,6 +624,7 @@ int FsdpFlightCreate(MPI_Comm world, double timeout_s, const char *run_file)
   fl->refs = 1;
   fl->t0 = FsdpWallTime();
   fl->timeout = timeout_s;
+  fl->warn = warn_s;
   fl->phase = -1;
   fl->shm = MPI_COMM_NULL;
   fl->win = MPI_WIN_NULL;

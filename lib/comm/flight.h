@@ -29,7 +29,16 @@
  *     recorded different collectives (kind, unit, step or bytes): a rank
  *     issuing a different collective than its peers;
  * writes its ring to stderr (and to RUNFILE.flight-rank<R>.txt when a run
- * file is open) and ends the job (FsdpErrorAbortJob).  Ranks on other
+ * file is open) and ends the job (FsdpErrorAbortJob).  Long before that,
+ * with -coll_warn W (default 60 s, 0 = off, below -coll_timeout), a
+ * collective running for more than W s gets the same diagnosis once (its
+ * window W/4 s, 1..4 s) as a warning on stderr -- the collective, its
+ * unit, step and phase, and the ranks that have not arrived -- and the job
+ * goes on: a stopped rank is named within a minute, not after the
+ * timeout's ten.  The diagnosing thread goes on ticking through its
+ * window, so ranks that diagnose the same hang at once do not name each
+ * other.  Waiting costs no core meanwhile ([Note: waiting for a
+ * collective], coll_mpi.c: after a second a wait sleeps between tests).  Ranks on other
  * nodes have no record in the window: they are reported as "on another
  * node" and the diagnosis is limited to this node (the timeout still ends
  * the job).  NCCL collectives complete on the device: they are recorded
@@ -67,10 +76,14 @@ typedef enum {
 
 /* Collective on world.  Starts the recorder and its watchdog thread and
  * installs the SIGUSR2 handler.  timeout_s: -coll_timeout (0: never time
- * out).  run_file: the -metrics path or NULL (dumps go next to it).  While
- * a recorder exists, further creates only count (the first one's settings
- * stay: two trainers in one process share it). */
-int FsdpFlightCreate(MPI_Comm world, double timeout_s, const char *run_file);
+ * out); warn_s: -coll_warn (0: no warning; below timeout_s).  run_file:
+ * the -metrics path or NULL (dumps go next to it).  While a recorder
+ * exists, further creates only count (the first one's settings stay: two
+ * trainers in one process share it). */
+int FsdpFlightCreate(MPI_Comm world, double timeout_s, double warn_s, const char *run_file);
+/* Not collective.  A usage error naming -coll_warn unless warn_s is >= 0
+ * and, with both on, below timeout_s. */
+int FsdpFlightCheckWarn(double timeout_s, double warn_s);
 /* Collective on world when it matches the first create (frees the window,
  * restores the SIGUSR2 disposition).  Accepts no recorder. */
 int FsdpFlightDestroy(void);

@@ -71,8 +71,7 @@ int FsdpTrainOptionsFromDb(FsdpOpts db, FsdpTrainOptions *o)
   FSDP_CALL(FsdpTopoOptionsFromDb(db, &o->topo));
   FSDP_CALL(FsdpModelOptionsFromDb(db, &o->model));
   snprintf(o->model_name, sizeof o->model_name, "%s", o->model.preset);
-  FSDP_CALL(FsdpOptsGetInt(db, "FSDP", "wrap", "transformer blocks per FSDP unit", 1, 1, 1 << 20, &v));
-  o->wrap = (int)v;
+  FSDP_CALL(FsdpRuntimeWrapFromDb(db, &o->wrap));
   FSDP_CALL(FsdpRuntimeOptionsFromDb(db, &o->fsdp));
   FSDP_CALL(FsdpOptimOptionsFromDb(db, &o->optim));
   FSDP_CALL(FsdpOptsGetInt(db, g, "batch_size", "sequences per rank per micro-step (B)", 4, 1,
@@ -111,6 +110,15 @@ int FsdpTrainOptionsFromDb(FsdpOpts db, FsdpTrainOptions *o)
                               "ranks that have not arrived, dumps the flight recorder and ends "
                               "the job (0 = never; SIGUSR2 dumps the recorder at any time)",
                               600.0, 0.0, 1e9, &o->coll_timeout));
+  FSDP_CALL(FsdpOptsGetDouble(db, g, "coll_warn",
+                              "seconds a collective may run before the hang watchdog warns, once, "
+                              "naming it, its unit and step and the ranks that have not arrived; "
+                              "the job goes on until -coll_timeout (0 = never; below "
+                              "-coll_timeout: a default not below it is off)",
+                              60.0, 0.0, 1e9, &o->coll_warn));
+  if (!FsdpOptsHas(db, "coll_warn") && o->coll_timeout > 0 && o->coll_warn >= o->coll_timeout)
+    o->coll_warn = 0.0; /* the timeout comes first */
+  FSDP_CALL(FsdpFlightCheckWarn(o->coll_timeout, o->coll_warn));
   FSDP_CALL(FsdpOptsGetDouble(db, "FSDP", "loss_scale",
                               "initial loss scale of the sharded gradient scaler (used when "
                               "-param_dtype or -reduce_dtype is fp16)",
@@ -146,6 +154,8 @@ int FsdpTrainOptionsFromDb(FsdpOpts db, FsdpTrainOptions *o)
   if (o->val_data && o->val_every == 0)
     FSDP_ERROR(FSDP_ERR_USAGE, "option -val_data %s: validation is off (-val_every 0); give "
                "-val_every N to validate every N steps", o->val_data);
+  /* last: every option is read (-help lists them all) */
+  FSDP_CALL(FsdpRuntimeCheckWrap(&o->model, o->wrap));
   FsdpOptsToString(db, o->options_string, sizeof o->options_string);
   o->optim.total_steps = o->steps;
   return FSDP_SUCCESS;
@@ -192,7 +202,7 @@ int FsdpTrainerCreate(MPI_Comm comm, const FsdpTrainOptions *o, FsdpTrainer *out
   FSDP_CALL(FsdpPreemptInstall(&o->preempt));
   FSDP_CALL(FsdpTopoCreate(comm, &o->topo, &tr->topo));
   /* [Note: hang watchdog] (comm/flight.h): records every collective */
-  FSDP_CALL(FsdpFlightCreate(comm, o->coll_timeout, o->metrics));
+  FSDP_CALL(FsdpFlightCreate(comm, o->coll_timeout, o->coll_warn, o->metrics));
   tr->flight = 1;
   /* the device first: without a usable GPU -device cuda is a usage error
    * on every rank before anything is allocated */

@@ -35,6 +35,7 @@ typedef struct {
   int device_coll;            /* -device_coll: 0 auto, 1 nccl, 2 mpi ([Note: device collectives]) */
   const char *trace;          /* -trace FILE: Chrome trace-event timeline */
   double coll_timeout;        /* -coll_timeout S: hang watchdog (0 = off; comm/flight.h) */
+  double coll_warn;           /* -coll_warn S: its warning before that (0 = off) */
   double loss_scale;          /* -loss_scale: initial fp16 loss scale */
   int64_t scaler_growth_interval; /* -scaler_growth_interval: good steps before doubling */
   int optim_overlap;          /* -optim_overlap (FsdpTailWhere): [Note: the gradient tail] (runtime/optim.c) */

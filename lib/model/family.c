@@ -192,6 +192,13 @@ int FsdpModelDescCheck(const FsdpModelDesc *desc, const char *what)
   return FSDP_SUCCESS;
 }
 
+int64_t FsdpModelDescNumStages(const FsdpModelDesc *desc, int wrap)
+{
+  int64_t L = FsdpModelDescInt(desc, "n_layer");
+  if (wrap < 1) wrap = 1;
+  return 2 + (L + wrap - 1) / wrap;
+}
+
 int64_t FsdpModelDescParamCount(const FsdpModelDesc *desc)
 {
   const FsdpModelFamily *fam = FsdpModelFamilyFind(desc->family);

@@ -77,6 +77,11 @@ int64_t FsdpModelDescInt(const FsdpModelDesc *desc, const char *name);
 int FsdpModelDescCheck(const FsdpModelDesc *desc, const char *what);
 /* Parameters of a described model (0 for an unknown family). */
 int64_t FsdpModelDescParamCount(const FsdpModelDesc *desc);
+/* The stages of the table a model of desc registers with -wrap blocks per
+ * unit: the root's embedding stage, one stage per unit of at most wrap
+ * blocks, the root's head stage (every family's table has that shape:
+ * GPT's and Llama's BuildTable). */
+int64_t FsdpModelDescNumStages(const FsdpModelDesc *desc, int wrap);
 
 /* A model of any family, created from its description. */
 typedef struct FsdpModel_ *FsdpModel;

@@ -10,13 +10,14 @@
 #include "base/error.h"
 #include "base/mem.h"
 #include "comm/flight.h"
+#include "model/family.h"
 
 const char *const FsdpUnitStateNames[FSDP_UNIT_NSTATES] = {"SHARDED", "GATHERING", "UNSHARDED"};
 const char *const FsdpAttentionNames[FSDP_NATTENTION + 1] = {"flash", "naive", NULL};
 const char *const FsdpPrefetchNames[FSDP_NPREFETCH + 1] = {"none", "backward", "both", NULL};
 const char *const FsdpTailNames[FSDP_NTAIL + 1] = {"none", "poll", "stream", NULL};
 
-#define MAX_STAGES 4096
+#define MAX_STAGES FSDP_RUNTIME_MAX_STAGES
 #define GRAD_SLOTS 2
 
 /* A gradient buffer and what its reduction needs (see reduce path in
@@ -110,6 +111,47 @@ struct FsdpRuntime_ {
   int *tail_q;
   int tail_head, tail_n;
 };
+
+int FsdpRuntimeWrapFromDb(FsdpOpts db, int *wrap)
+{
+  int64_t v = 1;
+  char help[160];
+  snprintf(help, sizeof help,
+           "transformer blocks per FSDP unit, at most -n_layer (the model's stages, -n_layer / "
+           "-wrap rounded up plus 2, at most %d)", MAX_STAGES);
+  FSDP_CALL(FsdpOptsGetInt(db, "FSDP", "wrap", help, 1, 1, 1 << 20, &v));
+  *wrap = (int)v;
+  return FSDP_SUCCESS;
+}
+
+/* [Note: wrap and the stage limit] The runtime holds at most MAX_STAGES
+ * stages (a fixed table: FsdpRuntimeAddStage), and a model cut into units
+ * of -wrap blocks has ceil(n_layer / wrap) + 2 (FsdpModelDescNumStages).
+ * Both are known when the options are read, so a model over the limit is
+ * a usage error there, naming the limit and the options that fix it,
+ * rather than a state error from deep inside the set-up.  A -wrap above
+ * the model's blocks would quietly mean one unit of n_layer blocks (the
+ * table clamps it): refused too, with the number of blocks. */
+int FsdpRuntimeCheckWrap(const FsdpModelDesc *desc, int wrap)
+{
+  int64_t L = FsdpModelDescInt(desc, "n_layer");
+  if (wrap < 1 || wrap > L)
+    FSDP_ERROR(FSDP_ERR_USAGE,
+               "option -wrap %d: the model has %lld transformer blocks (-n_layer %lld); -wrap "
+               "must be in [1, %lld]",
+               wrap, (long long)L, (long long)L, (long long)L);
+  int64_t stages = FsdpModelDescNumStages(desc, wrap);
+  if (stages > MAX_STAGES) {
+    int64_t most = (int64_t)(MAX_STAGES - 2) * wrap, least = (L + MAX_STAGES - 3) / (MAX_STAGES - 2);
+    FSDP_ERROR(FSDP_ERR_USAGE,
+               "option -n_layer %lld with -wrap %d makes %lld stages (%lld units of -wrap "
+               "blocks, the embedding and the head), above the runtime's limit of %d stages; use "
+               "-n_layer at most %lld, or -wrap at least %lld",
+               (long long)L, wrap, (long long)stages, (long long)(stages - 2), MAX_STAGES,
+               (long long)most, (long long)least);
+  }
+  return FSDP_SUCCESS;
+}
 
 int FsdpRuntimeOptionsFromDb(FsdpOpts db, FsdpRuntimeOptions *o)
 {
@@ -367,11 +409,21 @@ void FsdpGatherRingPlan(const FsdpRuntimeOptions *o, int F, const int64_t *P, co
       if (P[u] > ring->slot_numel) ring->slot_numel = P[u];
     }
   }
-  for (int s = 0; s < nstages; s++) { /* units the stages use, each once */
-    int seen = 0;
-    for (int t = 0; t < s && !seen; t++) seen = stage_unit[t] == stage_unit[s];
-    used += !seen;
+  /* units the stages use, each once: a flag per unit (fsdp-plan plans up
+   * to FSDP_RUNTIME_MAX_STAGES stages, where comparing pairs was
+   * quadratic); pairs only if the flags cannot be allocated */
+  char *seen = calloc((size_t)(nunits > 0 ? nunits : 1), 1);
+  for (int s = 0; s < nstages; s++) {
+    int u = stage_unit[s], before = 0;
+    if (seen && u >= 0 && u < nunits) {
+      before = seen[u];
+      seen[u] = 1;
+    } else {
+      for (int t = 0; t < s && !before; t++) before = stage_unit[t] == u;
+    }
+    used += !before;
   }
+  free(seen);
   /* [Note: prefetch and the limiter] a phase's first stage tops up to L
    * gathers ahead of it (L = 0: every unit the phase still gathers), and
    * fewer remain to gather at every later stage, so the most in flight is

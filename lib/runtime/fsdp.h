@@ -137,6 +137,21 @@ typedef struct {
 /* Not collective.  Reads the options above (group "FSDP"). */
 int FsdpRuntimeOptionsFromDb(FsdpOpts db, FsdpRuntimeOptions *o);
 
+/* The most stages a runtime holds (FsdpRuntimeAddStage). */
+#define FSDP_RUNTIME_MAX_STAGES 4096
+
+/* Not collective.  Reads -wrap (transformer blocks per unit, group
+ * "FSDP"); FsdpRuntimeCheckWrap holds it against the model. */
+int FsdpRuntimeWrapFromDb(FsdpOpts db, int *wrap);
+/* Not collective.  [Note: wrap and the stage limit] (fsdp.c): a usage
+ * error naming the options and values when the model of desc cut into
+ * units of wrap blocks is not one the runtime runs: -wrap above its
+ * -n_layer, or more stages than FSDP_RUNTIME_MAX_STAGES.  Every program
+ * that reads -wrap calls it once the model is known (fsdp-train, -plan
+ * and -probe in FsdpTrainOptionsFromDb; fsdp-sample after the
+ * checkpoint's description). */
+int FsdpRuntimeCheckWrap(const FsdpModelDesc *desc, int wrap);
+
 /* Not collective; allocates nothing big.  Keeps topo and coll (not owned). */
 int FsdpRuntimeCreate(FsdpTopo topo, FsdpColl coll,
                       const FsdpRuntimeOptions *o, FsdpRuntime *rt);

@@ -40,9 +40,12 @@ int FsdpOptimOptionsFromDb(FsdpOpts db, FsdpOptimOptions *o)
   memset(o, 0, sizeof *o);
   const char *g = "Optimizer";
   FSDP_CALL(FsdpOptsGetDouble(db, g, "lr", "peak learning rate", 3e-3, 0.0, 10.0, &o->lr));
-  FSDP_CALL(FsdpOptsGetDouble(db, g, "lr_min", "final learning rate of the cosine decay (absolute)",
-                              -1.0, -1.0, 10.0, &o->lr_min));
-  if (o->lr_min < 0) o->lr_min = 0.1 * o->lr; /* default: a tenth of the peak */
+  /* default: a tenth of the peak.  The schedule decays from -lr to
+   * -lr_min, so one above -lr would raise the rate as it "decays" */
+  FSDP_CALL(FsdpOptsGetDouble(db, g, "lr_min",
+                              "final learning rate of the cosine decay (absolute), in [0, -lr]; "
+                              "the default is a tenth of -lr",
+                              0.1 * o->lr, 0.0, 10.0, &o->lr_min));
   FSDP_CALL(FsdpOptsGetDouble(db, g, "weight_decay", "AdamW decoupled weight decay", 0.1, 0.0, 10.0,
                               &o->weight_decay));
   FSDP_CALL(FsdpOptsGetDouble(db, g, "beta1", "AdamW beta1", 0.9, 0.0, 0.999999, &o->beta1));
@@ -54,6 +57,12 @@ int FsdpOptimOptionsFromDb(FsdpOpts db, FsdpOptimOptions *o)
   FSDP_CALL(FsdpOptsGetBool(db, g, "weight_decay_embeddings",
                             "apply weight decay to wte and wpe too (biases and LayerNorm never)", 1,
                             &o->decay_embeddings));
+  /* last: every option is read (-help lists them all) */
+  if (o->lr_min > o->lr)
+    FSDP_ERROR(FSDP_ERR_USAGE,
+               "option -lr_min %g is above -lr %g: the cosine schedule decays the rate from -lr "
+               "down to -lr_min, so -lr_min must be in [0, %g]",
+               o->lr_min, o->lr, o->lr);
   return FSDP_SUCCESS;
 }
 
