@@ -177,6 +177,12 @@ int FsdpCkptReadMeta(MPI_Comm comm, const char *path, FsdpCkptMeta *meta);
  * does not fit. */
 int FsdpCkptPath(const char *dir, int64_t step, char *buf, size_t size);
 
+/* Not collective.  Is name (no directory) one the checkpoints of a
+ * directory take: ckpt_<digits>.h5, or a temporary or headroom file of a
+ * save (ckpt_*.h5.tmp-*)?  A save renames onto such names and pruning
+ * deletes them, so no other output may use one there. */
+int FsdpCkptIsOwnName(const char *name);
+
 /* Collective on comm.  Newest complete checkpoint in dir: the highest step
  * among files named exactly ckpt_<digits>.h5 that pass a quick check
  * (open as HDF5, a format_version this build reads); *.tmp-* files and

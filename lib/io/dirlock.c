@@ -1,0 +1,173 @@
+/* dirlock.c: one job per checkpoint directory (see dirlock.h). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* F_OFD_SETLK */
+#endif
+#include "io/dirlock.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/error.h"
+
+#ifdef F_OFD_SETLK
+#define LOCK_CMD F_OFD_SETLK /* not dropped when another fd of the file closes */
+#else
+#define LOCK_CMD F_SETLK
+#endif
+
+#define HOLDER_LEN 512
+
+struct FsdpDirLock_ {
+  int fd; /* rank 0: the locked file, or -1 (other ranks, no lock support) */
+};
+
+/* "host vm, pid 123, Slurm job 45, since 2026-..." (no newline). */
+static void Identity(char *buf, size_t size)
+{
+  char host[256] = "?";
+  if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "?");
+  host[sizeof host - 1] = '\0';
+  char when[40] = "";
+  time_t now = time(NULL);
+  struct tm tm;
+  if (localtime_r(&now, &tm)) strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S%z", &tm);
+  const char *job = getenv("SLURM_JOB_ID");
+  char slurm[96] = "";
+  if (job && job[0]) snprintf(slurm, sizeof slurm, ", Slurm job %.64s", job);
+  snprintf(buf, size, "host %s, pid %ld%s, since %s", host, (long)getpid(), slurm, when);
+  /* what another job prints back must not carry control bytes */
+  for (char *p = buf; *p; p++)
+    if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+}
+
+/* The holder a lock file names, as one printable line ("" when empty). */
+static void ReadHolder(int fd, char *buf, size_t size)
+{
+  ssize_t n = pread(fd, buf, size - 1, 0);
+  if (n < 0) n = 0;
+  buf[n] = '\0';
+  char *nl = strchr(buf, '\n');
+  if (nl) *nl = '\0';
+  for (char *p = buf; *p; p++)
+    if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+}
+
+/* Rank 0: lock; fills v (code 0: locked, or no locks here) and *fd. */
+typedef struct {
+  int code;
+  char msg[1400];
+} Verdict;
+
+static void LockRankZero(const char *dir, const char *what, int *fd_out, Verdict *v)
+{
+  char path[4200];
+  *fd_out = -1;
+  if (snprintf(path, sizeof path, "%s/%s", dir, FSDP_DIRLOCK_NAME) >= (int)sizeof path) {
+    v->code = FSDP_ERR_USAGE;
+    FsdpMsgf(v->msg, sizeof v->msg, "option %s %s: directory name too long", what, dir);
+    return;
+  }
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    v->code = FSDP_ERR_USAGE;
+    FsdpMsgf(v->msg, sizeof v->msg, "option %s %s: cannot open the lock file %s: %s", what, dir,
+             path, strerror(errno));
+    return;
+  }
+  struct flock fl;
+  memset(&fl, 0, sizeof fl);
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  char holder[HOLDER_LEN];
+  if (fcntl(fd, LOCK_CMD, &fl) != 0) {
+    int e = errno;
+    if (e == EACCES || e == EAGAIN) {
+      ReadHolder(fd, holder, sizeof holder);
+      v->code = FSDP_ERR_USAGE;
+      FsdpMsgf(v->msg, sizeof v->msg,
+               "option %s %s: the directory is in use by another job (%s; lock file %s): two "
+               "jobs in one checkpoint directory overwrite each other's checkpoints. Wait for "
+               "that job to end, or choose another %s",
+               what, dir, holder[0] ? holder : "it has not written its name yet", path, what);
+    } else if (e == ENOLCK || e == EOPNOTSUPP || e == ENOSYS) {
+      FsdpWarn(0, "%s %s: this file system has no file locks (%s): nothing keeps a second job "
+                  "from using the directory at the same time",
+               what, dir, strerror(e));
+    } else {
+      v->code = FSDP_ERR_USAGE;
+      FsdpMsgf(v->msg, sizeof v->msg, "option %s %s: cannot lock %s: %s", what, dir, path,
+               strerror(e));
+    }
+    close(fd);
+    return;
+  }
+  /* [Note: checkpoint directory lock]: a name left in the file is a job
+   * that ended without releasing the lock; its kernel lock went with it */
+  ReadHolder(fd, holder, sizeof holder);
+  char me[HOLDER_LEN];
+  Identity(me, sizeof me);
+  if (holder[0]) {
+    const char *job = getenv("SLURM_JOB_ID");
+    char same[160] = "";
+    if (job && job[0] && strstr(holder, ", Slurm job ") &&
+        strncmp(strstr(holder, ", Slurm job ") + 12, job, strlen(job)) == 0)
+      snprintf(same, sizeof same, " (this Slurm job, requeued)");
+    FsdpWarn(0, "%s %s: taking over the lock %s left by %s%s, which no longer holds it (it "
+                "was killed, crashed or requeued)",
+             what, dir, path, holder, same);
+  }
+  char line[HOLDER_LEN + 2];
+  int n = snprintf(line, sizeof line, "%s\n", me);
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, line, (size_t)n, 0) != n || fsync(fd) != 0) {
+    v->code = FSDP_ERR_USAGE;
+    FsdpMsgf(v->msg, sizeof v->msg, "option %s %s: cannot write the lock file %s: %s", what, dir,
+             path, strerror(errno));
+    close(fd);
+    return;
+  }
+  *fd_out = fd;
+}
+
+int FsdpDirLockAcquire(MPI_Comm comm, const char *dir, const char *what, FsdpDirLock *lock)
+{
+  *lock = NULL;
+  int rank;
+  FSDP_CALL_MPI(MPI_Comm_rank(comm, &rank));
+  Verdict v;
+  memset(&v, 0, sizeof v);
+  int fd = -1;
+  if (rank == 0) LockRankZero(dir, what, &fd, &v);
+  FSDP_CALL_MPI(MPI_Bcast(&v, (int)sizeof v, MPI_BYTE, 0, comm));
+  if (v.code) FSDP_ERROR(v.code, "%s", v.msg);
+  FsdpDirLock l = calloc(1, sizeof *l);
+  if (!l) {
+    if (fd >= 0) close(fd);
+    FSDP_CHECK_ALLOC(l, sizeof *l);
+  }
+  l->fd = fd;
+  *lock = l;
+  return FSDP_SUCCESS;
+}
+
+int FsdpDirLockRelease(FsdpDirLock *lock)
+{
+  if (!lock || !*lock) return FSDP_SUCCESS;
+  FsdpDirLock l = *lock;
+  *lock = NULL;
+  int err = FSDP_SUCCESS;
+  if (l->fd >= 0) {
+    /* empty: a released lock names nobody; the close drops the lock */
+    if (ftruncate(l->fd, 0) != 0)
+      FsdpWarn(0, "cannot empty the checkpoint directory's lock file: %s", strerror(errno));
+    if (close(l->fd) != 0) err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_IO,
+                                                "closing the checkpoint directory's lock file "
+                                                "failed: %s", strerror(errno));
+  }
+  free(l);
+  return err;
+}
