@@ -123,13 +123,11 @@ static void LockRankZero(const char *dir, const char *what, int *fd_out, Verdict
   }
   char line[HOLDER_LEN + 2];
   int n = snprintf(line, sizeof line, "%s\n", me);
-  if (ftruncate(fd, 0) != 0 || pwrite(fd, line, (size_t)n, 0) != n || fsync(fd) != 0) {
-    v->code = FSDP_ERR_USAGE;
-    FsdpMsgf(v->msg, sizeof v->msg, "option %s %s: cannot write the lock file %s: %s", what, dir,
-             path, strerror(errno));
-    close(fd);
-    return;
-  }
+  /* the name only informs: the kernel's lock is what keeps others out,
+   * so a full disk here is the run file's and the checkpoints' to report */
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, line, (size_t)n, 0) != n || fsync(fd) != 0)
+    FsdpWarn(0, "%s %s: locked, but cannot write this job's name into %s: %s", what, dir, path,
+             strerror(errno));
   *fd_out = fd;
 }
 

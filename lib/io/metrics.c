@@ -1,8 +1,14 @@
 /* metrics.c: the HDF5 run file (see metrics.h). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* fallocate(2): [Note: room to close the run file] */
+#endif
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
 #include "io/metrics.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
 
 #include <errno.h>
 #include <math.h>
@@ -88,6 +94,7 @@ struct FsdpMetrics_ {
   int64_t dropped;    /* rank 0: rows it dropped */
   int broken;         /* rank 0: a write failed ([Note: run file on a full disk]) */
   int fail_errno;     /* its errno (0: none) */
+  int no_room;        /* rank 0: the file system has no fallocate: no reserve */
   char fail_what[600]; /* HDF5's account of it */
 };
 
@@ -410,6 +417,39 @@ static hid_t LatestFapl(int clear_flags)
   return fapl;
 }
 
+/* [Note: room to close the run file] HDF5 cannot be trusted after a
+ * write of the run file failed for want of space: its close fails too,
+ * and the library crashed in its own clean-up at MPI_Finalize in our
+ * runs.  So rank 0 keeps room past the end of the file, reserved with
+ * fallocate(FALLOC_FL_KEEP_SIZE) (the file's size does not change, its
+ * blocks are allocated), renewed before every row: while a renewal
+ * succeeds, the next row and the close find their blocks.  A renewal the
+ * file system refuses (ENOSPC, EDQUOT) stops the job before anything is
+ * written, with the file intact, and the close then uses the room still
+ * reserved.  The room: 256 KiB (a row's chunks and metadata, the close's
+ * flush) plus two /memory chunks of every dataset (they grow with W).
+ * Where the file system has no fallocate the rows go on unreserved (a
+ * failed write still gives the message of [Note: run file on a full
+ * disk]). 0, or the errno that stops the run. */
+static int ReserveRoom(FsdpMetrics m)
+{
+  if (m->no_room || m->file < 0) return 0;
+  int *fd = NULL;
+  struct stat st;
+  if (H5Fget_vfd_handle(m->file, H5P_DEFAULT, (void **)&fd) < 0 || !fd || fstat(*fd, &st) != 0) {
+    H5Eclear2(H5E_DEFAULT);
+    m->no_room = 1;
+    return 0;
+  }
+  off_t room = 256 * 1024 + 2 * NMEM * (off_t)MEM_CHUNK_ROWS * (off_t)m->W * 8;
+  int e = fallocate(*fd, FALLOC_FL_KEEP_SIZE, st.st_size, room) == 0 ? 0 : errno;
+  if (e == EOPNOTSUPP || e == ENOSYS || e == EINVAL) {
+    m->no_room = 1;
+    return 0;
+  }
+  return e;
+}
+
 /* Why an HDF5 call on the file failed: the errno it left, else HDF5's
  * account of its error stack (take it right after the call). */
 static void Reason(int err_no, char *why, size_t size)
@@ -457,18 +497,34 @@ static int OpenRoot(FsdpMetrics m, const FsdpMetricsInfo *info, int append, cons
       return FSDP_ERR_USAGE;
     }
     H5Pclose(fapl);
+    int e = ReserveRoom(m);
+    if (e) {
+      FsdpMsgf(msg, size, "cannot append to run file %s: no room past its end: %s", m->path,
+               strerror(e));
+      return FSDP_ERR_USAGE;
+    }
     return OpenLayout(m, msg, size);
   }
   errno = 0;
   m->file = H5Fcreate(m->path, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
   if (m->file < 0) {
     char why[600];
-    Reason(errno, why, sizeof why); /* before the next HDF5 call clears the stack */
+    int e = errno;
+    Reason(e, why, sizeof why); /* before the next HDF5 call clears the stack */
     H5Pclose(fapl);
     FsdpMsgf(msg, size, "cannot create run file %s: %s", m->path, why);
+    if (e != EEXIST) unlink(m->path); /* what a failed create left is ours */
     return FSDP_ERR_USAGE;
   }
   H5Pclose(fapl);
+  int e = ReserveRoom(m);
+  if (e) {
+    FsdpMsgf(msg, size, "cannot create run file %s: no room past its end: %s", m->path,
+             strerror(e));
+    FsdpHdf5Close(&m->file);
+    unlink(m->path);
+    return FSDP_ERR_USAGE;
+  }
   FSDP_CALL(WriteRootAttributes(m, info, hosts, host_len));
   FSDP_CALL(CreateLayout(m));
   return FSDP_SUCCESS;
@@ -661,15 +717,29 @@ static void NoteFailure(FsdpMetrics m)
  * its code (FSDP_ERR_USAGE when the file system refused: errno set). */
 static int FailMessage(FsdpMetrics m, const char *what, char *msg, size_t size)
 {
-  char why[700];
+  char why[700], clear[4200] = "";
   if (m->fail_errno)
     snprintf(why, sizeof why, "%s", strerror(m->fail_errno));
   else
     snprintf(why, sizeof why, "%s", m->fail_what[0] ? m->fail_what : "cause not reported");
-  FsdpMsgf(msg, size, "run file %s: %s failed: %s. The file keeps the %lld rows written before "
-           "(h5clear -s %s lets any HDF5 reader open it); free space and continue with "
-           "-resume auto", m->path, what, why, (long long)m->rows, m->path);
+  /* a failed write leaves the SWMR mark; a refused reservation closes cleanly */
+  if (m->broken) snprintf(clear, sizeof clear, " (h5clear -s %s lets any HDF5 reader open it)", m->path);
+  FsdpMsgf(msg, size, "run file %s: %s failed: %s. The file keeps the %lld rows written "
+           "before%s; free space and continue with -resume auto", m->path, what, why,
+           (long long)m->rows, clear);
   return m->fail_errno ? FSDP_ERR_USAGE : FSDP_ERR_HDF5;
+}
+
+/* Rank 0, before a write: renew the room ([Note: room to close the run
+ * file]); -1 (noted as the write's failure, the file intact) when the
+ * file system refuses it. */
+static herr_t Stop(FsdpMetrics m)
+{
+  int e = ReserveRoom(m);
+  if (!e) return 0;
+  m->fail_errno = e;
+  m->fail_what[0] = '\0';
+  return -1;
 }
 
 /* Rank 0: enter SWMR mode before the first row or event. */
@@ -726,7 +796,7 @@ done:
 static herr_t WriteRow(FsdpMetrics m, const int64_t *all, int64_t *vals)
 {
   herr_t r = -1;
-  if (StartSwmr(m) < 0) return -1;
+  if (Stop(m) < 0 || StartSwmr(m) < 0) return -1;
   for (int i = 0; i < m->ncols; i++) {
     Column *c = &m->cols[i];
     if (WriteCell(m, c->dset, m->rows, c->is_int ? H5T_NATIVE_INT64 : H5T_NATIVE_DOUBLE,
@@ -793,7 +863,8 @@ int FsdpMetricsAppendValidation(FsdpMetrics m, int64_t step, double loss)
   struct { int code; char msg[MSG_SIZE]; } v;
   memset(&v, 0, sizeof v);
   if (m->rank == 0) {
-    herr_t r = StartSwmr(m);
+    herr_t r = Stop(m);
+    if (r >= 0) r = StartSwmr(m);
     if (r >= 0) r = WriteCell(m, m->val[0], m->nval, H5T_NATIVE_INT64, &step);
     if (r >= 0) r = WriteCell(m, m->val[1], m->nval, H5T_NATIVE_DOUBLE, &loss);
     /* [Note: run file streaming] */
@@ -830,7 +901,8 @@ int FsdpMetricsEvent(FsdpMetrics m, int64_t step, const char *kind, const char *
   snprintf(e.kind, sizeof e.kind, "%s", kind ? kind : "");
   snprintf(e.detail, sizeof e.detail, "%s", detail ? detail : "");
   e.seconds = seconds;
-  herr_t r = StartSwmr(m);
+  herr_t r = Stop(m);
+  if (r >= 0) r = StartSwmr(m);
   if (r >= 0) r = WriteCell(m, m->events, m->nevents, m->event_type, &e);
   if (r >= 0) {
     errno = 0;
@@ -855,7 +927,7 @@ int FsdpMetricsDestroy(FsdpMetrics *pm)
   if (m->rank == 0) {
     CloseHandles(m);
     /* after a failed write the close fails too: the message was given */
-    if (m->file >= 0 && H5Fclose(m->file) < 0 && !m->broken)
+    if (m->file >= 0 && !m->broken && H5Fclose(m->file) < 0)
       err = FsdpHdf5Raise(__FILE__, __LINE__, __func__, "H5Fclose(run file)");
     m->file = -1;
   }
