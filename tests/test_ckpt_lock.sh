@@ -6,7 +6,7 @@
 # A's host and pid, no hang -- and the directory is exactly as it was.
 # Once A is killed its lock is free although the lock file still names
 # it: the next job takes it over with a warning naming A, resumes A's
-# checkpoint and empties the file at its end.  A requeued Slurm job (the
+# checkpoint and removes the file at its end.  A requeued Slurm job (the
 # same SLURM_JOB_ID in the stale file) says so.
 #   usage: test_ckpt_lock.sh MPIEXEC "PREFLAGS" FSDP_TRAIN
 set -u
@@ -35,7 +35,7 @@ common="-model tiny -batch_size 2 -log_every 0 -checkpoint_dir $ck"
 state() { (cd "$ck" && md5sum ckpt_* 2>/dev/null) }
 
 run 2 "$tmp/a0" $common -seed 1 -steps 5 -checkpoint_every 5 || fail "the first run failed: $(cat "$tmp/a0.err")"
-[ -s "$lock" ] && fail "a finished job left its name in the lock file: $(cat "$lock")"
+[ -e "$lock" ] && fail "a finished job left its lock file: $(cat "$lock")"
 # job A: resumes there and trains on (no save within this test)
 # shellcheck disable=SC2086
 "$MPIEXEC" $PREFLAGS -n 2 "$TRAIN" $common -seed 1 -steps 100000000 -checkpoint_every 100000000 \
@@ -75,7 +75,7 @@ n=$(grep -c "taking over the lock $lock left by host $(hostname), pid $pid" "$tm
 [ "$n" -eq 1 ] || fail "job C: $n warnings naming the killed job (pid $pid), expected 1: $(cat "$tmp/c.err")"
 grep -q "resumed from $ck/ckpt_00000005.h5 at step 5" "$tmp/c" || fail "job C did not resume ckpt_00000005.h5: $(cat "$tmp/c")"
 [ -f "$ck/ckpt_00000007.h5" ] || fail "job C did not save ckpt_00000007.h5: $(ls -A "$ck")"
-[ -s "$lock" ] && fail "job C left its name in the lock file: $(cat "$lock")"
+[ -e "$lock" ] && fail "job C left its lock file: $(cat "$lock")"
 
 # a requeued Slurm job finds its own job id in the stale file
 echo "host $(hostname), pid 1, Slurm job 4242, since 2026-01-01T00:00:00+0000" >"$lock"

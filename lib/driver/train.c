@@ -104,7 +104,8 @@ int FsdpTrainOptionsFromDb(FsdpOpts db, FsdpTrainOptions *o)
                "cpu; use -device cuda, or -device_coll auto or mpi");
   FSDP_CALL(FsdpOptsGetString(db, g, "trace",
                               "write a timeline (Chrome trace-event JSON, opens in Perfetto) of "
-                              "compute and communication per rank to FILE",
+                              "compute and communication per rank to FILE (an existing FILE is "
+                              "refused)",
                               NULL, &o->trace));
   if (o->trace && !o->trace[0]) o->trace = NULL;
   FSDP_CALL(FsdpOptsGetDouble(db, g, "coll_timeout",

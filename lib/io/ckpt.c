@@ -1606,7 +1606,9 @@ int FsdpCkptOptionsFromDb(FsdpOpts db, FsdpCkptOptions *o)
   memset(o, 0, sizeof *o);
   const char *g = "Checkpoint";
   int64_t v;
-  FSDP_CALL(FsdpOptsGetString(db, g, "checkpoint_dir", "directory of checkpoints ckpt_<step>.h5",
+  FSDP_CALL(FsdpOptsGetString(db, g, "checkpoint_dir",
+                              "directory of checkpoints ckpt_<step>.h5 (checked at start-up; one "
+                              "job at a time: locked through its .fsdp.lock)",
                               "checkpoints", &o->dir));
   if (!o->dir || !o->dir[0]) FSDP_ERROR(FSDP_ERR_USAGE, "option -checkpoint_dir: empty directory name");
   FSDP_CALL(FsdpOptsGetInt(db, g, "checkpoint_every",

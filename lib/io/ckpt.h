@@ -220,7 +220,10 @@ int FsdpCkptOptionsFromDb(FsdpOpts db, FsdpCkptOptions *o);
  * checkpoint in the directory, or *found = 0 to start fresh when there is
  * none.  Without -resume, checkpointing (every > 0) into a directory that
  * already holds checkpoints is a usage error (it would mix two runs and
- * prune the other's files); *found = 0 otherwise. */
+ * prune the other's files); *found = 0 otherwise.  fsdp-train calls it,
+ * and loads what it chose, holding the directory's lock ([Note:
+ * checkpoint directory lock], dirlock.h), so no other job's save or
+ * pruning runs there meanwhile. */
 int FsdpCkptResolveResume(MPI_Comm comm, const FsdpCkptOptions *o, char *path, size_t size,
                           int *found);
 

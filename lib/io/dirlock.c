@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -24,6 +25,7 @@
 
 struct FsdpDirLock_ {
   int fd; /* rank 0: the locked file, or -1 (other ranks, no lock support) */
+  char path[4200];
 };
 
 /* "host vm, pid 123, Slurm job 45, since 2026-..." (no newline). */
@@ -63,7 +65,8 @@ typedef struct {
   char msg[1400];
 } Verdict;
 
-static void LockRankZero(const char *dir, const char *what, int *fd_out, Verdict *v)
+static void LockRankZero(const char *dir, const char *what, int *fd_out, char *path_out,
+                         size_t path_size, Verdict *v)
 {
   char path[4200];
   *fd_out = -1;
@@ -72,20 +75,38 @@ static void LockRankZero(const char *dir, const char *what, int *fd_out, Verdict
     FsdpMsgf(v->msg, sizeof v->msg, "option %s %s: directory name too long", what, dir);
     return;
   }
-  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  char holder[HOLDER_LEN];
+  int fd = -1, r = -1, e = 0;
+  /* a holder removes the file as it releases it: a lock won on a file
+   * that no longer has this name is no lock; open the new one */
+  for (int tries = 0; tries < 100; tries++) {
+    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) {
+      v->code = FSDP_ERR_USAGE;
+      FsdpMsgf(v->msg, sizeof v->msg, "option %s %s: cannot open the lock file %s: %s", what,
+               dir, path, strerror(errno));
+      return;
+    }
+    struct flock fl;
+    memset(&fl, 0, sizeof fl);
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    r = fcntl(fd, LOCK_CMD, &fl);
+    e = errno;
+    struct stat mine, named;
+    if (r != 0 || (fstat(fd, &mine) == 0 && stat(path, &named) == 0 && mine.st_ino == named.st_ino &&
+                   mine.st_dev == named.st_dev))
+      break;
+    close(fd);
+    fd = -1;
+  }
   if (fd < 0) {
     v->code = FSDP_ERR_USAGE;
-    FsdpMsgf(v->msg, sizeof v->msg, "option %s %s: cannot open the lock file %s: %s", what, dir,
-             path, strerror(errno));
+    FsdpMsgf(v->msg, sizeof v->msg, "option %s %s: the lock file %s keeps being replaced", what,
+             dir, path);
     return;
   }
-  struct flock fl;
-  memset(&fl, 0, sizeof fl);
-  fl.l_type = F_WRLCK;
-  fl.l_whence = SEEK_SET;
-  char holder[HOLDER_LEN];
-  if (fcntl(fd, LOCK_CMD, &fl) != 0) {
-    int e = errno;
+  if (r != 0) {
     if (e == EACCES || e == EAGAIN) {
       ReadHolder(fd, holder, sizeof holder);
       v->code = FSDP_ERR_USAGE;
@@ -129,6 +150,7 @@ static void LockRankZero(const char *dir, const char *what, int *fd_out, Verdict
     FsdpWarn(0, "%s %s: locked, but cannot write this job's name into %s: %s", what, dir, path,
              strerror(errno));
   *fd_out = fd;
+  snprintf(path_out, path_size, "%s", path);
 }
 
 int FsdpDirLockAcquire(MPI_Comm comm, const char *dir, const char *what, FsdpDirLock *lock)
@@ -139,7 +161,8 @@ int FsdpDirLockAcquire(MPI_Comm comm, const char *dir, const char *what, FsdpDir
   Verdict v;
   memset(&v, 0, sizeof v);
   int fd = -1;
-  if (rank == 0) LockRankZero(dir, what, &fd, &v);
+  char path[4200] = "";
+  if (rank == 0) LockRankZero(dir, what, &fd, path, sizeof path, &v);
   FSDP_CALL_MPI(MPI_Bcast(&v, (int)sizeof v, MPI_BYTE, 0, comm));
   if (v.code) FSDP_ERROR(v.code, "%s", v.msg);
   FsdpDirLock l = calloc(1, sizeof *l);
@@ -148,6 +171,7 @@ int FsdpDirLockAcquire(MPI_Comm comm, const char *dir, const char *what, FsdpDir
     FSDP_CHECK_ALLOC(l, sizeof *l);
   }
   l->fd = fd;
+  snprintf(l->path, sizeof l->path, "%s", path);
   *lock = l;
   return FSDP_SUCCESS;
 }
@@ -159,12 +183,11 @@ int FsdpDirLockRelease(FsdpDirLock *lock)
   *lock = NULL;
   int err = FSDP_SUCCESS;
   if (l->fd >= 0) {
-    /* empty: a released lock names nobody; the close drops the lock */
-    if (ftruncate(l->fd, 0) != 0)
-      FsdpWarn(0, "cannot empty the checkpoint directory's lock file: %s", strerror(errno));
+    /* removed while still locked (a job waiting on it retries on the new
+     * file); the close drops the lock */
+    if (unlink(l->path) != 0) FsdpWarn(0, "cannot remove %s: %s", l->path, strerror(errno));
     if (close(l->fd) != 0) err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_IO,
-                                                "closing the checkpoint directory's lock file "
-                                                "failed: %s", strerror(errno));
+                                                "closing %s failed: %s", l->path, strerror(errno));
   }
   free(l);
   return err;

@@ -14,11 +14,14 @@
  * the directory, so nothing of the other job's is touched.
  *
  * The holder writes who it is into the file (host, pid, SLURM_JOB_ID when
- * there is one, start time) and empties it when it releases the lock.  A
- * kernel lock vanishes with its process, so the lock of a job that was
- * killed, crashed or requeued by Slurm is free although its file still
- * names it: the next job simply locks the file again and warns, naming the
- * old holder (a requeued Slurm job sees its own job id there and resumes).
+ * there is one, start time) and removes the file as it releases the lock
+ * (a job that opened the old file meanwhile sees, once it holds the lock,
+ * that the name now points elsewhere, and starts over on the new file).
+ * A kernel lock vanishes with its process, so the lock of a job that was
+ * killed, crashed or requeued by Slurm is free although its file is still
+ * there and names it: the next job simply locks the file again and warns,
+ * naming the old holder (a requeued Slurm job sees its own job id there
+ * and resumes).
  * On NFSv4 a dead client's lock outlives it until its lease expires (90 s
  * by default): a job started within that time is refused and can be
  * started again.  On a file system without locks (fcntl says ENOLCK,
@@ -40,8 +43,8 @@ typedef struct FsdpDirLock_ *FsdpDirLock;
  * stays NULL.  what names the directory in messages ("-checkpoint_dir"). */
 int FsdpDirLockAcquire(MPI_Comm comm, const char *dir, const char *what, FsdpDirLock *lock);
 
-/* Not collective.  Empty the lock file and release the lock; accepts NULL
- * and sets *lock = NULL. */
+/* Not collective.  Remove the lock file and release the lock; accepts
+ * NULL and sets *lock = NULL. */
 int FsdpDirLockRelease(FsdpDirLock *lock);
 
 #endif

@@ -102,7 +102,8 @@ int FsdpMetricsOptionsFromDb(FsdpOpts db, const char **path)
 {
   FSDP_CALL(FsdpOptsGetString(db, "Output", "metrics",
                               "HDF5 run file: per-step metrics and per-rank memory (h5py, "
-                              "fsdp-report); an existing file is refused unless resuming",
+                              "fsdp-report); an existing file is refused unless resuming, which "
+                              "appends after dropping the rows of later steps",
                               NULL, path));
   if (*path && !(*path)[0]) *path = NULL;
   return FSDP_SUCCESS;
