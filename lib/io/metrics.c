@@ -427,8 +427,9 @@ static hid_t LatestFapl(int clear_flags)
  * succeeds, the next row and the close find their blocks.  A renewal the
  * file system refuses (ENOSPC, EDQUOT) stops the job before anything is
  * written, with the file intact, and the close then uses the room still
- * reserved.  The room: 256 KiB (a row's chunks and metadata, the close's
- * flush) plus two /memory chunks of every dataset (they grow with W).
+ * reserved.  The room: 64 KiB (a new chunk of every column, metadata,
+ * the close's flush) plus two /memory chunks of every dataset (they grow
+ * with W).
  * Where the file system has no fallocate the rows go on unreserved (a
  * failed write still gives the message of [Note: run file on a full
  * disk]). 0, or the errno that stops the run. */
@@ -442,7 +443,7 @@ static int ReserveRoom(FsdpMetrics m)
     m->no_room = 1;
     return 0;
   }
-  off_t room = 256 * 1024 + 2 * NMEM * (off_t)MEM_CHUNK_ROWS * (off_t)m->W * 8;
+  off_t room = 64 * 1024 + 2 * NMEM * (off_t)MEM_CHUNK_ROWS * (off_t)m->W * 8;
   int e = fallocate(*fd, FALLOC_FL_KEEP_SIZE, st.st_size, room) == 0 ? 0 : errno;
   if (e == EOPNOTSUPP || e == ENOSYS || e == EINVAL) {
     m->no_room = 1;
