@@ -86,6 +86,14 @@ unset SLURM_JOB_ID
 [ "$rc" -eq 0 ] || fail "requeued job: exit status $rc: $(cat "$tmp/d.err")"
 grep -q "left by host $(hostname), pid 1, Slurm job 4242, since .* (this Slurm job, requeued)" "$tmp/d.err" \
   || fail "requeued job: the warning does not say it is this Slurm job: $(cat "$tmp/d.err")"
+# another job whose id starts the same is not this one
+echo "host $(hostname), pid 1, Slurm job 42424, since 2026-01-01T00:00:00+0000" >"$lock"
+export SLURM_JOB_ID=4242
+run 1 "$tmp/e" $common -seed 1 -steps 9 -checkpoint_every 1 -resume auto
+rc=$?
+unset SLURM_JOB_ID
+[ "$rc" -eq 0 ] && grep -q "Slurm job 42424" "$tmp/e.err" && ! grep -q "this Slurm job" "$tmp/e.err" \
+  || fail "job 4242 after job 42424: exit status $rc: $(cat "$tmp/e.err")"
 
 echo "test_ckpt_lock: $fails failed"
 [ "$fails" -eq 0 ]

@@ -133,10 +133,10 @@ static void LockRankZero(const char *dir, const char *what, int *fd_out, char *p
   char me[HOLDER_LEN];
   Identity(me, sizeof me);
   if (holder[0]) {
-    const char *job = getenv("SLURM_JOB_ID");
+    const char *job = getenv("SLURM_JOB_ID"), *at = strstr(holder, ", Slurm job ");
     char same[160] = "";
-    if (job && job[0] && strstr(holder, ", Slurm job ") &&
-        strncmp(strstr(holder, ", Slurm job ") + 12, job, strlen(job)) == 0)
+    size_t jn = job ? strlen(job) : 0;
+    if (jn && at && strncmp(at + 12, job, jn) == 0 && at[12 + jn] == ',')
       snprintf(same, sizeof same, " (this Slurm job, requeued)");
     FsdpWarn(0, "%s %s: taking over the lock %s left by %s%s, which no longer holds it (it "
                 "was killed, crashed or requeued)",
