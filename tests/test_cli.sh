@@ -2,7 +2,9 @@
 # test_cli.sh: fsdp-train as users run it -- bad input fails on every rank
 # with a message naming the option or file (options files: FILE:LINE; a
 # binary file is refused), exit status 2, no hang, and no file of the
-# user's touched; -help lists the options; -summary json ends stdout with
+# user's touched (outputs that collide, or a -checkpoint_dir that is no
+# usable directory, are refused at start-up); -help lists the options;
+# -summary json ends stdout with
 # one JSON object holding the documented fields.  FSDP_OPTIONS is shared by
 # fsdp-train, fsdp-plan and fsdp-ckpt (its siblings in FSDP_TRAIN's
 # directory): each runs with every other one's options there, while an
@@ -135,6 +137,38 @@ inputs_untouched() {
   if [ -e "$tmp/missing.bin" ]; then echo "FAIL: $1 created missing.bin"; fails=$((fails + 1)); fi
 }
 inputs_untouched "a refused -data run"
+
+# outputs ([Note: one job's files], lib/io/outputs.h): refused at start-up
+# (-steps 2 never reaches a save at -checkpoint_every 1000), the option,
+# the path and the errno text named, no file of the user's touched
+printf 'keep me\n' >"$tmp/old.json" && cp "$tmp/old.json" "$tmp/orig/old.json"
+expect 2 2 "option -trace $tmp/old.json: the file exists" $tiny -trace "$tmp/old.json"
+mkdir -p "$tmp/outs/sub" && ln -s "$tmp/outs/sub" "$tmp/outs/link"
+expect 2 2 "are one file ($tmp/outs/run.h5)" $tiny -metrics "$tmp/outs/run.h5" -trace "$tmp/outs/sub/../run.h5"
+expect 2 2 "are one file ($tmp/outs/sub/run.h5)" $tiny -metrics "$tmp/outs/sub/run.h5" -trace "$tmp/outs/link/run.h5"
+expect 2 2 "option -metrics $tmp/good.bin is the input of -data" $tiny -data "$tmp/good.bin" -metrics "$tmp/good.bin"
+expect 2 2 "ckpt_00000002.h5 in -checkpoint_dir $tmp/outs/ck is a name the checkpoints take" \
+  $tiny -checkpoint_dir "$tmp/outs/ck" -checkpoint_every 2 -metrics "$tmp/outs/ck/ckpt_00000002.h5"
+expect 2 2 "option -trace $tmp/nodir/t.json: cannot create a file in $tmp/nodir: No such file or directory" \
+  $tiny -trace "$tmp/nodir/t.json"
+expect 2 2 "cannot create run file nodir/x/run.h5: No such file or directory" $tiny -metrics nodir/x/run.h5
+expect 2 2 "option -checkpoint_dir $tmp/old.json: Not a directory" $tiny -checkpoint_dir "$tmp/old.json" -checkpoint_every 1000
+expect 2 2 "option -checkpoint_dir /proc/fsdp_test_ck: /proc/fsdp_test_ck is on procfs" $tiny \
+  -checkpoint_dir /proc/fsdp_test_ck -checkpoint_every 1000
+expect 2 2 "is on sysfs" $tiny -checkpoint_dir /sys/kernel -checkpoint_every 1000
+checks=$((checks + 1))
+if ! cmp -s "$tmp/orig/old.json" "$tmp/old.json" || [ -n "$(ls -A "$tmp/outs/sub")" ] || [ -e "$tmp/outs/run.h5" ] \
+   || [ -e "$tmp/outs/ck" ] || [ -e "$tmp/nodir" ]; then
+  echo "FAIL: refused outputs changed files: $(ls -lAR "$tmp/outs" "$tmp/old.json")"; fails=$((fails + 1))
+fi
+inputs_untouched "a refused -metrics over -data"
+# FSDP_OPTIONS with control bytes: named in hex, never echoed raw
+export FSDP_OPTIONS
+FSDP_OPTIONS="$(printf -- '-stpes\033[2J 3')"
+expect 1 2 "FSDP_OPTIONS: byte 0x1b at column 7 is not text" $tiny
+unset FSDP_OPTIONS
+checks=$((checks + 1))
+if grep -q "$(printf '\033')" "$tmp/out"; then echo "FAIL: FSDP_OPTIONS' escape byte reached the terminal"; fails=$((fails + 1)); fi
 
 # -help lists every component's options with defaults
 expect 1 0 "-sharding_factor" -help

@@ -26,6 +26,7 @@ for cfg in "stream 0" "stream 0 -sharding_factor 2" "poll 0" "poll 1" "none 0" "
   set -- $cfg
   where=$1 clip=$2
   shift 2
+  rm -f "$tmp/t.json" # -trace never overwrites a file
   # shellcheck disable=SC2086
   if ! timeout 120 "$MPIEXEC" $PREFLAGS -n 4 "$BIN/fsdp-train" $common -optim_overlap "$where" \
        -grad_clip "$clip" "$@" -trace "$tmp/t.json" >"$tmp/train.out" 2>&1; then

@@ -3,8 +3,9 @@
 # resumes at (W=2, F=1) and at (W=4, F=2, 2 ranks per node) with the same
 # losses as the uninterrupted run; -resume auto picks the newest complete
 # checkpoint and skips (naming them) newer ones that fail verification; a
-# resumed run appends to its run file; a failed resume leaves every file as
-# it was; a save of non-finite state is refused (exit 65) with the good
+# resumed run appends to its run file, replacing the rows of the steps it
+# does again (one row per step); a failed resume leaves every file as it
+# was; a save of non-finite state is refused (exit 65) with the good
 # checkpoint kept; divergence messages say whether the run or the
 # checkpoint diverged; a changed -seed is warned about.
 #   usage: test_resume.sh MPIEXEC "PREFLAGS" FSDP_TRAIN
@@ -26,13 +27,13 @@ fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 common="-model tiny -steps 10 -lr 1e-2 -warmup 2 -seed 11 -summary json -log_every 1"
 
 run 4 "$tmp/full" $common -batch_size 2 -checkpoint_dir "$tmp/ck" -checkpoint_every 5 \
-  -metrics "$tmp/run.h5" || { fail "the 10-step run failed"; cat "$tmp/full.err"; }
+  -metrics "$tmp/run.h5" -val_every 3 || { fail "the 10-step run failed"; cat "$tmp/full.err"; }
 [ -f "$tmp/ck/ckpt_00000005.h5" ] && [ -f "$tmp/ck/ckpt_00000010.h5" ] || fail "checkpoints at steps 5 and 10 missing: $(ls "$tmp/ck")"
 cp "$tmp/ck/ckpt_00000005.h5" "$tmp/five.h5"
 sum_before=$(md5sum "$tmp/five.h5" | cut -d' ' -f1)
 
 run 2 "$tmp/r2" $common -batch_size 4 -sharding_factor 1 -resume "$tmp/five.h5" \
-  -metrics "$tmp/run.h5" || { fail "resume at W=2 F=1 failed"; cat "$tmp/r2.err"; }
+  -metrics "$tmp/run.h5" -val_every 3 || { fail "resume at W=2 F=1 failed"; cat "$tmp/r2.err"; }
 run 4 "$tmp/r4" $common -batch_size 2 -sharding_factor 2 -ranks_per_node 2 -resume "$tmp/five.h5" \
   || { fail "resume at W=4 F=2 G=2 failed"; cat "$tmp/r4.err"; }
 mkdir -p "$tmp/auto" && cp "$tmp/five.h5" "$tmp/auto/ckpt_00000005.h5" && touch "$tmp/auto/ckpt_00000007.h5.tmp-1234"
@@ -60,11 +61,19 @@ for path, name in zip(sys.argv[2:], ["W=2 F=1", "W=4 F=2 G=2", "W=1 (auto)"]):
 sys.exit(1 if bad else 0)
 PY
 
-# the run file: 10 rows from the first run, 5 appended by the resumed one
+# the run file ([Note: run file after a resume], lib/io/metrics.h): one
+# row per step, steps 1-5 of the first run (W=4), 6-10 of the run that
+# resumed at step 5 (W=2) replacing the first run's; validations likewise
+data() { # data DATASET: the values of a 1-D dataset of the run file, one line
+  h5ls -d "$tmp/run.h5/$1" 2>/dev/null | sed -n '/Data:/,$p' | tail -n +2 | tr -d ' \n'
+}
+[ "$(data metrics/step)" = "1,2,3,4,5,6,7,8,9,10" ] || fail "run file steps: $(data metrics/step), expected 1,...,10 once each"
+[ "$(data metrics/world_size)" = "4,4,4,4,4,2,2,2,2,2" ] || fail "run file world sizes: $(data metrics/world_size), expected 4 x 5 then 2 x 5"
+[ "$(data metrics/val_step)" = "3,6,9,10" ] || fail "run file validation steps: $(data metrics/val_step), expected 3,6,9,10"
 rows=$(h5ls "$tmp/run.h5/metrics/loss" 2>/dev/null | sed -n 's/.*{\([0-9]*\)\/.*/\1/p')
-[ "$rows" = "15" ] || fail "run file has $rows loss rows, expected 10 + 5 = 15"
+[ "$rows" = "10" ] || fail "run file has $rows loss rows, expected 10"
 mem=$(h5ls "$tmp/run.h5/memory/rss" 2>/dev/null | sed -n 's/.*{\([0-9]*\)\/Inf, \([0-9]*\)\/Inf}.*/\1x\2/p')
-[ "$mem" = "15x4" ] || fail "run file /memory/rss is $mem, expected 15 rows x 4 ranks"
+[ "$mem" = "10x4" ] || fail "run file /memory/rss is $mem, expected 10 rows x 4 ranks"
 
 # refused resumes leave files alone: mismatched model, corrupt file
 run 2 "$tmp/bad1" -model small -steps 10 -resume "$tmp/five.h5" && fail "a tiny checkpoint loaded into the small model"
@@ -77,7 +86,7 @@ grep -q "trunc.h5" "$tmp/bad2.err" || fail "truncation message lacks the file na
 run 2 "$tmp/bad3" $common -batch_size 4 -metrics "$tmp/run.h5" && fail "a fresh run overwrote an existing run file"
 grep -q "run.h5" "$tmp/bad3.err" || fail "run-file refusal lacks the file name"
 rows2=$(h5ls "$tmp/run.h5/metrics/loss" 2>/dev/null | sed -n 's/.*{\([0-9]*\)\/.*/\1/p')
-[ "$rows2" = "15" ] || fail "the refused run changed the run file ($rows2 rows)"
+[ "$rows2" = "10" ] || fail "the refused run changed the run file ($rows2 rows)"
 
 # [Note: finite checkpoints] (lib/io/ckpt.h), edited with h5py
 py=""

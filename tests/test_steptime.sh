@@ -29,6 +29,7 @@ for cfg in "-prefetch none" "-prefetch backward" "-prefetch both" \
            "-prefetch both -reshard_after_forward 0" "-prefetch both -limit_all_gathers 1" \
            "-prefetch backward -sharding_factor 2" "-prefetch both -sharding_factor 1" \
            "-prefetch both -grad_accum 2 -accum_comm 1" "-prefetch backward -grad_accum 2 -accum_comm 0"; do
+  rm -f "$tmp/t.json" # -trace never overwrites a file
   # shellcheck disable=SC2086
   if ! timeout 120 "$MPIEXEC" $PREFLAGS -n 4 "$BIN/fsdp-train" $common $cfg -trace "$tmp/t.json" \
        >"$tmp/train.out" 2>&1; then

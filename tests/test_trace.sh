@@ -18,6 +18,7 @@
 #     median over the steps of rank 0's waits in the trace;
 #   - the losses are bit-identical across every mode and L, also with NRAF,
 #     hybrid sharding, bf16, accumulation and recomputation together.
+# A file made under the -trace name during the run is not overwritten.
 #   usage: test_trace.sh MPIEXEC "PREFLAGS" FSDP_TRAIN
 set -u
 MPIEXEC=$1
@@ -31,6 +32,7 @@ common="-model tiny -n_layer 4 -steps 3 -log_every 0 -summary json"
 fails=0
 for mode in none:2 backward:1 both:1 both:2 both:3 both:0; do
   pf=${mode%:*} L=${mode#*:}
+  rm -f "$tmp/t.json" # -trace never overwrites a file
   # shellcheck disable=SC2086
   if ! timeout 120 "$MPIEXEC" $PREFLAGS -n 4 "$TRAIN" $common -prefetch "$pf" -limit_all_gathers "$L" \
       -trace "$tmp/t.json" >"$tmp/out" 2>&1; then
@@ -178,5 +180,26 @@ if len(runs) < 6 or ref is None or bad:
     sys.exit(1)
 print(f"losses bit-identical over {len(runs)} prefetch modes and limits: {ref}")
 PY
+# a file that appears under the -trace name while the run trains is not
+# replaced ([Note: one job's files], lib/io/outputs.h: checked at start-up,
+# written with O_EXCL): exit status 2 naming it, the file as it was.  The
+# run file is created before step 1, so the trace name is taken mid-run.
+rm -f "$tmp/late.json" "$tmp/late.h5"
+# shellcheck disable=SC2086
+timeout 120 "$MPIEXEC" $PREFLAGS -n 2 "$TRAIN" -model tiny -steps 3000 -log_every 0 \
+  -metrics "$tmp/late.h5" -trace "$tmp/late.json" >"$tmp/late.out" 2>&1 &
+late=$!
+i=0
+while [ ! -e "$tmp/late.h5" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+echo "someone else's" >"$tmp/late.json"
+wait "$late"
+rc=$?
+if [ "$rc" -ne 2 ] || ! grep -q "cannot create '$tmp/late.json': File exists" "$tmp/late.out" \
+   || [ "$(cat "$tmp/late.json")" != "someone else's" ]; then
+  echo "FAIL: a file made under the -trace name mid-run: exit $rc, now $(head -c 60 "$tmp/late.json"): $(tail -3 "$tmp/late.out")"
+  fails=$((fails + 1))
+else
+  echo "ok: a file made under the -trace name mid-run is kept (exit 2, named)"
+fi
 echo "test_trace: $fails failed"
 [ "$fails" -eq 0 ]

@@ -547,6 +547,14 @@ static int BuildAll(Builder *b, int argc, char **argv)
     b->src.lead[0] = '\0';
     b->src.tail = " in environment variable FSDP_OPTIONS";
     b->src.shared = 1;
+    /* text only, as an options file: a control byte is named, never
+     * echoed to the terminal ([Note: options files are text]) */
+    size_t at = 0;
+    if (NotText((const unsigned char *)env, strlen(env), &at))
+      return BuildFail(b, FSDP_ERR_USAGE,
+                       "environment variable FSDP_OPTIONS: byte 0x%02x at column %zu is not "
+                       "text (printable characters, white space and UTF-8)",
+                       (unsigned char)env[at], at + 1);
     TokenList t = {0};
     int bad_quote = 0;
     int err = SplitTokens(b, env, &t, &bad_quote);

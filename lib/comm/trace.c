@@ -1,11 +1,14 @@
 /* trace.c: timeline recording and Chrome trace-event output (see trace.h). */
 #include "comm/trace.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/error.h"
 
@@ -267,17 +270,23 @@ int FsdpTraceWrite(FsdpTrace t, const char *path)
   free(b.s);
   int err = FSDP_SUCCESS;
   if (t->rank == 0) {
-    FILE *f = fopen(path, "w");
+    /* [Note: one job's files] (io/outputs.h): never over an existing file */
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (!f) {
+      int e = errno;
+      if (fd >= 0) close(fd);
       err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_USAGE,
-                           "option -trace: cannot write '%s'", path);
+                           "option -trace: cannot create '%s': %s%s", path, strerror(e),
+                           e == EEXIST ? " (refusing to overwrite it)" : "");
     } else {
       fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", f);
       /* drop the trailing ",\n" of the last event */
       if (total >= 2) fwrite(all, 1, (size_t)total - 2, f);
       fputs("\n]}\n", f);
       if (fclose(f) != 0)
-        err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_IO, "writing '%s' failed", path);
+        err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_IO, "writing '%s' failed: %s",
+                             path, strerror(errno));
     }
     free(all);
     free(lens);

@@ -12,6 +12,8 @@
 #include "base/mem.h"
 #include "comm/flight.h"
 #include "driver/summary.h"
+#include "io/dirlock.h"
+#include "io/outputs.h"
 
 static const char *const kSummaryNames[] = {"text", "json", NULL};
 static const char *const kDeviceNames[] = {"cpu", "cuda", NULL};
@@ -60,6 +62,7 @@ struct FsdpTrainer_ {
   int nval, cap_val;
   int device_set; /* FsdpDeviceSetUp succeeded: finalize at destroy */
   int flight;     /* the flight recorder runs: stop it at destroy */
+  FsdpDirLock ckpt_lock; /* [Note: checkpoint directory lock] (io/dirlock.h) */
 };
 
 int FsdpTrainOptionsFromDb(FsdpOpts db, FsdpTrainOptions *o)
@@ -102,7 +105,8 @@ int FsdpTrainOptionsFromDb(FsdpOpts db, FsdpTrainOptions *o)
                "cpu; use -device cuda, or -device_coll auto or mpi");
   FSDP_CALL(FsdpOptsGetString(db, g, "trace",
                               "write a timeline (Chrome trace-event JSON, opens in Perfetto) of "
-                              "compute and communication per rank to FILE",
+                              "compute and communication per rank to FILE (an existing FILE is "
+                              "refused)",
                               NULL, &o->trace));
   if (o->trace && !o->trace[0]) o->trace = NULL;
   FSDP_CALL(FsdpOptsGetDouble(db, g, "coll_timeout",
@@ -201,6 +205,16 @@ int FsdpTrainerCreate(MPI_Comm comm, const FsdpTrainOptions *o, FsdpTrainer *out
   /* first: a signal that comes during set-up preempts after step 1 */
   FSDP_CALL(FsdpPreemptInstall(&o->preempt));
   FSDP_CALL(FsdpTopoCreate(comm, &o->topo, &tr->topo));
+  /* [Note: one job's files] (io/outputs.h), then this job alone in the
+   * checkpoint directory: before anything is read there (-resume auto
+   * chooses and loads under the lock) or any work is done */
+  int resume_auto = o->ckpt.resume && strcmp(o->ckpt.resume, "auto") == 0, ckpt_dir_in_use = 0;
+  FsdpOutputs outs = {o->metrics, o->trace, o->ckpt.dir, o->ckpt.every > 0 || o->preempt.mask,
+                      resume_auto, {{"-resume", resume_auto ? NULL : o->ckpt.resume},
+                                    {"-data", o->data}, {"-val_data", o->val_data}}};
+  FSDP_CALL(FsdpOutputsCheck(comm, &outs, &ckpt_dir_in_use));
+  if (ckpt_dir_in_use)
+    FSDP_CALL(FsdpDirLockAcquire(comm, o->ckpt.dir, "-checkpoint_dir", &tr->ckpt_lock));
   /* [Note: hang watchdog] (comm/flight.h): records every collective */
   FSDP_CALL(FsdpFlightCreate(comm, o->coll_timeout, o->coll_warn, o->metrics));
   tr->flight = 1;
@@ -303,10 +317,13 @@ int FsdpTrainerCreate(MPI_Comm comm, const FsdpTrainOptions *o, FsdpTrainer *out
   if (o->metrics) {
     char topo[512];
     FSDP_CALL(FsdpTopoSummary(tr->topo, topo, sizeof topo));
+    /* a resumed run appends to its run file, dropping the rows after the
+     * step it resumed at ([Note: run file after a resume], io/metrics.h);
+     * a fresh one never overwrites */
     FsdpMetricsInfo mi = {o->options_string, topo, &tr->desc,
                           FsdpModelDescParamCount(&o->model),
-                          (int64_t)tr->W * tr->B * tr->T * o->fsdp.grad_accum};
-    /* a resumed run appends to its run file; a fresh one never overwrites */
+                          (int64_t)tr->W * tr->B * tr->T * o->fsdp.grad_accum,
+                          found ? &tr->first_step : NULL};
     FSDP_CALL(FsdpMetricsCreate(comm, o->metrics, &mi, found, &tr->metrics));
   }
   size_t BT = (size_t)tr->B * tr->T;
@@ -338,6 +355,7 @@ int FsdpTrainerDestroy(FsdpTrainer *ptr)
   if (tr->flight) FSDP_CALL(FsdpFlightDestroy());
   if (tr->device_set) FSDP_CALL(FsdpDeviceFinalize());
   FSDP_CALL(FsdpTopoDestroy(&tr->topo));
+  FSDP_CALL(FsdpDirLockRelease(&tr->ckpt_lock));
   FSDP_CALL(FsdpFree(&tr->inputs));
   FSDP_CALL(FsdpFree(&tr->targets));
   free(tr->losses);

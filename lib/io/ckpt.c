@@ -1646,6 +1646,8 @@ static int IsTempName(const char *name)
   return strncmp(name, "ckpt_", 5) == 0 && strstr(name, ".h5.tmp-") != NULL;
 }
 
+int FsdpCkptIsOwnName(const char *name) { return ParseCkptName(name) >= 0 || IsTempName(name); }
+
 typedef struct {
   int64_t step;
   char name[256];
@@ -1831,7 +1833,9 @@ int FsdpCkptOptionsFromDb(FsdpOpts db, FsdpCkptOptions *o)
   memset(o, 0, sizeof *o);
   const char *g = "Checkpoint";
   int64_t v;
-  FSDP_CALL(FsdpOptsGetString(db, g, "checkpoint_dir", "directory of checkpoints ckpt_<step>.h5",
+  FSDP_CALL(FsdpOptsGetString(db, g, "checkpoint_dir",
+                              "directory of checkpoints ckpt_<step>.h5 (checked at start-up; one "
+                              "job at a time: locked through its .fsdp.lock)",
                               "checkpoints", &o->dir));
   if (!o->dir || !o->dir[0]) FSDP_ERROR(FSDP_ERR_USAGE, "option -checkpoint_dir: empty directory name");
   FSDP_CALL(FsdpOptsGetInt(db, g, "checkpoint_every",
@@ -1888,30 +1892,6 @@ int FsdpCkptResolveResume(MPI_Comm comm, const FsdpCkptOptions *o, char *path, s
   return FSDP_SUCCESS;
 }
 
-/* mkdir -p; 0 or -1 with errno. */
-static int MakeDirs(const char *dir)
-{
-  char p[4096];
-  if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p) {
-    errno = ENAMETOOLONG;
-    return -1;
-  }
-  for (char *s = p + 1; *s; s++) {
-    if (*s != '/') continue;
-    *s = '\0';
-    if (mkdir(p, 0777) != 0 && errno != EEXIST) return -1;
-    *s = '/';
-  }
-  if (mkdir(p, 0777) != 0 && errno != EEXIST) return -1;
-  struct stat st;
-  if (stat(p, &st) != 0) return -1;
-  if (!S_ISDIR(st.st_mode)) {
-    errno = ENOTDIR;
-    return -1;
-  }
-  return 0;
-}
-
 int FsdpCkptWriteStep(FsdpRuntime rt, FsdpOptim opt, const FsdpCkptOptions *o,
                       const FsdpCkptMeta *meta, char *path, size_t size, double *seconds,
                       int *nonfinite)
@@ -1925,7 +1905,7 @@ int FsdpCkptWriteStep(FsdpRuntime rt, FsdpOptim opt, const FsdpCkptOptions *o,
   FSDP_CALL(FsdpCkptPath(o->dir, meta->step, p, sizeof p));
   struct { int failed; char msg[2 * MSG_SIZE]; } r;
   memset(&r, 0, sizeof r);
-  if (rank == 0 && MakeDirs(o->dir) != 0) {
+  if (rank == 0 && FsdpMakeDirs(o->dir) != 0) {
     r.failed = 1;
     FsdpMsgf(r.msg, sizeof r.msg, "checkpoint %s was not saved: cannot create the directory %s: %s", p,
          o->dir, strerror(errno));

@@ -229,6 +229,12 @@ int FsdpCkptReadMeta(MPI_Comm comm, const char *path, FsdpCkptMeta *meta);
  * does not fit. */
 int FsdpCkptPath(const char *dir, int64_t step, char *buf, size_t size);
 
+/* Not collective.  Is name (no directory) one the checkpoints of a
+ * directory take: ckpt_<digits>.h5, or a temporary or headroom file of a
+ * save (ckpt_*.h5.tmp-*)?  A save renames onto such names and pruning
+ * deletes them, so no other output may use one there. */
+int FsdpCkptIsOwnName(const char *name);
+
 /* Collective on comm.  Newest complete checkpoint in dir: the highest step
  * among files named exactly ckpt_<digits>.h5 that pass a quick check
  * (open as HDF5, a format_version this build reads); *.tmp-* files and
@@ -275,7 +281,10 @@ int FsdpCkptFindResumable(MPI_Comm comm, const char *dir, char *path, size_t siz
  * in the directory that passes verification (FsdpCkptFindResumable), or
  * *found = 0 to start fresh when there is none.  Without -resume, checkpointing (every > 0) into a directory that
  * already holds checkpoints is a usage error (it would mix two runs and
- * prune the other's files); *found = 0 otherwise. */
+ * prune the other's files); *found = 0 otherwise.  fsdp-train calls it,
+ * and loads what it chose, holding the directory's lock ([Note:
+ * checkpoint directory lock], dirlock.h), so no other job's save or
+ * pruning runs there meanwhile. */
 int FsdpCkptResolveResume(MPI_Comm comm, const FsdpCkptOptions *o, char *path, size_t size,
                           int *found);
 

@@ -42,4 +42,15 @@ void FsdpDirName(const char *path, char *dir, size_t size);
  * is gone: the file is published, only its durability is in doubt). */
 int FsdpPublish(const char *tmp, const char *path, int replace, FsdpPublishStep *failed);
 
+/* Not collective.  mkdir -p dir (mode 0777 less the umask).  0, or -1
+ * with errno (ENOTDIR: dir or a parent exists and is not a directory). */
+int FsdpMakeDirs(const char *dir);
+
+/* Not collective.  The absolute path path names once written, whether or
+ * not it exists yet: realpath(3) of its longest existing prefix, symbolic
+ * links (dangling ones too) followed, the rest appended with "." and ".."
+ * resolved.  Two spellings of one file ("run.h5", "./x/../run.h5", a link
+ * to it) give the same string.  0, or an errno (ENAMETOOLONG, ELOOP). */
+int FsdpPathCanonical(const char *path, char *out, size_t size);
+
 #endif

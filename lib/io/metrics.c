@@ -1,9 +1,16 @@
 /* metrics.c: the HDF5 run file (see metrics.h). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* fallocate(2): [Note: room to close the run file] */
+#endif
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
 #include "io/metrics.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -82,13 +89,21 @@ struct FsdpMetrics_ {
   int64_t rows, nevents, mem_width;
   int swmr;    /* rank 0 entered SWMR mode */
   int started; /* a row or event was logged: the layout is fixed */
+  int truncate;       /* appending after a resume: keep rows up to keep_step */
+  int64_t keep_step;  /* ([Note: run file after a resume]) */
+  int64_t dropped;    /* rank 0: rows it dropped */
+  int broken;         /* rank 0: a write failed ([Note: run file on a full disk]) */
+  int fail_errno;     /* its errno (0: none) */
+  int no_room;        /* rank 0: the file system has no fallocate: no reserve */
+  char fail_what[600]; /* HDF5's account of it */
 };
 
 int FsdpMetricsOptionsFromDb(FsdpOpts db, const char **path)
 {
   FSDP_CALL(FsdpOptsGetString(db, "Output", "metrics",
                               "HDF5 run file: per-step metrics and per-rank memory (h5py, "
-                              "fsdp-report); an existing file is refused unless resuming",
+                              "fsdp-report); an existing file is refused unless resuming, which "
+                              "appends after dropping the rows of later steps",
                               NULL, path));
   if (*path && !(*path)[0]) *path = NULL;
   return FSDP_SUCCESS;
@@ -242,6 +257,25 @@ done:
   return err;
 }
 
+/* Rank 0: *rows becomes the number of leading rows of the 1-D int64
+ * dataset d (*rows long) up to the first one above step ([Note: run file
+ * after a resume]). */
+static int RowsUpTo(hid_t d, int64_t step, int64_t *rows)
+{
+  if (*rows <= 0) return FSDP_SUCCESS;
+  int64_t *v = malloc((size_t)*rows * sizeof *v);
+  FSDP_CHECK_ALLOC(v, (size_t)*rows * sizeof *v);
+  if (H5Dread(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) < 0) {
+    free(v);
+    FSDP_CALL_HDF5(-1);
+  }
+  int64_t k = 0;
+  while (k < *rows && v[k] <= step) k++;
+  free(v);
+  *rows = k;
+  return FSDP_SUCCESS;
+}
+
 /* Rank 0: open or create the validation datasets. */
 static int OpenValidation(FsdpMetrics m)
 {
@@ -254,7 +288,14 @@ static int OpenValidation(FsdpMetrics m)
       herr_t r = H5Sget_simple_extent_dims(sp, &n, NULL);
       H5Sclose(sp);
       FSDP_CALL_HDF5(r);
-      m->nval = (int64_t)n; /* both have the same length (written together) */
+      if (k == 0) {
+        m->nval = (int64_t)n; /* both have the same length (written together) */
+        if (m->truncate) FSDP_CALL(RowsUpTo(m->val[0], m->keep_step, &m->nval));
+      }
+      if (m->truncate) {
+        hsize_t keep = (hsize_t)m->nval;
+        FSDP_CALL_HDF5(H5Dset_extent(m->val[k], &keep));
+      }
     } else {
       FSDP_CALL_HDF5(m->val[k] = CreateColumnDataset(m->gmetrics, kValNames[k], k == 0, 0));
     }
@@ -320,8 +361,12 @@ static int OpenLayout(FsdpMetrics m, char *msg, size_t size)
   FSDP_CALL_HDF5(s = H5Dget_space(d));
   FSDP_CALL_HDF5(H5Sget_simple_extent_dims(s, &n, NULL));
   H5Sclose(s);
-  H5Dclose(d);
   m->rows = (int64_t)n;
+  /* [Note: run file after a resume]: every dataset below takes this length */
+  int terr = m->truncate ? RowsUpTo(d, m->keep_step, &m->rows) : FSDP_SUCCESS;
+  H5Dclose(d);
+  FSDP_CALL(terr);
+  m->dropped = (int64_t)n - m->rows;
   for (int k = 0; k < NMEM; k++) {
     if (H5Lexists(m->gmemory, kMemNames[k], H5P_DEFAULT) <= 0) {
       FsdpMsgf(msg, size, "run file %s has no /memory/%s", m->path, kMemNames[k]);
@@ -373,6 +418,52 @@ static hid_t LatestFapl(int clear_flags)
   return fapl;
 }
 
+/* [Note: room to close the run file] HDF5 cannot be trusted after a
+ * write of the run file failed for want of space: its close fails too,
+ * and the library crashed in its own clean-up at MPI_Finalize in our
+ * runs.  So rank 0 keeps room past the end of the file, reserved with
+ * fallocate(FALLOC_FL_KEEP_SIZE) (the file's size does not change, its
+ * blocks are allocated), renewed before every row: while a renewal
+ * succeeds, the next row and the close find their blocks.  A renewal the
+ * file system refuses (ENOSPC, EDQUOT) stops the job before anything is
+ * written, with the file intact, and the close then uses the room still
+ * reserved.  The room: 64 KiB (a new chunk of every column, metadata,
+ * the close's flush) plus two /memory chunks of every dataset (they grow
+ * with W).
+ * Where the file system has no fallocate the rows go on unreserved (a
+ * failed write still gives the message of [Note: run file on a full
+ * disk]). 0, or the errno that stops the run. */
+static int ReserveRoom(FsdpMetrics m)
+{
+  if (m->no_room || m->file < 0) return 0;
+  int *fd = NULL;
+  struct stat st;
+  if (H5Fget_vfd_handle(m->file, H5P_DEFAULT, (void **)&fd) < 0 || !fd || fstat(*fd, &st) != 0) {
+    H5Eclear2(H5E_DEFAULT);
+    m->no_room = 1;
+    return 0;
+  }
+  off_t room = 64 * 1024 + 2 * NMEM * (off_t)MEM_CHUNK_ROWS * (off_t)m->W * 8;
+  int e = fallocate(*fd, FALLOC_FL_KEEP_SIZE, st.st_size, room) == 0 ? 0 : errno;
+  if (e == EOPNOTSUPP || e == ENOSYS || e == EINVAL) {
+    m->no_room = 1;
+    return 0;
+  }
+  return e;
+}
+
+/* Why an HDF5 call on the file failed: the errno it left, else HDF5's
+ * account of its error stack (take it right after the call). */
+static void Reason(int err_no, char *why, size_t size)
+{
+  if (err_no) {
+    snprintf(why, size, "%s", strerror(err_no));
+    return;
+  }
+  FsdpHdf5ErrorSummary(why, size);
+  if (!why[0]) snprintf(why, size, "cause not reported");
+}
+
 /* Rank 0: create or open the file.  Usage problems return FSDP_ERR_USAGE
  * with msg (not printed); HDF5 failures are raised. */
 static int OpenRoot(FsdpMetrics m, const FsdpMetricsInfo *info, int append, const char *hosts,
@@ -398,22 +489,42 @@ static int OpenRoot(FsdpMetrics m, const FsdpMetricsInfo *info, int append, cons
            m->path);
       return FSDP_ERR_USAGE;
     }
+    errno = 0;
     m->file = H5Fopen(m->path, H5F_ACC_RDWR, fapl);
-    H5Pclose(fapl);
     if (m->file < 0) {
       char why[600];
-      FsdpHdf5ErrorSummary(why, sizeof why);
+      Reason(errno, why, sizeof why); /* before the next HDF5 call clears the stack */
+      H5Pclose(fapl);
       FsdpMsgf(msg, size, "cannot open run file %s to append to it: %s", m->path, why);
+      return FSDP_ERR_USAGE;
+    }
+    H5Pclose(fapl);
+    int e = ReserveRoom(m);
+    if (e) {
+      FsdpMsgf(msg, size, "cannot append to run file %s: no room past its end: %s", m->path,
+               strerror(e));
       return FSDP_ERR_USAGE;
     }
     return OpenLayout(m, msg, size);
   }
+  errno = 0;
   m->file = H5Fcreate(m->path, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
-  H5Pclose(fapl);
   if (m->file < 0) {
     char why[600];
-    FsdpHdf5ErrorSummary(why, sizeof why);
+    int e = errno;
+    Reason(e, why, sizeof why); /* before the next HDF5 call clears the stack */
+    H5Pclose(fapl);
     FsdpMsgf(msg, size, "cannot create run file %s: %s", m->path, why);
+    if (e != EEXIST) unlink(m->path); /* what a failed create left is ours */
+    return FSDP_ERR_USAGE;
+  }
+  H5Pclose(fapl);
+  int e = ReserveRoom(m);
+  if (e) {
+    FsdpMsgf(msg, size, "cannot create run file %s: no room past its end: %s", m->path,
+             strerror(e));
+    FsdpHdf5Close(&m->file);
+    unlink(m->path);
     return FSDP_ERR_USAGE;
   }
   FSDP_CALL(WriteRootAttributes(m, info, hosts, host_len));
@@ -466,6 +577,10 @@ int FsdpMetricsCreate(MPI_Comm comm, const char *path, const FsdpMetricsInfo *in
     FSDP_ERROR(FSDP_ERR_USAGE, "run file name %s is too long", path);
   }
   snprintf(m->path, sizeof m->path, "%s", path);
+  if (append && info && info->resume_step) {
+    m->truncate = 1;
+    m->keep_step = *info->resume_step;
+  }
   /* hostnames of every rank, for the root attribute */
   char host[MPI_MAX_PROCESSOR_NAME];
   int len = 0;
@@ -485,7 +600,7 @@ int FsdpMetricsCreate(MPI_Comm comm, const char *path, const FsdpMetricsInfo *in
     free(m);
     FSDP_CALL_MPI(err);
   }
-  struct { int code; int64_t rows, nevents; char msg[MSG_SIZE]; } r;
+  struct { int code; int64_t rows, nevents, dropped; char msg[MSG_SIZE]; } r;
   memset(&r, 0, sizeof r);
   if (m->rank == 0) {
     r.code = OpenRoot(m, info, append, hosts, host_len, r.msg, sizeof r.msg);
@@ -493,6 +608,7 @@ int FsdpMetricsCreate(MPI_Comm comm, const char *path, const FsdpMetricsInfo *in
                                                  FsdpErrorLastMessage());
     r.rows = m->rows;
     r.nevents = m->nevents;
+    r.dropped = m->dropped;
   }
   free(hosts);
   err = MPI_Bcast(&r, (int)sizeof r, MPI_BYTE, 0, comm);
@@ -509,9 +625,14 @@ int FsdpMetricsCreate(MPI_Comm comm, const char *path, const FsdpMetricsInfo *in
     FSDP_ERROR(r.code, "%s", r.msg);
   }
   *out = m;
-  if (append && m->rows > 0) {
+  if (append && m->rows + r.dropped > 0) {
     char detail[DETAIL_LEN];
-    snprintf(detail, sizeof detail, "%s", info && info->topology ? info->topology : "");
+    if (m->truncate)
+      snprintf(detail, sizeof detail, "resumed at step %lld, %lld later rows dropped; %s",
+               (long long)m->keep_step, (long long)r.dropped,
+               info && info->topology ? info->topology : "");
+    else
+      snprintf(detail, sizeof detail, "%s", info && info->topology ? info->topology : "");
     FSDP_CALL(FsdpMetricsEvent(m, -1, "append", detail, 0.0));
   }
   return FSDP_SUCCESS;
@@ -572,70 +693,126 @@ int FsdpMetricsSet(FsdpMetrics m, int col, double value)
 
 int64_t FsdpMetricsNumRows(FsdpMetrics m) { return m->rows; }
 
-/* Rank 0: enter SWMR mode before the first row or event. */
-static int StartSwmr(FsdpMetrics m)
+/* Rank 0: the first failed call of a write keeps its errno and HDF5's
+ * account, taken before the cleanup's calls clear the stack ([Note: run
+ * file on a full disk]). */
+static void NoteFailure(FsdpMetrics m)
 {
-  if (m->swmr) return FSDP_SUCCESS;
-  FSDP_CALL_HDF5(H5Fstart_swmr_write(m->file));
+  int e = errno;
+  if (m->broken) return;
+  m->broken = 1;
+  m->fail_errno = e;
+  FsdpHdf5ErrorSummary(m->fail_what, sizeof m->fail_what);
+}
+
+/* Run one HDF5 call of a write; on failure note it and go to done. */
+#define TRY_HDF5(m, expr)                                                  \
+  do {                                                                     \
+    errno = 0;                                                             \
+    if ((expr) < 0) {                                                      \
+      NoteFailure(m);                                                      \
+      goto done;                                                           \
+    }                                                                      \
+  } while (0)
+
+/* Rank 0, after a failed write: the one message every rank raises, and
+ * its code (FSDP_ERR_USAGE when the file system refused: errno set). */
+static int FailMessage(FsdpMetrics m, const char *what, char *msg, size_t size)
+{
+  char why[700], clear[4200] = "";
+  if (m->fail_errno)
+    snprintf(why, sizeof why, "%s", strerror(m->fail_errno));
+  else
+    snprintf(why, sizeof why, "%s", m->fail_what[0] ? m->fail_what : "cause not reported");
+  /* a failed write leaves the SWMR mark; a refused reservation closes cleanly */
+  if (m->broken) snprintf(clear, sizeof clear, " (h5clear -s %s lets any HDF5 reader open it)", m->path);
+  FsdpMsgf(msg, size, "run file %s: %s failed: %s. The file keeps the %lld rows written "
+           "before%s; free space and continue with -resume auto", m->path, what, why,
+           (long long)m->rows, clear);
+  return m->fail_errno ? FSDP_ERR_USAGE : FSDP_ERR_HDF5;
+}
+
+/* Rank 0, before a write: renew the room ([Note: room to close the run
+ * file]); -1 (noted as the write's failure, the file intact) when the
+ * file system refuses it. */
+static herr_t Stop(FsdpMetrics m)
+{
+  int e = ReserveRoom(m);
+  if (!e) return 0;
+  m->fail_errno = e;
+  m->fail_what[0] = '\0';
+  return -1;
+}
+
+/* Rank 0: enter SWMR mode before the first row or event. */
+static herr_t StartSwmr(FsdpMetrics m)
+{
+  herr_t r = -1;
+  if (m->swmr) return 0;
+  TRY_HDF5(m, H5Fstart_swmr_write(m->file));
   m->swmr = 1;
-  return FSDP_SUCCESS;
+  r = 0;
+done:
+  return r;
 }
 
 /* Rank 0: write one value at row `row` of a 1-D dataset. */
-static int WriteCell(hid_t d, int64_t row, hid_t mtype, const void *v)
+static herr_t WriteCell(FsdpMetrics m, hid_t d, int64_t row, hid_t mtype, const void *v)
 {
-  int err = FSDP_SUCCESS;
+  herr_t r = -1;
   hsize_t n = (hsize_t)row + 1, start = (hsize_t)row, one = 1;
   hid_t fs = -1, ms = -1;
-  FSDP_HDF5_GOTO(H5Dset_extent(d, &n));
-  FSDP_HDF5_GOTO(fs = H5Dget_space(d));
-  FSDP_HDF5_GOTO(H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, NULL, &one, NULL));
-  FSDP_HDF5_GOTO(ms = H5Screate_simple(1, &one, NULL));
-  FSDP_HDF5_GOTO(H5Dwrite(d, mtype, ms, fs, H5P_DEFAULT, v));
+  TRY_HDF5(m, H5Dset_extent(d, &n));
+  TRY_HDF5(m, fs = H5Dget_space(d));
+  TRY_HDF5(m, H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, NULL, &one, NULL));
+  TRY_HDF5(m, ms = H5Screate_simple(1, &one, NULL));
+  TRY_HDF5(m, H5Dwrite(d, mtype, ms, fs, H5P_DEFAULT, v));
+  r = 0;
 done:
   FsdpHdf5Close(&ms);
   FsdpHdf5Close(&fs);
-  return err;
+  return r;
 }
 
 /* Rank 0: row `row` (W values) of a /memory dataset. */
-static int WriteMemoryRow(FsdpMetrics m, hid_t d, const int64_t *vals)
+static herr_t WriteMemoryRow(FsdpMetrics m, hid_t d, const int64_t *vals)
 {
-  int err = FSDP_SUCCESS;
+  herr_t r = -1;
   hsize_t dims[2] = {(hsize_t)m->rows + 1, (hsize_t)m->mem_width};
   hsize_t start[2] = {(hsize_t)m->rows, 0}, count[2] = {1, (hsize_t)m->W};
   hid_t fs = -1, ms = -1;
-  FSDP_HDF5_GOTO(H5Dset_extent(d, dims));
-  FSDP_HDF5_GOTO(fs = H5Dget_space(d));
-  FSDP_HDF5_GOTO(H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL));
-  FSDP_HDF5_GOTO(ms = H5Screate_simple(2, count, NULL));
-  FSDP_HDF5_GOTO(H5Dwrite(d, H5T_NATIVE_INT64, ms, fs, H5P_DEFAULT, vals));
+  TRY_HDF5(m, H5Dset_extent(d, dims));
+  TRY_HDF5(m, fs = H5Dget_space(d));
+  TRY_HDF5(m, H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL));
+  TRY_HDF5(m, ms = H5Screate_simple(2, count, NULL));
+  TRY_HDF5(m, H5Dwrite(d, H5T_NATIVE_INT64, ms, fs, H5P_DEFAULT, vals));
+  r = 0;
 done:
   FsdpHdf5Close(&ms);
   FsdpHdf5Close(&fs);
-  return err;
+  return r;
 }
 
-static int WriteRow(FsdpMetrics m, const int64_t *all)
+/* Rank 0: the row, every rank's memory (all, W x NMEM; vals: W scratch),
+ * then the flush of [Note: run file streaming]. */
+static herr_t WriteRow(FsdpMetrics m, const int64_t *all, int64_t *vals)
 {
-  FSDP_CALL(StartSwmr(m));
+  herr_t r = -1;
+  if (Stop(m) < 0 || StartSwmr(m) < 0) return -1;
   for (int i = 0; i < m->ncols; i++) {
     Column *c = &m->cols[i];
-    if (c->is_int) FSDP_CALL(WriteCell(c->dset, m->rows, H5T_NATIVE_INT64, &c->iv));
-    else FSDP_CALL(WriteCell(c->dset, m->rows, H5T_NATIVE_DOUBLE, &c->v));
+    if (WriteCell(m, c->dset, m->rows, c->is_int ? H5T_NATIVE_INT64 : H5T_NATIVE_DOUBLE,
+                  c->is_int ? (const void *)&c->iv : (const void *)&c->v) < 0)
+      return -1;
   }
-  int64_t *vals = malloc((size_t)m->W * sizeof *vals);
-  FSDP_CHECK_ALLOC(vals, (size_t)m->W * sizeof *vals);
-  int err = FSDP_SUCCESS;
-  for (int k = 0; k < NMEM && !err; k++) {
-    for (int r = 0; r < m->W; r++) vals[r] = all[(size_t)r * NMEM + k];
-    err = WriteMemoryRow(m, m->mem[k], vals);
+  for (int k = 0; k < NMEM; k++) {
+    for (int q = 0; q < m->W; q++) vals[q] = all[(size_t)q * NMEM + k];
+    if (WriteMemoryRow(m, m->mem[k], vals) < 0) return -1;
   }
-  free(vals);
-  FSDP_CALL(err);
-  /* [Note: run file streaming] */
-  FSDP_CALL_HDF5(H5Fflush(m->file, H5F_SCOPE_GLOBAL));
-  return FSDP_SUCCESS;
+  TRY_HDF5(m, H5Fflush(m->file, H5F_SCOPE_GLOBAL));
+  r = 0;
+done:
+  return r;
 }
 
 int FsdpMetricsAppendRow(FsdpMetrics m, const FsdpMetricsRow *row, const FsdpMetricsMemory *mem)
@@ -648,11 +825,12 @@ int FsdpMetricsAppendRow(FsdpMetrics m, const FsdpMetricsRow *row, const FsdpMet
   int64_t mine[NMEM] = {mem->allocated, mem->peak, mem->shard_bytes, mem->unsharded_bytes, mem->rss};
   int64_t *all = NULL;
   if (m->rank == 0) {
-    all = malloc((size_t)m->W * NMEM * sizeof *all);
-    FSDP_CHECK_ALLOC(all, (size_t)m->W * NMEM * sizeof *all);
+    all = malloc((size_t)m->W * (NMEM + 1) * sizeof *all);
+    FSDP_CHECK_ALLOC(all, (size_t)m->W * (NMEM + 1) * sizeof *all);
   }
   int merr = MPI_Gather(mine, NMEM, MPI_INT64_T, all, NMEM, MPI_INT64_T, 0, m->comm);
-  int err = FSDP_SUCCESS;
+  struct { int code; char msg[MSG_SIZE]; } v;
+  memset(&v, 0, sizeof v);
   if (m->rank == 0 && merr == MPI_SUCCESS) {
     Column *c = m->cols;
     c[COL_STEP].iv = row->step;
@@ -664,13 +842,18 @@ int FsdpMetricsAppendRow(FsdpMetrics m, const FsdpMetricsRow *row, const FsdpMet
     c[COL_TOKENS].v = row->tokens_per_s;
     c[COL_INTRA].iv = row->comm_intra_bytes;
     c[COL_INTER].iv = row->comm_inter_bytes;
-    err = WriteRow(m, all);
+    if (WriteRow(m, all, all + (size_t)m->W * NMEM) < 0) {
+      char what[64];
+      snprintf(what, sizeof what, "writing row %lld (step %lld)", (long long)m->rows,
+               (long long)row->step);
+      v.code = FailMessage(m, what, v.msg, sizeof v.msg);
+    }
   }
   free(all);
   FSDP_CALL_MPI(merr);
   /* agree on rank 0's outcome so no rank runs on into a collective alone */
-  FSDP_CALL_MPI(MPI_Bcast(&err, 1, MPI_INT, 0, m->comm));
-  if (err) FSDP_ERROR(err, "writing row %lld of run file %s failed", (long long)m->rows, m->path);
+  FSDP_CALL_MPI(MPI_Bcast(&v, (int)sizeof v, MPI_BYTE, 0, m->comm));
+  if (v.code) FSDP_ERROR(v.code, "%s", v.msg);
   m->rows++;
   m->started = 1;
   for (int i = NSTD; i < m->ncols; i++) m->cols[i].v = NAN;
@@ -679,18 +862,28 @@ int FsdpMetricsAppendRow(FsdpMetrics m, const FsdpMetricsRow *row, const FsdpMet
 
 int FsdpMetricsAppendValidation(FsdpMetrics m, int64_t step, double loss)
 {
-  int err = FSDP_SUCCESS;
+  struct { int code; char msg[MSG_SIZE]; } v;
+  memset(&v, 0, sizeof v);
   if (m->rank == 0) {
-    err = StartSwmr(m);
-    if (!err) err = WriteCell(m->val[0], m->nval, H5T_NATIVE_INT64, &step);
-    if (!err) err = WriteCell(m->val[1], m->nval, H5T_NATIVE_DOUBLE, &loss);
+    herr_t r = Stop(m);
+    if (r >= 0) r = StartSwmr(m);
+    if (r >= 0) r = WriteCell(m, m->val[0], m->nval, H5T_NATIVE_INT64, &step);
+    if (r >= 0) r = WriteCell(m, m->val[1], m->nval, H5T_NATIVE_DOUBLE, &loss);
     /* [Note: run file streaming] */
-    if (!err && H5Fflush(m->file, H5F_SCOPE_GLOBAL) < 0)
-      err = FsdpHdf5Raise(__FILE__, __LINE__, __func__, "H5Fflush(run file)");
+    if (r >= 0) {
+      errno = 0;
+      r = H5Fflush(m->file, H5F_SCOPE_GLOBAL);
+      if (r < 0) NoteFailure(m);
+    }
+    if (r < 0) {
+      char what[80];
+      snprintf(what, sizeof what, "writing validation row %lld (step %lld)", (long long)m->nval,
+               (long long)step);
+      v.code = FailMessage(m, what, v.msg, sizeof v.msg);
+    }
   }
-  FSDP_CALL_MPI(MPI_Bcast(&err, 1, MPI_INT, 0, m->comm));
-  if (err) FSDP_ERROR(err, "writing validation row %lld of run file %s failed", (long long)m->nval,
-                      m->path);
+  FSDP_CALL_MPI(MPI_Bcast(&v, (int)sizeof v, MPI_BYTE, 0, m->comm));
+  if (v.code) FSDP_ERROR(v.code, "%s", v.msg);
   m->nval++;
   m->started = 1;
   return FSDP_SUCCESS;
@@ -710,9 +903,20 @@ int FsdpMetricsEvent(FsdpMetrics m, int64_t step, const char *kind, const char *
   snprintf(e.kind, sizeof e.kind, "%s", kind ? kind : "");
   snprintf(e.detail, sizeof e.detail, "%s", detail ? detail : "");
   e.seconds = seconds;
-  FSDP_CALL(StartSwmr(m));
-  FSDP_CALL(WriteCell(m->events, m->nevents, m->event_type, &e));
-  FSDP_CALL_HDF5(H5Fflush(m->file, H5F_SCOPE_GLOBAL));
+  herr_t r = Stop(m);
+  if (r >= 0) r = StartSwmr(m);
+  if (r >= 0) r = WriteCell(m, m->events, m->nevents, m->event_type, &e);
+  if (r >= 0) {
+    errno = 0;
+    r = H5Fflush(m->file, H5F_SCOPE_GLOBAL);
+    if (r < 0) NoteFailure(m);
+  }
+  if (r < 0) {
+    /* rank 0 alone: not a usage error, so the job ends (metrics.h) */
+    char msg[MSG_SIZE];
+    FailMessage(m, "writing an event", msg, sizeof msg);
+    FSDP_ERROR(FSDP_ERR_IO, "%s", msg);
+  }
   m->nevents++;
   return FSDP_SUCCESS;
 }
@@ -724,7 +928,8 @@ int FsdpMetricsDestroy(FsdpMetrics *pm)
   int err = FSDP_SUCCESS;
   if (m->rank == 0) {
     CloseHandles(m);
-    if (m->file >= 0 && H5Fclose(m->file) < 0)
+    /* after a failed write the close fails too: the message was given */
+    if (m->file >= 0 && !m->broken && H5Fclose(m->file) < 0)
       err = FsdpHdf5Raise(__FILE__, __LINE__, __func__, "H5Fclose(run file)");
     m->file = -1;
   }

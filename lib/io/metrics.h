@@ -46,6 +46,26 @@
  * FsdpMetricsCreate refuses it unless `append` is set (a resumed run),
  * which opens it and appends rows (widening /memory if W grew) and an
  * "append" event; root attributes keep the first run's values.
+ *
+ * [Note: run file after a resume] A run killed or preempted after its
+ * last checkpoint logged rows for steps it will do again once resumed
+ * from that checkpoint.  So a resumed run (info->resume_step) first cuts
+ * /metrics/<column> and /memory/<name> back to the rows before the first
+ * row of a later step, and /metrics/val_step, val_loss to the validations
+ * up to that step (H5Dset_extent, before SWMR mode, which only grows
+ * datasets): the file then holds one row per logged step, the series a
+ * run without the interruption writes, for fsdp-report and h5py alike.
+ * /events keep everything (they are a log: the "append" event says at
+ * which step the run resumed and how many rows it dropped).
+ *
+ * [Note: run file on a full disk] A row or a validation row the file
+ * system refuses (a full disk, a quota, an I/O error) stops the job
+ * with one message naming the run file and the errno text, on every rank
+ * (FSDP_ERR_USAGE, exit status 2, as a refused checkpoint save); HDF5's
+ * account goes in the message only when the call left no errno.  The
+ * file keeps the rows flushed before; it is then closed without further
+ * complaint.  (An event is written by rank 0 alone, outside any
+ * collective: its failure still ends the job through FsdpAbort.)
  */
 #ifndef FSDP_METRICS_H
 #define FSDP_METRICS_H
@@ -63,6 +83,9 @@ typedef struct {
   const char *topology;   /* may be NULL */
   const FsdpModelDesc *model; /* may be NULL (no model attributes) */
   int64_t param_count, tokens_per_step;
+  const int64_t *resume_step; /* appending after a resume from this step:
+                                 rows of later steps are dropped ([Note: run
+                                 file after a resume]); NULL: keep every row */
 } FsdpMetricsInfo;
 
 /* The standard columns of a row. */
