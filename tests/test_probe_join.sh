@@ -7,7 +7,9 @@
 # about a third of its speed.  The profile keeps the slowest rank's stage
 # times, so the replay already runs at rank 1's pace, and what the ranks
 # lose to meeting after every stage beyond that is small: the join
-# fraction must stay under 0.3.  The first measure (each rank's waits over
+# fraction must stay under 0.4 (0.015 on the Intel machine; 0.12-0.25 on
+# the AMD EPYC, where the loops' time slices leave rank 1's stages more
+# uneven: real drift, and 0.3 was too near).  The first measure (each rank's waits over
 # its own stages) gave rank 0's waits, two stages each, half weight: about
 # 1 here, and the replay charged the slow core twice.  The probe without
 # the loops is the baseline the loops must slow rank 1's stages from (1.5x
@@ -66,8 +68,8 @@ hogs=""
 for f in quiet slow; do grep -E 'stages at 4 |join it' "$tmp/$f.out" | sed "s/^/  $f: /"; done
 echo "join fraction: ranks alike $quiet; rank 1 sharing its core with two busy loops $slow"
 fails=0
-awk -v s="$slow" 'BEGIN { exit !(s != "" && s + 0 >= 0 && s + 0 < 0.3) }' ||
-  { echo "FAIL: with rank 1's core shared the join fraction is '$slow', expected under 0.3: a slow core charged as drift"; fails=1; }
+awk -v s="$slow" 'BEGIN { exit !(s != "" && s + 0 >= 0 && s + 0 < 0.4) }' ||
+  { echo "FAIL: with rank 1's core shared the join fraction is '$slow', expected under 0.4: a slow core charged as drift"; fails=1; }
 # the slow core shows in the stage times the profile keeps (the slowest rank's)
 fq=$(sed -n 's/.*stages at 4 x 64 tokens: forward \([0-9.]*\) ms.*/\1/p' "$tmp/quiet.out")
 fs=$(sed -n 's/.*stages at 4 x 64 tokens: forward \([0-9.]*\) ms.*/\1/p' "$tmp/slow.out")
