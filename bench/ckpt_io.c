@@ -109,17 +109,21 @@ static int Run(int argc, char **argv, int *help)
   FsdpTopo topo = NULL;
   FsdpColl coll = NULL;
   FsdpRuntime rt = NULL;
-  GptModel model = NULL;
+  FsdpModel model = NULL;
   FsdpOptim opt = NULL;
   const FsdpKernelOps *k = FsdpKernelsCpu();
   FSDP_CALL(FsdpTopoCreate(comm, &o.topo, &topo));
   FSDP_CALL(FsdpCollCreate(FSDP_COLL_BACKEND_MPI, &coll));
-  FSDP_CALL(GptModelCreate(&o.model, o.wrap, o.batch_size, o.model.seq_len, k, (uint64_t)o.seed, &model));
+  FSDP_CALL(FsdpModelCreate(&o.model, o.wrap, o.batch_size,
+                            (int)FsdpModelDescInt(&o.model, "seq_len"), k, (uint64_t)o.seed,
+                            &model));
+  /* the runtime and the optimizer see the model only through its table */
+  const FsdpModelTable *table = FsdpModelGetTable(model);
   FSDP_CALL(FsdpRuntimeCreate(topo, coll, &o.fsdp, &rt));
-  FSDP_CALL(FsdpRuntimeAddModel(rt, GptModelTable(model)));
+  FSDP_CALL(FsdpRuntimeAddModel(rt, table));
   FSDP_CALL(FsdpRuntimeSetUp(rt));
-  FSDP_CALL(FsdpRuntimeInitShards(rt, GptModelInit, model));
-  FSDP_CALL(FsdpOptimCreate(rt, k, &o.optim, GptParamDecays, &opt));
+  FSDP_CALL(FsdpRuntimeInitShards(rt, table->init, table->ctx));
+  FSDP_CALL(FsdpOptimCreate(rt, table->kernels, &o.optim, table->decays, &opt));
   FsdpCkptMeta meta;
   memset(&meta, 0, sizeof meta);
   meta.step = 1;
@@ -127,7 +131,7 @@ static int Run(int argc, char **argv, int *help)
   meta.seed = o.seed;
   meta.global_batch = (int64_t)W * o.batch_size;
   meta.optim = o.optim;
-  FSDP_CALL(GptConfigDescribe(&o.model, o.model_name, &meta.model));
+  meta.model = o.model;
   double ref;
   FSDP_CALL(ShardSum(rt, comm, &ref));
   double *tw = calloc((size_t)repeats, sizeof *tw), *tc = calloc((size_t)repeats, sizeof *tc),
@@ -143,7 +147,7 @@ static int Run(int argc, char **argv, int *help)
   if (rank == 0)
     printf("ckpt_io: %s, %lld parameters, W %d, F %d, %lld rounds\n"
            "round  write s  write GB/s  cold read s  cold GB/s  warm read s  warm GB/s\n",
-           o.model_name, (long long)GptConfigParamCount(&o.model), W,
+           o.model_name, (long long)FsdpModelDescParamCount(&o.model), W,
            FsdpTopoShard(topo)->size, (long long)repeats);
   for (int r = 0; r < repeats; r++) {
     FSDP_CALL_MPI(MPI_Barrier(comm));
@@ -195,7 +199,7 @@ static int Run(int argc, char **argv, int *help)
   free(th);
   FSDP_CALL(FsdpOptimDestroy(&opt));
   FSDP_CALL(FsdpRuntimeDestroy(&rt));
-  FSDP_CALL(GptModelDestroy(&model));
+  FSDP_CALL(FsdpModelDestroy(&model));
   FSDP_CALL(FsdpCollDestroy(&coll));
   FSDP_CALL(FsdpTopoDestroy(&topo));
   FsdpOptsDestroy(&db);
