@@ -835,10 +835,12 @@ static int ProbeStagesAt(const ProbeOptions *po, int B, StagesMode mode, int rep
  * goes at the average, all of its work alike (compute, collectives,
  * AdamW).  The probe measures the ratio on the model's passes at the
  * largest micro-batch: the slowest rank's mean over its median, summed
- * over the stages (1.0-1.1 on this project's machines unthrottled, 1.6-2
- * under a quota of one core for two ranks); fsdp-plan multiplies every
- * time of the profile by it (at least 1), so that a prediction is of the
- * speed the machine sustains, and says so where it is 1.2 or more.  It
+ * over the stages (0.96-1.08 on this project's machines unthrottled,
+ * 1.19-2.02 under a quota of one core for two ranks: lower where the
+ * stretches fell on most passes and the medians show them themselves);
+ * fsdp-plan multiplies every time of the profile by it (at least 1), so
+ * that a prediction is of the speed the machine sustains; the probe
+ * says why where it is 1.2 or more.  It
  * is what the join fraction had taken in before the join was held
  * against means ([Note: lockstep against mean stage times]). */
 

@@ -201,5 +201,27 @@ if [ "$rc" -ne 2 ] || ! grep -q "cannot create '$tmp/late.json': File exists" "$
 else
   echo "ok: a file made under the -trace name mid-run is kept (exit 2, named)"
 fi
+# a resumed run (a requeued job run again with the same options) keeps the
+# earlier run's trace and writes its own to FILE.1, then FILE.2
+rm -rf "$tmp/rs" "$tmp/rs.json"*
+ok=1
+steps=0
+for want in "" .1 .2; do
+  steps=$((steps + 2))
+  # shellcheck disable=SC2086
+  timeout 120 "$MPIEXEC" $PREFLAGS -n 2 "$TRAIN" -model tiny -steps $steps -log_every 0 \
+    -checkpoint_dir "$tmp/rs" -checkpoint_every 2 -resume auto -trace "$tmp/rs.json" \
+    >"$tmp/rs.out" 2>&1 || { ok=0; echo "FAIL: run for rs.json$want: $(tail -3 "$tmp/rs.out")"; }
+  grep -q "trace written to $tmp/rs.json$want\$" "$tmp/rs.out" || ok=0
+  [ -s "$tmp/rs.json$want" ] || ok=0
+  [ "$want" = "" ] && sum0=$(md5sum <"$tmp/rs.json")
+done
+[ "$(md5sum <"$tmp/rs.json")" = "$sum0" ] || ok=0
+if [ $ok = 1 ]; then
+  echo "ok: resumed runs keep the first trace and write rs.json.1 and rs.json.2"
+else
+  echo "FAIL: a resumed run's -trace: $(grep -h 'trace\|error' "$tmp/rs.out" | tail -3)"
+  fails=$((fails + 1))
+fi
 echo "test_trace: $fails failed"
 [ "$fails" -eq 0 ]

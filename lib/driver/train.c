@@ -44,6 +44,7 @@ struct FsdpTrainer_ {
   double last_norm, last_lr;
   FsdpCommCounters comm_total;
   FsdpTrace trace;
+  char trace_path[4096]; /* where -trace goes ([Note: one job's files]: FILE.<k> when resumed) */
   double exposed_s, busy_s;      /* summed over steps */
   int scaler_on;                 /* fp16 anywhere: the sharded gradient scaler runs */
   double scale;                  /* current loss scale */
@@ -106,7 +107,7 @@ int FsdpTrainOptionsFromDb(FsdpOpts db, FsdpTrainOptions *o)
   FSDP_CALL(FsdpOptsGetString(db, g, "trace",
                               "write a timeline (Chrome trace-event JSON, opens in Perfetto) of "
                               "compute and communication per rank to FILE (an existing FILE is "
-                              "refused)",
+                              "refused; a resumed run keeps it and writes FILE.1, FILE.2, ...)",
                               NULL, &o->trace));
   if (o->trace && !o->trace[0]) o->trace = NULL;
   FSDP_CALL(FsdpOptsGetDouble(db, g, "coll_timeout",
@@ -210,9 +211,11 @@ int FsdpTrainerCreate(MPI_Comm comm, const FsdpTrainOptions *o, FsdpTrainer *out
    * chooses and loads under the lock) or any work is done */
   int resume_auto = o->ckpt.resume && strcmp(o->ckpt.resume, "auto") == 0, ckpt_dir_in_use = 0;
   FsdpOutputs outs = {o->metrics, o->trace, o->ckpt.dir, o->ckpt.every > 0 || o->preempt.mask,
-                      resume_auto, {{"-resume", resume_auto ? NULL : o->ckpt.resume},
-                                    {"-data", o->data}, {"-val_data", o->val_data}}};
-  FSDP_CALL(FsdpOutputsCheck(comm, &outs, &ckpt_dir_in_use));
+                      resume_auto, o->ckpt.resume != NULL,
+                      {{"-resume", resume_auto ? NULL : o->ckpt.resume},
+                       {"-data", o->data}, {"-val_data", o->val_data}}};
+  FSDP_CALL(FsdpOutputsCheck(comm, &outs, &ckpt_dir_in_use, tr->trace_path,
+                             sizeof tr->trace_path));
   if (ckpt_dir_in_use)
     FSDP_CALL(FsdpDirLockAcquire(comm, o->ckpt.dir, "-checkpoint_dir", &tr->ckpt_lock));
   /* [Note: hang watchdog] (comm/flight.h): records every collective */
@@ -641,8 +644,8 @@ int FsdpTrainerRun(FsdpTrainer tr, FILE *out)
   }
   if (tr->o.trace) {
     FSDP_CALL(FsdpRuntimeFinishGradients(tr->rt)); /* the stream is idle */
-    FSDP_CALL(FsdpTraceWrite(tr->trace, tr->o.trace));
-    if (tr->rank == 0) fprintf(out, "trace written to %s\n", tr->o.trace);
+    FSDP_CALL(FsdpTraceWrite(tr->trace, tr->trace_path));
+    if (tr->rank == 0) fprintf(out, "trace written to %s\n", tr->trace_path);
   }
   return FSDP_SUCCESS;
 }

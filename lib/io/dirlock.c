@@ -93,6 +93,13 @@ static void LockRankZero(const char *dir, const char *what, int *fd_out, char *p
     fl.l_whence = SEEK_SET;
     r = fcntl(fd, LOCK_CMD, &fl);
     e = errno;
+    if (r != 0 && e == EINVAL && LOCK_CMD != F_SETLK) {
+      /* a kernel or file system without open-file-description locks:
+       * the classic process lock (rank 0 keeps this fd open for the
+       * job's life and opens no other on the file) */
+      r = fcntl(fd, F_SETLK, &fl);
+      e = errno;
+    }
     struct stat mine, named;
     if (r != 0 || (fstat(fd, &mine) == 0 && stat(path, &named) == 0 && mine.st_ino == named.st_ino &&
                    mine.st_dev == named.st_dev))

@@ -118,13 +118,37 @@ static int CheckTrace(const char *trace, const char *canon, int exists, char *ms
   return 0;
 }
 
-/* Rank 0: every check, the first refusal into msg. */
-static int CheckAll(const FsdpOutputs *o, char *msg, size_t size, int *in_use)
+/* Rank 0: a resumed run's -trace over an earlier run's file: the first
+ * free FILE.<k> into alt (k from 1), else 1 with msg set. */
+static int ResumedTrace(const char *trace, char *alt, size_t alt_size, char *msg, size_t size)
+{
+  struct stat st;
+  for (int k = 1; k < 1000; k++) {
+    if (snprintf(alt, alt_size, "%s.%d", trace, k) >= (int)alt_size) break;
+    if (lstat(alt, &st) != 0 && errno == ENOENT) return 0;
+  }
+  FsdpMsgf(msg, size, "option -trace %s: the file exists, and so do %s.1 to %s.999 of earlier "
+           "resumed runs: remove them or choose another -trace", trace, trace, trace);
+  return 1;
+}
+
+/* Rank 0: every check, the first refusal into msg; trace_path: the file
+ * the run writes its trace to. */
+static int CheckAll(const FsdpOutputs *o, char *msg, size_t size, int *in_use, char *trace_path,
+                    size_t trace_size)
 {
   struct {
     const char *option, *path;
     char canon[PATH_LEN];
   } out[2] = {{"-metrics", o->metrics, ""}, {"-trace", o->trace, ""}};
+  struct stat st;
+  if (o->trace && o->resuming && lstat(o->trace, &st) == 0) {
+    /* a requeued job's earlier run wrote it: kept, this run writes beside */
+    if (ResumedTrace(o->trace, trace_path, trace_size, msg, size)) return 1;
+    out[1].path = trace_path;
+  } else if (o->trace) {
+    snprintf(trace_path, trace_size, "%s", o->trace);
+  }
   char dir[PATH_LEN];
   int e = FsdpPathCanonical(o->ckpt_dir, dir, sizeof dir);
   if (e) {
@@ -139,10 +163,10 @@ static int CheckAll(const FsdpOutputs *o, char *msg, size_t size, int *in_use)
       return 1;
     }
   }
-  if (o->trace && CheckTrace(o->trace, out[1].canon, 1, msg, size)) return 1;
+  if (o->trace && CheckTrace(out[1].path, out[1].canon, 1, msg, size)) return 1;
   if (o->metrics && o->trace && strcmp(out[0].canon, out[1].canon) == 0) {
     FsdpMsgf(msg, size, "options -metrics %s and -trace %s are one file (%s): each output needs "
-             "a file of its own", o->metrics, o->trace, out[0].canon);
+             "a file of its own", o->metrics, out[1].path, out[0].canon);
     return 1;
   }
   for (int k = 0; k < 2; k++) {
@@ -167,21 +191,24 @@ static int CheckAll(const FsdpOutputs *o, char *msg, size_t size, int *in_use)
     }
   }
   if (CheckCkptDir(o, dir, msg, size, in_use)) return 1;
-  return o->trace && CheckTrace(o->trace, out[1].canon, 0, msg, size);
+  return o->trace && CheckTrace(out[1].path, out[1].canon, 0, msg, size);
 }
 
-int FsdpOutputsCheck(MPI_Comm comm, const FsdpOutputs *o, int *ckpt_dir_in_use)
+int FsdpOutputsCheck(MPI_Comm comm, const FsdpOutputs *o, int *ckpt_dir_in_use, char *trace,
+                     size_t size)
 {
   int rank;
   FSDP_CALL_MPI(MPI_Comm_rank(comm, &rank));
   struct {
     int bad, in_use;
     char msg[MSG_LEN];
+    char trace[PATH_LEN];
   } v;
   memset(&v, 0, sizeof v);
-  if (rank == 0) v.bad = CheckAll(o, v.msg, sizeof v.msg, &v.in_use);
+  if (rank == 0) v.bad = CheckAll(o, v.msg, sizeof v.msg, &v.in_use, v.trace, sizeof v.trace);
   FSDP_CALL_MPI(MPI_Bcast(&v, (int)sizeof v, MPI_BYTE, 0, comm));
   if (v.bad) FSDP_ERROR(FSDP_ERR_USAGE, "%s", v.msg);
   if (ckpt_dir_in_use) *ckpt_dir_in_use = v.in_use;
+  if (trace) snprintf(trace, size, "%s", v.trace);
   return FSDP_SUCCESS;
 }

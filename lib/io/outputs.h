@@ -12,7 +12,10 @@
  * symbolic link to it are one file):
  *   - -trace refuses an existing file, as -metrics does (its writer opens
  *     with O_EXCL too, so a file that appears meanwhile is not replaced),
- *     and its directory must exist and be writable;
+ *     and its directory must exist and be writable; a resumed run (a
+ *     requeued or preempted job run again with the same options) keeps
+ *     the earlier run's trace and writes its own to FILE.1, FILE.2, ...
+ *     (the first free name), as -metrics appends to its run file;
  *   - no two outputs, and no output and an input, are one file;
  *   - no output takes a name the checkpoints own in -checkpoint_dir
  *     (FsdpCkptIsOwnName) or its lock file (dirlock.h);
@@ -28,6 +31,7 @@
 #define FSDP_OUTPUTS_H
 
 #include <mpi.h>
+#include <stddef.h>
 
 #define FSDP_OUTPUTS_MAX_INPUTS 4
 
@@ -37,6 +41,7 @@ typedef struct {
   const char *ckpt_dir; /* -checkpoint_dir */
   int ckpt_writes;      /* checkpoints are saved there */
   int ckpt_reads;       /* -resume auto looks there */
+  int resuming;         /* -resume FILE or auto: an existing -trace is an earlier run's */
   struct {
     const char *option; /* "-data" */
     const char *path;   /* NULL: not given */
@@ -45,7 +50,10 @@ typedef struct {
 
 /* Collective on comm.  [Note: one job's files].  *ckpt_dir_in_use (may be
  * NULL) gets 1 when the checkpoint directory exists and the run saves or
- * resumes there: the caller locks it (dirlock.h). */
-int FsdpOutputsCheck(MPI_Comm comm, const FsdpOutputs *o, int *ckpt_dir_in_use);
+ * resumes there: the caller locks it (dirlock.h).  trace (size bytes; may
+ * be NULL): the file this run writes its -trace to (o->trace, or the
+ * first free FILE.<k> of a resumed run; "" without -trace). */
+int FsdpOutputsCheck(MPI_Comm comm, const FsdpOutputs *o, int *ckpt_dir_in_use, char *trace,
+                     size_t size);
 
 #endif
