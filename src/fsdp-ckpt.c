@@ -300,31 +300,31 @@ static void ReportString(const FsdpCkptReport *r, const char *path, char *msg, s
  * engine's parameters as fp32 datasets of their shapes (and, with
  * FSDP_CKPT_CHECK_VALUES, only finite values), else a usage error naming
  * the first problem. */
+static int CheckOrRefuse(const char *path, FsdpRuntime rt, unsigned checks, const char *suffix);
+
 static int CheckGroups(const char *path, const Engine *e, unsigned checks)
 {
-  FsdpCkptReport *r = calloc(1, sizeof *r);
-  FSDP_CHECK_ALLOC(r, sizeof *r);
-  int err = FsdpCkptCheck(path, e->rt, NULL, checks | FSDP_CKPT_CHECK_FP32, NULL, r);
-  char msg[MSG_SIZE];
-  if (!err && r->finding != FSDP_CKPT_GOOD) {
-    ReportString(r, path, msg, sizeof msg);
-    err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_USAGE, "%s", msg);
-  }
-  free(r);
-  return err;
+  return CheckOrRefuse(path, e->rt, checks | FSDP_CKPT_CHECK_FP32, "");
 }
 
 /* [Note: finite checkpoints] (ckpt.h): every value of the groups
  * `checks` names is finite, else a usage error naming the first. */
 static int CheckValues(const char *path, unsigned checks)
 {
+  return CheckOrRefuse(path, NULL, checks | FSDP_CKPT_CHECK_VALUES, ": not exported");
+}
+
+/* FsdpCkptCheck of `checks` (against rt's parameters where rt is not
+ * NULL): a finding is a usage error with the report, then suffix. */
+static int CheckOrRefuse(const char *path, FsdpRuntime rt, unsigned checks, const char *suffix)
+{
   FsdpCkptReport *r = calloc(1, sizeof *r);
   FSDP_CHECK_ALLOC(r, sizeof *r);
-  int err = FsdpCkptCheck(path, NULL, NULL, checks | FSDP_CKPT_CHECK_VALUES, NULL, r);
+  int err = FsdpCkptCheck(path, rt, NULL, checks, NULL, r);
   char msg[MSG_SIZE];
   if (!err && r->finding != FSDP_CKPT_GOOD) {
     ReportString(r, path, msg, sizeof msg);
-    err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_USAGE, "%s: not exported", msg);
+    err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_USAGE, "%s%s", msg, suffix);
   }
   free(r);
   return err;
