@@ -34,5 +34,6 @@
 #include "comm/trace.h"
 #include "comm/flight.h"
 #include "driver/train.h"
+#include "driver/program.h"
 
 #endif

@@ -340,43 +340,33 @@ static int Destroy(Sampler *s)
   return err;
 }
 
-static int Run(int argc, char **argv)
+static int ReadSampleOptions(FsdpOpts db, void *state) { return ReadOptions(db, state); }
+
+/* Sampling, after the options were read and checked; returns an error code. */
+static int Sample(FsdpProgramRun *r)
 {
-  FsdpOpts db = NULL;
-  SampleOptions o;
-  FSDP_CALL(FsdpOptsCreate(MPI_COMM_WORLD, argc, argv, &db));
-  int err = ReadOptions(db, &o);
-  if (FsdpOptsHelpRequested(db)) {
-    FsdpOptsPrintHelp(db, stdout, kHelp);
-    FsdpOptsDestroy(&db);
-    return FSDP_SUCCESS;
-  }
-  if (!err) err = FsdpOptsCheckUnknown(db);
-  if (!err) FsdpWarnThreadAffinity("fsdp-sample"); /* base/init.c */
+  const SampleOptions *o = r->state;
   Sampler s;
   memset(&s, 0, sizeof s);
-  if (!err) err = Generate(&o, &s);
-  if (err && err != FSDP_ERR_USAGE && o.device_cuda) {
+  int err = Generate(o, &s);
+  if (err && err != FSDP_ERR_USAGE && o->device_cuda) {
     /* as fsdp-train: main aborts NCCL and the job rather than tearing
      * down collectives a failed peer never joins ([Note: aborting NCCL
      * with the job], coll_nccl.c) */
-    FsdpOptsDestroy(&db);
     return err;
   }
   int derr = Destroy(&s);
-  FsdpOptsDestroy(&db);
   return err ? err : derr;
 }
 
-int main(int argc, char **argv)
-{
-  int err = FsdpInitialize(&argc, &argv);
-  if (err) {
-    FsdpFinalize();
-    return FsdpExitStatus(err);
-  }
-  err = Run(argc, argv);
-  if (err && err != FSDP_ERR_USAGE) FsdpAbort(err); /* a rank-local failure */
-  FsdpFinalize();
-  return FsdpExitStatus(err);
-}
+static SampleOptions options;
+
+static const FsdpProgram kProgram = {.name = "fsdp-sample",
+                                     .help = kHelp,
+                                     .on_failure = FSDP_PROGRAM_ABORT_ON_FAILURE,
+                                     .computes = 1,
+                                     .state = &options,
+                                     .read_options = ReadSampleOptions,
+                                     .run = Sample};
+
+int main(int argc, char **argv) { return FsdpProgramMain(argc, argv, &kProgram); }
