@@ -11,17 +11,7 @@
 #include <string.h>
 
 #include "libfsdp.h"
-
-static double Median(double *t, int n)
-{
-  for (int i = 1; i < n; i++)
-    for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
-      double x = t[j];
-      t[j] = t[j - 1];
-      t[j - 1] = x;
-    }
-  return t[n / 2];
-}
+#include "lib/median.h" /* bench/lib/median.h */
 
 static float *Buf(size_t n, unsigned seed)
 {
@@ -73,7 +63,7 @@ int main(int argc, char **argv)
       t[2][r] = t3 - t2;
       t[3][r] = t4 - t2;
     }
-    for (int i = 0; i < 4; i++) med[i] = Median(t[i], reps);
+    for (int i = 0; i < 4; i++) med[i] = BenchMedian(t[i], reps);
     char name[48];
     snprintf(name, sizeof name, "%d,%d,%d,%d", B, T, C, NH);
     /* kept for backward (and backward scratch): naive preatt + att and

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch FSDP2 comparator for fsdp-train at W ranks (bench/run_bench.sh part C).
 
-Trains bench_pytorch.py's GPT-2 (the same model as fsdp-train: learned
+Trains bench/lib/torch_models.py's GPT-2 (the same model as fsdp-train: learned
 position embeddings with -seq_len rows, fused qkv, tanh GELU, LM head tied
 to wte) with torch.distributed.fsdp.fully_shard (FSDP2) over the gloo
 backend: one fully_shard per transformer block, one for the root (wte, wpe,
@@ -25,14 +25,13 @@ import json
 import os
 import statistics
 import sys
-import time
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_pytorch import GPT, PRESETS, blas_names  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from torch_models import GPT, PRESETS, adamw, blas_names, timed_step  # noqa: E402
 
 
 def worker(rank, a, port):
@@ -55,11 +54,7 @@ def worker(rank, a, port):
     for blk in model.h:
         fully_shard(blk, reshard_after_forward=True)
     fully_shard(model, reshard_after_forward=True)
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=3e-4, betas=(0.9, 0.95), eps=1e-8, foreach=True)
+    opt = adamw(model, "foreach")
     g = torch.Generator().manual_seed(1 + rank)
     data = torch.randint(0, V, (a.steps, B, T + 1), generator=g)
     if rank == 0:
@@ -71,16 +66,8 @@ def worker(rank, a, port):
     times, losses = [], []
     dist.barrier()
     for s in range(a.steps):
-        t0 = time.perf_counter()
-        x, y = data[s, :, :-1], data[s, :, 1:]
-        opt.zero_grad(set_to_none=True)
-        loss = model(x, y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        lv = loss.item()
-        t1 = time.perf_counter()
-        times.append((t1 - t0) * 1e3)
+        ms, lv = timed_step(model, opt, data[s, :, :-1], data[s, :, 1:])
+        times.append(ms)
         losses.append(lv)
         if rank == 0:
             print("step %d/%d | loss %.4f | %.1f ms" % (s + 1, a.steps, lv, times[-1]), flush=True)

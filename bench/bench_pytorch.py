@@ -1,10 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch CPU comparator for fsdp-train (bench/run_bench.sh runs both).
 
-Trains the same GPT-2 as fsdp-train -- token + learned position embeddings
-(wpe has -seq_len rows, as fsdp-train's wpe), pre-LayerNorm blocks with
-fused qkv [3C, C] and output projection, MLP 4C with tanh GELU, final
-LayerNorm, LM head tied to wte, mean cross-entropy -- in fp32 on the CPU with
+Trains the same GPT-2 as fsdp-train (bench/lib/torch_models.py) in fp32 on the CPU with
 torch.optim.AdamW and gradient-norm clipping, one optimizer step per
 iteration, and reports the median step time over the steps after the
 warm-up ones.  A step is timed the way fsdp-train times it (lib/driver/train.c):
@@ -21,99 +18,14 @@ fsdp-train -summary json.
 
 import argparse
 import json
-import math
 import os
-import re
 import statistics
 import sys
-import time
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
-PRESETS = {
-    # name: (n_layer, n_embd, n_head, vocab_size, seq_len), as lib/model/gpt.c
-    "tiny": (2, 32, 4, 64, 16),
-    "small": (4, 128, 4, 256, 64),
-    "gpt2": (12, 768, 12, 50257, 1024),
-    "gpt2-medium": (24, 1024, 16, 50257, 1024),
-}
-
-
-class Block(nn.Module):
-    def __init__(self, C, NH, attn):
-        super().__init__()
-        self.NH, self.attn_impl = NH, attn
-        self.ln_1 = nn.LayerNorm(C)
-        self.c_attn = nn.Linear(C, 3 * C)
-        self.c_proj = nn.Linear(C, C)
-        self.ln_2 = nn.LayerNorm(C)
-        self.c_fc = nn.Linear(C, 4 * C)
-        self.mlp_proj = nn.Linear(4 * C, C)
-
-    def attention(self, x):
-        B, T, C = x.shape
-        q, k, v = self.c_attn(x).split(C, dim=2)
-        q = q.view(B, T, self.NH, -1).transpose(1, 2)
-        k = k.view(B, T, self.NH, -1).transpose(1, 2)
-        v = v.view(B, T, self.NH, -1).transpose(1, 2)
-        if self.attn_impl == "sdpa":
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        else:
-            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-            mask = torch.ones(T, T, dtype=torch.bool).tril()
-            att = torch.softmax(att.masked_fill(~mask, float("-inf")), dim=-1)
-            y = att @ v
-        return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
-
-    def forward(self, x):
-        x = x + self.attention(self.ln_1(x))
-        h = F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh")
-        return x + self.mlp_proj(h)
-
-
-class GPT(nn.Module):
-    def __init__(self, L, C, NH, V, maxT, attn):
-        super().__init__()
-        self.wte = nn.Embedding(V, C)
-        self.wpe = nn.Embedding(maxT, C)
-        self.h = nn.ModuleList([Block(C, NH, attn) for _ in range(L)])
-        self.ln_f = nn.LayerNorm(C)
-        # GPT-2 init: N(0, 0.02), residual projections 0.02/sqrt(2L), biases 0
-        for name, p in self.named_parameters():
-            if name.endswith(".bias"):
-                nn.init.zeros_(p)
-            elif "ln_" in name:
-                nn.init.ones_(p)
-            else:
-                std = 0.02
-                if name.endswith("c_proj.weight") or name.endswith("mlp_proj.weight"):
-                    std = 0.02 / math.sqrt(2 * L)
-                nn.init.normal_(p, 0.0, std)
-
-    def forward(self, idx, targets):
-        B, T = idx.shape
-        x = self.wte(idx) + self.wpe(torch.arange(T))
-        for blk in self.h:
-            x = blk(x)
-        logits = self.ln_f(x) @ self.wte.weight.t()  # tied head
-        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
-
-
-def blas_names():
-    """The BLAS/LAPACK and oneDNN PyTorch was built with (torch.__config__)."""
-    cfg = torch.__config__.show()
-    out = {}
-    m = re.search(r"BLAS_INFO=([^,\s]+)", cfg)
-    out["blas_info"] = m.group(1) if m else "unknown"
-    m = re.search(r"(Intel\(R\) oneAPI Math Kernel Library Version [^\n]*)", cfg)
-    out["mkl"] = m.group(1).strip() if m else None
-    m = re.search(r"(Intel\(R\) MKL-DNN v[0-9.]+)", cfg)
-    out["onednn"] = m.group(1) if m else None
-    m = re.search(r"CPU capability usage: (\S+)", cfg)
-    out["cpu_capability"] = m.group(1) if m else None
-    return out
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from torch_models import GPT, PRESETS, adamw, blas_names, timed_step  # noqa: E402
 
 
 def main():
@@ -145,16 +57,8 @@ def main():
         print(torch.__config__.show(), flush=True)
     model = GPT(L, C, NH, V, T, a.attn)
     nparams = sum(p.numel() for p in model.parameters())
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    # fsdp-train's betas (0.9, 0.95), eps 1e-8, weight decay 0.1 on
-    # matrices and embeddings, clip 1.0 (a smaller lr: the data are random
-    # tokens, the loss only has to stay finite).
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=3e-4, betas=(0.9, 0.95), eps=1e-8,
-                            **({"fused": True} if a.adamw == "fused" else
-                               {"foreach": True}))
+    # fsdp-train's AdamW (bench/lib/torch_models.py: adamw)
+    opt = adamw(model, a.adamw)
     g = torch.Generator().manual_seed(1)
     data = torch.randint(0, V, (a.steps, B, T + 1), generator=g)
     print("pytorch: %s L=%d C=%d (%d parameters) B=%d T=%d, %d threads, "
@@ -164,16 +68,8 @@ def main():
              a.attn, a.adamw), flush=True)
     times, losses = [], []
     for s in range(a.steps):
-        t0 = time.perf_counter()
-        x, y = data[s, :, :-1], data[s, :, 1:]
-        opt.zero_grad(set_to_none=True)
-        loss = model(x, y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        lv = loss.item()
-        t1 = time.perf_counter()
-        times.append((t1 - t0) * 1e3)
+        ms, lv = timed_step(model, opt, data[s, :, :-1], data[s, :, 1:])
+        times.append(ms)
         losses.append(lv)
         print("step %d/%d | loss %.4f | %.1f ms" % (s + 1, a.steps, lv,
                                                    times[-1]), flush=True)

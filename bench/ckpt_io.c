@@ -26,23 +26,12 @@
 #include <unistd.h>
 
 #include "libfsdp.h"
+#include "lib/median.h" /* bench/lib/median.h */
 
 static const char kHelp[] =
     "ckpt_io: checkpoint write and read throughput (GB/s) of fsdp's parallel HDF5\n"
     "checkpoints for fsdp-train's model and topology options.\n"
     "Usage: mpiexec -n W ckpt_io -file PATH [-repeats R] [-cold 0/1] [fsdp-train options]\n";
-
-static int CmpDouble(const void *a, const void *b)
-{
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double Median(double *v, int n)
-{
-  qsort(v, (size_t)n, sizeof *v, CmpDouble);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* Rank 0 drops the page cache (so that the next read comes from disk);
  * 1 if it could.  Collective on comm. */
@@ -186,8 +175,8 @@ static int Run(int argc, char **argv, int *help)
   }
   if (rank == 0) {
     double gb = bytes / 1e9;
-    double mw = Median(tw, (int)repeats), mh = Median(th, (int)repeats);
-    double mc = have_cold ? Median(tc, (int)repeats) : 0.0;
+    double mw = BenchMedian(tw, (int)repeats), mh = BenchMedian(th, (int)repeats);
+    double mc = have_cold ? BenchMedian(tc, (int)repeats) : 0.0;
     printf("RESULT model=%s W=%d F=%d bytes=%lld write_s=%.3f write_GBps=%.3f cold_read_s=%.3f "
            "cold_read_GBps=%.3f warm_read_s=%.3f warm_read_GBps=%.3f\n",
            o.model_name, W, FsdpTopoShard(topo)->size, bytes, mw, gb / mw, mc,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck source-path=SCRIPTDIR
 # ckpt_throughput.sh: checkpoint write and read throughput (GB/s) at
 # W = 1, 2, 4 for the gpt2 preset, and the time a checkpoint adds to the
 # step it is written at (ISSUE 4, "Performance").
@@ -38,8 +39,8 @@
 set -u -o pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/.." && pwd)
-build=${1:-$root/build}
+. "$here/lib/common.sh"
+build=${1:-$BENCH_ROOT/build}
 train="$build/src/fsdp-train"
 io="$build/bench/ckpt_io"
 [ -x "$train" ] || { echo "ckpt_throughput: $train not found (build first, or pass BUILD_DIR)" >&2; exit 2; }
@@ -59,18 +60,17 @@ if [ "$free_kb" -lt $((4 * 1024 * 1024)) ]; then
   exit 2
 fi
 out=$(mktemp -d "$tmpdir/fsdp-ckpt-bench.XXXXXX")
-trap 'rm -rf "$out"' EXIT
+# shellcheck disable=SC2016  # expanded at exit
+bench_at_exit 'rm -rf "$out"'
 
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+bench_lock ckpt_throughput
+export OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
-  if grep -q avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
-  elif grep -q avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi
-fi
+bench_openblas_core
 
 echo "ckpt_throughput: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname): $(getconf _NPROCESSORS_ONLN) cores," \
      "$(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo)," \
-     "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), load $(cut -d' ' -f1-3 /proc/loadavg)"
+     "$(bench_cpu), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "writing to $out ($(df -PT "$tmpdir" | awk 'NR == 2 { print $2 " on " $1 }')); model options: $MODEL_OPTS"
 
 # ---- A: save / load throughput ------------------------------------------

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck source-path=SCRIPTDIR
 # commthreads.sh: how the communication thread waits for a collective
 # (FSDP_COMM_WAIT, [Note: waiting for a collective] in lib/comm/coll_mpi.c),
 # measured as run_bench.sh part B measures F=2 against F=1: W=2 on one
@@ -17,18 +18,17 @@
 # MODES ("block yield sleep").
 set -u -o pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-build=${1:-$here/../build}
+. "$here/lib/common.sh"
+build=${1:-$BENCH_ROOT/build}
 base=${2:-}
 STEPS=${STEPS:-8} WARMUP=${WARMUP:-2} REPEATS=${REPEATS:-3} N_LAYER=${N_LAYER:-4}
 MODES=${MODES:-block yield sleep}
 out=$(mktemp -d "${TMPDIR:-/tmp}/fsdp-commthreads.XXXXXX")
-trap 'rm -rf "$out"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
-  if grep -qw avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
-  elif grep -qw avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi
-fi
-echo "== machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(nproc) cores; $(date -u '+%Y-%m-%d %H:%M UTC'); load $(cut -d' ' -f1-3 /proc/loadavg)"
+# shellcheck disable=SC2016  # expanded at exit
+bench_at_exit 'rm -rf "$out"'
+bench_lock commthreads
+bench_openblas_core
+echo "== machine: $(bench_cpu), $(nproc) cores; $(date -u '+%Y-%m-%d %H:%M UTC'); load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "== OpenBLAS: $(OPENBLAS_VERBOSE=2 OMP_NUM_THREADS=1 "$build/src/fsdp-train" -model tiny -steps 1 -log_every 0 2>&1 | grep -m1 -i 'core' | sed 's/^ *//')"
 echo "== W=2, 1 thread per rank, --bind-to core, GPT-2 $N_LAYER blocks, B=4 T=64 per rank, $STEPS steps ($WARMUP left out), $REPEATS repeats"
 
@@ -44,15 +44,7 @@ run() { # run VARIANT F REPEAT
     -batch_size 4 -seq_len 64 >"$out/$v.f$f.$i.log" 2>&1 ||
     { echo "commthreads: $v F=$f failed:" >&2; tail -5 "$out/$v.f$f.$i.log" >&2; exit 1; }
 }
-median_of() {
-  python3 - "$1" "$WARMUP" <<'PY'
-import re, statistics, sys
-ms = [float(m.group(2)) for m in
-      (re.match(r"step (\d+)/\d+ \|.*\| ([0-9.]+) ms", l) for l in open(sys.argv[1]))
-      if m and int(m.group(1)) > int(sys.argv[2])]
-print("%.1f" % statistics.median(ms) if ms else "nan")
-PY
-}
+median_of() { python3 "$BENCH_LIB/median_step.py" "$1" "$WARMUP"; }
 for i in $(seq 1 "$REPEATS"); do
   line="   repeat $i:"
   for v in "${variants[@]}"; do

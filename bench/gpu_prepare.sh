@@ -11,8 +11,9 @@
 #                           ldd closure, relocated OpenMPI, HDF5's S3 driver
 #                           stubbed; CUDA and NCCL are the target's own)
 #     test_kernels_cuda     the kernel test (runs with the bundle's libraries)
-#     gpu_run.sh, gpu_checks.sh, test_gpu_train.sh, bench_gpu_pytorch.py,
-#     gpu_peak.py, KIT-INFO.txt
+#     gpu_run.sh, gpu_checks.sh, test_gpu_train.sh, bench_gpu_pytorch.py
+#     (and the model it imports, bench/lib/torch_models.py), gpu_peak.py,
+#     KIT-INFO.txt
 # Then on the GPU machine: sh bench/out/gpu-kit/gpu_run.sh (under 8 min;
 # --dry-run prints the plan).
 #   usage: bench/gpu_prepare.sh    (CUDA_ARCHS=90 by default: H100/H200)
@@ -36,7 +37,7 @@ cp fsdp-bundle-*.tar.gz "$out/"
 # the real test binary (tests/test_kernels_cuda is libtool's wrapper)
 cp tests/.libs/test_kernels_cuda "$out/" 2>/dev/null || cp tests/test_kernels_cuda "$out/"
 cp "$top/tests/test_gpu_train.sh" "$top/bench/gpu_run.sh" "$top/bench/gpu_checks.sh" \
-  "$top/bench/bench_gpu_pytorch.py" "$top/bench/gpu_peak.py" "$out/"
+  "$top/bench/bench_gpu_pytorch.py" "$top/bench/lib/torch_models.py" "$top/bench/gpu_peak.py" "$out/"
 {
   echo "fsdp GPU kit, built $(date -u +%Y-%m-%dT%H:%MZ) from $(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo '?')"
   echo "CUDA_ARCHS: $(sed -n 's/^CUDA_ARCHS = //p' Makefile)"

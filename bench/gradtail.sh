@@ -1,4 +1,5 @@
 #!/bin/bash
+# shellcheck source-path=SCRIPTDIR
 # gradtail.sh: the optimizer under the gradient tail ([Note: the gradient
 # tail] in lib/runtime/optim.c), measured where the tail is long: 2
 # emulated nodes x 2 ranks across a tc-shaped link (W = F = 4, as
@@ -18,27 +19,17 @@
 # Needs root (namespaces).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/.." && pwd)
-BIN=${1:-$root/build/src}
+. "$here/lib/common.sh"
+. "$here/lib/cluster.sh"
+BIN=${1:-$BENCH_ROOT/build/src}
 RATE=${RATE:-1gbit}
 STEPS=${STEPS:-5}
 REPS=${REPS:-3}
 # bench/overlap.sh's model: GPT-2's shape at half width and depth
-MODEL=${MODEL:--model custom -n_layer 6 -n_embd 384 -n_head 6 -vocab_size 8192 -seq_len 128 -batch_size 8}
+MODEL=${MODEL:-$BENCH_HALF_GPT2 -batch_size 8}
 [ -x "$BIN/fsdp-train" ] || { echo "gradtail: $BIN/fsdp-train not found (give the folder holding fsdp-train)"; exit 2; }
-# shellcheck source=../tests/cluster/netcluster.sh
-. "$root/tests/cluster/netcluster.sh"
-nc_check || exit 77
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
-  if grep -qw avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
-  elif grep -qw avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi
-fi
-nc_up 2 "$RATE" || exit 1
-tmp=$(mktemp -d /tmp/fsdp_gradtail.XXXXXX)
-trap 'nc_down; rm -rf "$tmp"' EXIT
-export -f nc_run nc_mpirun
-export NC_PREFIX NC_DIR
+bench_start gradtail
+bench_cluster_up 2 "$RATE"
 names=(none-clip poll-clip stream-clip none-noclip poll-noclip stream-noclip)
 declare -A conf=(
   [none-clip]="-optim_overlap none -grad_clip 1"
@@ -48,23 +39,14 @@ declare -A conf=(
   [poll-noclip]="-optim_overlap poll -grad_clip 0"
   [stream-noclip]="-optim_overlap stream -grad_clip 0"
 )
+# run NAME REP: one run across the nodes, its trace NAME-REP.trace
 run() {
-  local name=$1 rep=$2 out=$tmp/$1-$2
-  # shellcheck disable=SC2016,SC2086
-  if ! timeout 600 bash -c 'nc_mpirun "$@"' nc_mpirun node1:2,node2:2 -n 4 \
-       -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS -x OPENBLAS_CORETYPE "$BIN/fsdp-train" $MODEL \
-       -prefetch backward ${conf[$name]} -steps "$STEPS" -log_every 0 -summary json -trace "$out.trace" \
-       >"$out.out" 2>"$out.err"; then
-    echo "gradtail: run $name (repetition $rep) failed:"; tail -n 8 "$out.err"; exit 1
-  fi
+  local out=$tmp/$1-$2
+  # shellcheck disable=SC2086  # MODEL and conf split into options
+  bench_cluster_run "gradtail: run $1 (repetition $2)" "$out" -- "$BIN/fsdp-train" $MODEL \
+    -prefetch backward ${conf[$1]} -steps "$STEPS" -log_every 0 -summary json -trace "$out.trace"
 }
-start=$(date +%s)
-for rep in $(seq "$REPS"); do
-  for name in "${names[@]}"; do
-    echo "gradtail: repetition $rep/$REPS: $name ($(( $(date +%s) - start )) s)"
-    run "$name" "$rep"
-  done
-done
+bench_interleaved gradtail "$REPS" run "${names[@]}"
 python3 - "$tmp" "$STEPS" "$REPS" "$RATE" "$MODEL" "${names[*]}" <<'PY'
 import json, statistics, sys
 d, steps, reps, rate, model, names = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6].split()

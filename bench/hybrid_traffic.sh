@@ -1,4 +1,5 @@
 #!/bin/bash
+# shellcheck source-path=SCRIPTDIR
 # hybrid_traffic.sh: cross-node traffic of full sharding, hybrid sharding and
 # replication, measured on 2 emulated nodes x 2 ranks joined by a slow link
 # (tests/cluster/netcluster.sh: network + UTS namespaces, tc token bucket).
@@ -10,7 +11,8 @@
 # (replicate) it prints, per optimizer step:
 #   engine   inter-node bytes the collectives' counters charged, summed over
 #            the 4 ranks (each rank's JSON summary; they are alike here);
-#   formula  the same from fsdp-plan (DESIGN §5 through FsdpCollVolume);
+#   formula  the same from fsdp-plan (FsdpCollVolume: docs/design.md,
+#            section 5 "Communication");
 #   link     bytes the nodes' links carried (interface tx counters), from
 #            the difference of a LONG-step and a SHORT-step run so that
 #            start-up and shutdown traffic cancel;
@@ -25,47 +27,30 @@
 # Needs root (namespaces); takes 3-4 minutes on 2 cores.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/.." && pwd)
-BIN=${1:-$root/build/src}
+. "$here/lib/common.sh"
+. "$here/lib/cluster.sh"
+BIN=${1:-$BENCH_ROOT/build/src}
 RATE=${RATE:-1gbit}
 SHORT=${SHORT:-2}
 LONG=${LONG:-5}
 # "gpt2-small-like": GPT-2's shape at half width and depth, vocabulary and
 # context cut so that a step takes about a second of compute here
-MODEL=${MODEL:--model custom -n_layer 6 -n_embd 384 -n_head 6 -vocab_size 8192 -seq_len 128 -batch_size 1}
+MODEL=${MODEL:-$BENCH_HALF_GPT2 -batch_size 1}
 for p in fsdp-train fsdp-plan; do
   [ -x "$BIN/$p" ] || { echo "hybrid_traffic: $BIN/$p not found (give the folder holding fsdp-train and fsdp-plan)"; exit 2; }
 done
-# shellcheck source=../tests/cluster/netcluster.sh
-. "$root/tests/cluster/netcluster.sh"
-nc_check || exit 77
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-# OpenBLAS detects some virtual CPUs as Prescott (slow generic kernels)
-if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
-  if grep -qw avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
-  elif grep -qw avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi
-fi
-nc_up 2 "$RATE" || exit 1
-tmp=$(mktemp -d /tmp/fsdp_hybrid_traffic.XXXXXX)
-trap 'nc_down; rm -rf "$tmp"' EXIT
-export -f nc_run nc_mpirun
-export NC_PREFIX NC_DIR
+bench_start hybrid_traffic
+bench_cluster_up 2 "$RATE"
 
 pinned=(--mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_allgather_algorithm 3
         --mca coll_tuned_allreduce_algorithm 3 --mca coll_tuned_reduce_scatter_block_algorithm 3)
 # run NAME F STEPS ALGOS: one run across the nodes; writes NAME.json and NAME.link
 run() {
-  local name=$1 F=$2 steps=$3 algos=$4 t0 extra=()
+  local name=$1 F=$2 steps=$3 algos=$4 extra=()
   [ "$algos" = pinned ] && extra=("${pinned[@]}")
-  t0=$(nc_link_bytes tx)
-  # shellcheck disable=SC2016,SC2086  # "$@" is the inner shell's; MODEL splits into options
-  if ! timeout 600 bash -c 'nc_mpirun "$@"' nc_mpirun node1:2,node2:2 -n 4 "${extra[@]}" \
-       -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS -x OPENBLAS_CORETYPE "$BIN/fsdp-train" $MODEL \
-       -sharding_factor "$F" -steps "$steps" -log_every 0 -summary json >"$tmp/$name.out" 2>"$tmp/$name.err"; then
-    echo "hybrid_traffic: run $name failed:"; tail -n 8 "$tmp/$name.err"; exit 1
-  fi
-  tail -n 1 "$tmp/$name.out" > "$tmp/$name.json"
-  echo $(( $(nc_link_bytes tx) - t0 )) > "$tmp/$name.link"
+  # shellcheck disable=SC2086  # MODEL splits into options
+  bench_cluster_run "hybrid_traffic: run $name" "$tmp/$name" "${extra[@]}" -- "$BIN/fsdp-train" $MODEL \
+    -sharding_factor "$F" -steps "$steps" -log_every 0 -summary json
 }
 for algos in pinned default; do
   for F in 4 2 1; do

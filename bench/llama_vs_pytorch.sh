@@ -1,4 +1,5 @@
 #!/bin/bash
+# shellcheck source-path=SCRIPTDIR
 # llama_vs_pytorch.sh: fsdp-train against PyTorch on the CPU, GPT-2 124M and
 # a Llama of similar size (12 layers, 768 wide, 12 heads, 4 kv heads, SwiGLU
 # 2048, untied head), side by side in one run: one process with THREADS
@@ -9,14 +10,18 @@
 #   PYTHON=/opt/oracle-venv/bin/python REPS=3 bench/llama_vs_pytorch.sh [BINDIR]
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-BIN=${1:-$here/../build/src}
+. "$here/lib/common.sh"
+BIN=${1:-$BENCH_ROOT/build/src}
 PYTHON=${PYTHON:-python3}
 REPS=${REPS:-3} STEPS=${STEPS:-10} THREADS=${THREADS:-2} B=${B:-4} T=${T:-64}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=1
-if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX; fi
+bench_lock llama_vs_pytorch
+export OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=1
+bench_openblas_core
 gpt="-model custom -n_layer 12 -n_embd 768 -n_head 12 -vocab_size 50257 -seq_len $T"
 llama="-model custom -family llama -n_layer 12 -n_embd 768 -n_head 12 -n_kv_head 4 -ffn_hidden 2048 -vocab_size 50257 -seq_len $T -tie_embeddings 0"
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+tmp=$(mktemp -d)
+# shellcheck disable=SC2016  # expanded at exit
+bench_at_exit 'rm -rf "$tmp"'
 med() { tail -n 1 "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["step_time_ms_median"])'; }
 echo "llama_vs_pytorch: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), OPENBLAS_CORETYPE ${OPENBLAS_CORETYPE:-auto}, $THREADS threads, B $B, T $T, $STEPS steps, REPS $REPS"
 for r in $(seq "$REPS"); do
@@ -29,6 +34,7 @@ for r in $(seq "$REPS"); do
   printf 'rep %d: gpt2 ours %s ms, pytorch %s ms | llama ours %s ms, pytorch %s ms\n' "$r" \
     "$(med "$tmp/og$r")" "$(med "$tmp/pg$r")" "$(med "$tmp/ol$r")" "$(med "$tmp/pl$r")"
 done | tee "$tmp/rows"
+[ "${PIPESTATUS[0]}" = 0 ] || exit 1   # a run failed (its error is above): no ratios
 python3 - "$tmp/rows" <<'PY'
 import statistics, sys
 g, l = [], []

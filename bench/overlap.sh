@@ -1,4 +1,5 @@
 #!/bin/bash
+# shellcheck source-path=SCRIPTDIR
 # overlap.sh: does FSDP keep communication off the critical path?  Measured
 # on 2 emulated nodes x 2 ranks (W = 4, F = 4: every all-gather and
 # reduce-scatter crosses a tc-shaped link; tests/cluster/netcluster.sh),
@@ -38,31 +39,20 @@
 # Needs root (namespaces); about 10 minutes on 2 cores with the defaults.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/.." && pwd)
-BIN=${1:-$root/build/src}
+. "$here/lib/common.sh"
+. "$here/lib/cluster.sh"
+BIN=${1:-$BENCH_ROOT/build/src}
 RATE=${RATE:-1gbit}
 STEPS=${STEPS:-4}
 REPS=${REPS:-3}
 TRACES=${TRACES:-}
 # GPT-2's shape at half width and depth, as hybrid_traffic.sh (13.8 M
 # parameters, 7 units: root + 6 blocks), with 8 sequences per rank
-MODEL=${MODEL:--model custom -n_layer 6 -n_embd 384 -n_head 6 -vocab_size 8192 -seq_len 128 -batch_size 8}
+MODEL=${MODEL:-$BENCH_HALF_GPT2 -batch_size 8}
 [ -x "$BIN/fsdp-train" ] || { echo "overlap: $BIN/fsdp-train not found (give the folder holding fsdp-train)"; exit 2; }
 [ "$STEPS" -ge 2 ] 2>/dev/null || { echo "overlap: STEPS must be at least 2"; exit 2; }
-# shellcheck source=../tests/cluster/netcluster.sh
-. "$root/tests/cluster/netcluster.sh"
-nc_check || exit 77
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-# OpenBLAS detects some virtual CPUs as Prescott (slow generic kernels)
-if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
-  if grep -qw avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
-  elif grep -qw avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi
-fi
-nc_up 2 "$RATE" || exit 1
-tmp=$(mktemp -d /tmp/fsdp_overlap.XXXXXX)
-trap 'nc_down; rm -rf "$tmp"' EXIT
-export -f nc_run nc_mpirun
-export NC_PREFIX NC_DIR
+bench_start overlap
+bench_cluster_up 2 "$RATE"
 
 # name and options; every run gets the base options first (a later value wins)
 base=(-prefetch backward -limit_all_gathers 2 -param_dtype fp32 -reduce_dtype fp32)
@@ -78,25 +68,12 @@ declare -A conf=(
 )
 # run NAME REP: one run across the nodes: NAME-REP.json (summary), .trace, .link
 run() {
-  local name=$1 rep=$2 t0 out=$tmp/$1-$2
-  t0=$(nc_link_bytes tx)
-  # shellcheck disable=SC2016,SC2086  # "$@" is the inner shell's; MODEL and conf split into options
-  if ! timeout 600 bash -c 'nc_mpirun "$@"' nc_mpirun node1:2,node2:2 -n 4 \
-       -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS -x OPENBLAS_CORETYPE "$BIN/fsdp-train" $MODEL \
-       "${base[@]}" ${conf[$name]} -steps "$STEPS" -log_every 0 -summary json -trace "$out.trace" \
-       >"$out.out" 2>"$out.err"; then
-    echo "overlap: run $name (repetition $rep) failed:"; tail -n 8 "$out.err"; exit 1
-  fi
-  tail -n 1 "$out.out" > "$out.json"
-  echo $(( $(nc_link_bytes tx) - t0 )) > "$out.link"
+  local out=$tmp/$1-$2
+  # shellcheck disable=SC2086  # MODEL and conf split into options
+  bench_cluster_run "overlap: run $1 (repetition $2)" "$out" -- "$BIN/fsdp-train" $MODEL \
+    "${base[@]}" ${conf[$1]} -steps "$STEPS" -log_every 0 -summary json -trace "$out.trace"
 }
-start=$(date +%s)
-for rep in $(seq "$REPS"); do
-  for name in "${names[@]}"; do
-    echo "overlap: repetition $rep/$REPS: $name ($(( $(date +%s) - start )) s)"
-    run "$name" "$rep"
-  done
-done
+bench_interleaved overlap "$REPS" run "${names[@]}"
 if [ -n "$TRACES" ]; then mkdir -p "$TRACES" && cp "$tmp"/*.trace "$TRACES"/; fi
 
 python3 - "$tmp" "$STEPS" "$REPS" "$RATE" "$MODEL" "${names[*]}" <<'PY'

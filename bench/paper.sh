@@ -1,4 +1,5 @@
 #!/bin/bash
+# shellcheck source-path=SCRIPTDIR
 # paper.sh: the experiments of "PyTorch FSDP: Experiences on Scaling Fully
 # Sharded Data Parallel" (Zhao et al., PVLDB 16(12), 2023) in miniature, and
 # issue 12's overlap targets.  Where a link matters the runs go across 2
@@ -7,7 +8,8 @@
 #
 #   bench/paper.sh PART [BINDIR]    measure one part (root; each part < 10 min here)
 #   bench/paper.sh report           figures (bench/paper/*.png) and the tables
-#                                   behind them into bench/README.md
+#                                   behind them into bench/results/DATE-paper.md
+#                                   (link it from bench/README.md)
 #   bench/paper.sh all [BINDIR]     every part, then report
 #
 # Parts (results under $OUT, default bench/out/paper/PART/):
@@ -23,7 +25,8 @@
 #   node      one node: memory per rank at W = 1, 2, 4, 8 with F = W
 #
 # Environment: REPS (3; overlap16: REPS16, 3), STEPS (4), OUT, FIGDIR
-# (bench/paper), README (bench/README.md), PYTHON (a python3 with
+# (bench/paper), README (bench/results/DATE-paper.md, DATE today's, UTC),
+# BENCH_LOCK and BENCH_NICE (bench/lib/common.sh: the bench lock), PYTHON (a python3 with
 # matplotlib: /usr/bin/python3 from Debian's python3-matplotlib).
 # Prerequisites: as tests/cluster (root, iproute2, OpenMPI) and, for the
 # report, Debian's python3-matplotlib (apt-get install python3-matplotlib).
@@ -44,7 +47,8 @@
 # -prefetch none.  floor = max(0, comm - compute): what no overlap can hide.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/.." && pwd)
+. "$here/lib/common.sh"
+root=$BENCH_ROOT
 PART=${1:-}
 BIN=${2:-$root/build/src}
 REPS=${REPS:-3}
@@ -52,11 +56,11 @@ REPS16=${REPS16:-3}
 STEPS=${STEPS:-4}
 OUT=${OUT:-$root/bench/out/paper}
 FIGDIR=${FIGDIR:-$here/paper}
-README=${README:-$here/README.md}
+README=${README:-$here/results/$(date -u +%Y-%m-%d)-paper.md}
 PYTHON=${PYTHON:-/usr/bin/python3}
 # GPT-2's shape at half width and depth as overlap.sh and hybrid_traffic.sh
 # (13.8 M parameters, 7 units: root + 6 blocks); the batch comes per part
-MODEL=${MODEL:--model custom -n_layer 6 -n_embd 384 -n_head 6 -vocab_size 8192 -seq_len 128}
+MODEL=${MODEL:-$BENCH_HALF_GPT2}
 usage() { echo "usage: bench/paper.sh link1|prefetch|link10|overlap16|overlap24|node|all|report [BINDIR]"; exit 2; }
 
 case "$PART" in
@@ -67,6 +71,7 @@ if [ "$PART" != report ]; then
   [ -x "$BIN/fsdp-train" ] || { echo "paper: $BIN/fsdp-train not found (give the folder holding fsdp-train)"; exit 2; }
   [ "$STEPS" -ge 2 ] 2>/dev/null || { echo "paper: STEPS must be at least 2"; exit 2; }
 fi
+[ "$PART" = report ] || bench_lock paper   # once for "all": the parts it starts do not wait again
 if [ "$PART" = all ]; then
   for p in node link10 link1 prefetch overlap16 overlap24; do "$0" "$p" "$BIN" || exit 1; done
   exec "$0" report
@@ -79,12 +84,8 @@ if [ "$PART" = report ]; then
   exec "$PYTHON" "$here/paper_report.py" "$OUT" "$FIGDIR" "$README"
 fi
 
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-# OpenBLAS detects some virtual CPUs as Prescott (slow generic kernels)
-if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
-  if grep -qw avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
-  elif grep -qw avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi
-fi
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+bench_openblas_core
 dir=$OUT/$PART
 rm -rf "$dir"
 mkdir -p "$dir"
@@ -107,11 +108,11 @@ merged=$(for m in $(git -C "$root" log --first-parent --merges -n 8 --format=%H 
            git -C "$root" log -1 --format='%s' "$m" | tr -d '\n'
            git -C "$root" log -1 --format=': %h %s' "$m^2"
          done | "$PYTHON" -c 'import json, sys; print(json.dumps(sys.stdin.read().splitlines()))')
-blas=$(OPENBLAS_VERBOSE=2 "$BIN/fsdp-train" -help 2>&1 | grep -m1 '^Core:' | sed 's/^Core: *//')
+blas=$(bench_blas_core "$BIN/fsdp-train")
 "$PYTHON" - "$dir/meta.json" <<PY
 import json, sys
 json.dump({"part": "$PART", "commit": "$commit", "merged": $merged, "dirty_files": int("${dirty:-0}"),
-           "date": "$(date -u '+%Y-%m-%d %H:%M UTC')", "cpu": "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')",
+           "date": "$(date -u '+%Y-%m-%d %H:%M UTC')", "cpu": "$(bench_cpu)",
            "avx512": $(grep -qw avx512f /proc/cpuinfo && echo True || echo False), "cores": $(grep -c ^processor /proc/cpuinfo),
            "openblas_coretype": "${OPENBLAS_CORETYPE:-}", "openblas_core": "$blas",
            "load_start": "$(cut -d' ' -f1-3 /proc/loadavg)", "nice": $(nice),
@@ -136,18 +137,13 @@ if [ "$PART" = node ]; then
 fi
 
 # ---- 2 emulated nodes x 2 ranks --------------------------------------------
-# shellcheck source=../tests/cluster/netcluster.sh
-. "$root/tests/cluster/netcluster.sh"
-nc_check || exit 77
+. "$here/lib/cluster.sh"
 rate=1gbit
 [ "$PART" = link10 ] && rate=10gbit
 batch=8
 [ "$PART" = overlap16 ] && { batch=16; REPS=$REPS16; }
 [ "$PART" = overlap24 ] && { batch=24; REPS=$REPS16; }
-nc_up 2 "$rate" || exit 1
-trap 'nc_down' EXIT
-export -f nc_run nc_mpirun
-export NC_PREFIX NC_DIR
+bench_cluster_up 2 "$rate"
 
 # every run gets these first (a later value wins): the settings each
 # comparison holds fixed, written out so that a change of default moves nothing
@@ -184,25 +180,13 @@ echo "$batch" > "$dir/batch"
 
 # run NAME REP: one run across the nodes: NAME-REP.json (summary), .trace, .link
 run() {
-  local name=$1 rep=$2 t0 o=$dir/$1-$2
-  t0=$(nc_link_bytes tx)
-  # shellcheck disable=SC2016,SC2086  # "$@" is the inner shell's; MODEL and conf split into options
-  if ! timeout 600 bash -c 'nc_mpirun "$@"' nc_mpirun node1:2,node2:2 -n 4 \
-       -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS -x OPENBLAS_CORETYPE "$BIN/fsdp-train" $MODEL \
-       "${base[@]}" ${conf[$name]} -steps "$STEPS" -log_every 0 -summary json -trace "$o.trace" \
-       >"$o.out" 2>"$o.err"; then
-    echo "paper: run $name (repetition $rep) failed:"; tail -n 8 "$o.err"; exit 1
-  fi
-  tail -n 1 "$o.out" > "$o.json"
-  echo $(( $(nc_link_bytes tx) - t0 )) > "$o.link"
+  local o=$dir/$1-$2
+  # shellcheck disable=SC2086  # MODEL and conf split into options
+  bench_cluster_run "paper: run $1 (repetition $2)" "$o" -- "$BIN/fsdp-train" $MODEL \
+    "${base[@]}" ${conf[$1]} -steps "$STEPS" -log_every 0 -summary json -trace "$o.trace"
 }
 start=$(date +%s)
-for rep in $(seq "$REPS"); do
-  for name in "${names[@]}"; do
-    echo "paper: $PART ($rate, batch $batch): repetition $rep/$REPS: $name ($(( $(date +%s) - start )) s)"
-    run "$name" "$rep"
-  done
-done
+bench_interleaved "paper: $PART ($rate, batch $batch)" "$REPS" run "${names[@]}"
 "$PYTHON" - "$dir/meta.json" "$(cut -d' ' -f1-3 /proc/loadavg)" "$(( $(date +%s) - start ))" <<'PY'
 import json, sys
 m = json.load(open(sys.argv[1])); m["load_end"] = sys.argv[2]; m["seconds"] = int(sys.argv[3])

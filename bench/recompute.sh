@@ -1,4 +1,5 @@
 #!/bin/bash
+# shellcheck source-path=SCRIPTDIR
 # recompute.sh: activation recomputation (-recompute 1) against keeping all
 # activations (-recompute 0): memory and step time measured by fsdp-train,
 # and the largest GPT-2 preset whose planned memory fits this machine.
@@ -20,8 +21,8 @@
 # (slow: minutes per step on 2 cores).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/.." && pwd)
-BIN=${1:-$root/build/src}
+. "$here/lib/common.sh"
+BIN=${1:-$BENCH_ROOT/build/src}
 NP=${NP:-2}
 STEPS=${STEPS:-4}
 ROUNDS=${ROUNDS:-2}
@@ -32,16 +33,9 @@ PRESET_RUN=${PRESET_RUN:-}
 for p in fsdp-train fsdp-plan; do
   [ -x "$BIN/$p" ] || { echo "recompute: $BIN/$p not found (give the folder holding fsdp-train and fsdp-plan)"; exit 2; }
 done
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-# Debian's OpenBLAS detects an AVX-512 VM as Prescott (4-5x slower): name the core
-if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
-  if grep -q avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
-  elif grep -q avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi
-fi
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+bench_start recompute
+export OMPI_MCA_rmaps_base_oversubscribe=1
 MPIEXEC=${MPIEXEC:-mpiexec}
-tmp=$(mktemp -d /tmp/fsdp_bench_recompute.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
 
 echo "cpu: $(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2-) ($(getconf _NPROCESSORS_ONLN) cores)," \
      "$(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)"

@@ -16,17 +16,7 @@
 #include <string.h>
 
 #include "libfsdp.h"
-
-static double Median(double *t, int n)
-{
-  for (int i = 1; i < n; i++)
-    for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
-      double x = t[j];
-      t[j] = t[j - 1];
-      t[j - 1] = x;
-    }
-  return t[n / 2];
-}
+#include "lib/median.h" /* bench/lib/median.h */
 
 static void Fill(float *x, size_t n, int rank)
 {
@@ -145,7 +135,7 @@ int main(int argc, char **argv)
     double m[7];
     for (int way = 0; way < 7; way++) {
       MPI_Allreduce(MPI_IN_PLACE, t[way], reps, MPI_DOUBLE, MPI_MAX, g->comm); /* slowest rank */
-      m[way] = Median(t[way], reps);
+      m[way] = BenchMedian(t[way], reps);
     }
     if (rank == 0)
       printf("%12zu %12.1f %12.1f %12.1f %12.1f %10.2f %12.1f %10.2f %12.1f %12.1f %10.2f\n", n, m[0],

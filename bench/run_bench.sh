@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck source-path=SCRIPTDIR
 # run_bench.sh: fsdp-train against PyTorch (CPU) side by side, in one run.
 #
 #   bench/run_bench.sh [BUILD_DIR]        (default: build, beside this repo)
@@ -33,8 +34,8 @@
 set -u -o pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/.." && pwd)
-build=${1:-$root/build}
+. "$here/lib/common.sh"
+build=${1:-$BENCH_ROOT/build}
 train="$build/src/fsdp-train"
 [ -x "$train" ] || { echo "run_bench: $train not found (build first, or pass BUILD_DIR)" >&2; exit 2; }
 PYTHON=${PYTHON:-python3}
@@ -43,17 +44,15 @@ N_LAYER_B=${N_LAYER_B:-4} QUIET_WAIT=${QUIET_WAIT:-0} PARTS=${PARTS:-A B C}
 has_part() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 B=4 T=64
 out=$(mktemp -d "${TMPDIR:-/tmp}/fsdp-bench.XXXXXX")
-trap 'rm -rf "$out"' EXIT
+# shellcheck disable=SC2016  # expanded at exit
+bench_at_exit 'rm -rf "$out"'
 
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+bench_lock run_bench
 export OMPI_MCA_rmaps_base_oversubscribe=1
-if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
-  if grep -qw avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
-  elif grep -qw avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi
-fi
+bench_openblas_core
 
 # ---- machine and libraries -------------------------------------------------
-echo "== machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo); $(date -u '+%Y-%m-%d %H:%M UTC'); load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "== machine: $(bench_cpu), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo); $(date -u '+%Y-%m-%d %H:%M UTC'); load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "== fsdp-train: $train; OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(unset)}"
 echo "== PyTorch build (torch.__config__.show(), BLAS lines):"
 $PYTHON - <<'EOF' | sed 's/^/   /'
@@ -105,15 +104,7 @@ run_ours() {
 
 # median_of LOG: median per-step ms after WARMUP steps (our progress lines
 # "step i/N | ... | X ms" or PyTorch's "step i/N | loss | X ms").
-median_of() {
-  $PYTHON - "$1" "$WARMUP" <<'EOF'
-import re, statistics, sys
-ms = [float(m.group(2)) for m in
-      (re.match(r"step (\d+)/\d+ \|.*\| ([0-9.]+) ms", l) for l in open(sys.argv[1]))
-      if m and int(m.group(1)) > int(sys.argv[2])]
-print("%.1f" % statistics.median(ms) if ms else "nan")
-EOF
-}
+median_of() { $PYTHON "$BENCH_LIB/median_step.py" "$1" "$WARMUP"; }
 
 ratios() { # ratios NUM_TAG DEN_TAG -> "median min max best" of per-repeat
   # ratios; best = fastest repeat of NUM / fastest repeat of DEN (the runs

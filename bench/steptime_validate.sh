@@ -1,4 +1,5 @@
 #!/bin/bash
+# shellcheck source-path=SCRIPTDIR
 # steptime_validate.sh: does fsdp-plan's predicted step time hold against
 # fsdp-train on the same machine?  One setting per call:
 #   node     one node, W = 2 (plain mpirun)
@@ -8,7 +9,8 @@
 # machine's cores allow (2 where it has 4 or more, else 1): the emulated
 # nodes share this machine's cores, and at 2 per node a 2-core machine ran
 # 4 ranks and their stream threads on 2 cores, more than the project times
-# anything with (bench/README.md, "One rank per emulated node").  At 1 per
+# anything with (bench/results/2026-12-02-steptime-validation.md, "One rank
+# per emulated node").  At 1 per
 # node W = 2 and the configurations are the node setting's (F 2 shards
 # across the link, F 1 replicates over it).
 # In one run: fsdp-probe measures the machine the way the runs are launched
@@ -41,18 +43,17 @@
 # beside another).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/.." && pwd)
+. "$here/lib/common.sh"
+root=$BENCH_ROOT
 MODE=${1:-node}
 BIN=${2:-$root/build/src}
 REPS=${REPS:-3}
 STEPS=${STEPS:-6}
-MODEL=${MODEL:--model custom -n_layer 6 -n_embd 384 -n_head 6 -vocab_size 8192 -seq_len 128 -batch_size 4}
+MODEL=${MODEL:-$BENCH_HALF_GPT2 -batch_size 4}
 [ -x "$BIN/fsdp-train" ] || { echo "steptime_validate: $BIN/fsdp-train not found"; exit 2; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
-  if grep -qw avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
-  elif grep -qw avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi
-fi
+bench_lock steptime_validate
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+bench_openblas_core
 if [ -n "${DIR:-}" ]; then
   mkdir -p "$DIR" || exit 1
   tmp=$(cd "$DIR" && pwd) keep=1
@@ -76,15 +77,11 @@ case "$MODE" in
     W=2 G=2
     launch() { mpirun --oversubscribe -n 2 "$@"; }
     configs=("${two_rank_configs[@]}")
-    trap cleanup EXIT ;;
+    bench_at_exit cleanup ;;
   1gbit|10gbit)
-    # shellcheck source=../tests/cluster/netcluster.sh
-    . "$root/tests/cluster/netcluster.sh"
-    nc_check || exit 77
-    nc_up 2 "$MODE" || exit 1
-    trap 'nc_down; cleanup' EXIT
-    export -f nc_run nc_mpirun
-    export NC_PREFIX NC_DIR
+    . "$here/lib/cluster.sh"
+    bench_at_exit cleanup
+    bench_cluster_up 2 "$MODE"
     G=$PER_NODE W=$((2 * PER_NODE))
     launch() { bash -c 'nc_mpirun "$@"' nc_mpirun "node1:$G,node2:$G" -n "$W" -x OMP_NUM_THREADS \
                  -x OPENBLAS_NUM_THREADS -x OPENBLAS_CORETYPE "$@"; }
@@ -106,14 +103,14 @@ if [ "$SWEEP" = slurm ]; then
   slurm_require || exit 77
   slurm_start || exit 77
   slurm_mpi_launchers
-  trap 'slurm_stop; cleanup' EXIT
+  bench_at_exit slurm_stop
   FSDP_TRAIN=$(slurm_train_wrapper "$BIN/fsdp-train")
   export FSDP_TRAIN
   launch() { srun --mpi="${FSDP_SRUN_MPI:-pmix}" -N 1 -n 2 --cpus-per-task=1 "$@"; }
 elif [ "$SWEEP" != mpirun ]; then
   echo "steptime_validate: SWEEP must be mpirun or slurm"; exit 2
 fi
-cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+cpu=$(bench_cpu)
 echo "steptime_validate: $MODE, W $W ($G per node), $cpu, OPENBLAS_CORETYPE ${OPENBLAS_CORETYPE:-auto}, REPS $REPS, STEPS $STEPS"
 echo "model: $MODEL"
 # the probe measures messages up to the model's largest unit (its default
