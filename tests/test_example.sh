@@ -46,7 +46,8 @@ pcdir=$(dirname "$pc")
 # --define-prefix: fsdp.pc's prefix becomes where the .pc lies (DESTDIR's
 # copy of the prefix), what a user with PKG_CONFIG_PATH=<prefix>/lib/pkgconfig gets
 ex=$tmp/examples
-cp -R "$srcdir/examples" "$ex" && make -s -C "$ex" clean >/dev/null
+# (a distcheck source tree is read-only: so would the copy be)
+cp -R "$srcdir/examples" "$ex" && chmod -R u+w "$ex" && make -s -C "$ex" clean >/dev/null
 cp "$srcdir/tests/example/family_register.c" "$ex/"
 if ! PKG_CONFIG_LIBDIR=$pcdir PKG_CONFIG_PATH= make -C "$ex" MPICC="$mpicc" \
         PKG_CONFIG="pkg-config --define-prefix" CFLAGS="-O2 -Werror" \
