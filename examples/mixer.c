@@ -33,14 +33,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* n_layer, n_embd, vocab_size, seq_len: the description's attributes */
+/* The description's attributes, in the order they are stored. */
 typedef struct {
   int n_layer, n_embd, vocab_size, seq_len;
 } MixerConfig;
-
-#define MIXER_NATTRS 4
-static const char *const kAttrNames[MIXER_NATTRS] = {"n_layer", "n_embd", "vocab_size",
-                                                     "seq_len"};
 
 static const char *const kPresetNames[] = {"mixer-tiny", "mixer-small", NULL};
 static const MixerConfig kPresets[] = {
@@ -94,20 +90,27 @@ typedef struct {
 
 /* ---- description ------------------------------------------------------------ */
 
-static void ConfigFields(MixerConfig *c, int *f[MIXER_NATTRS])
-{
-  f[0] = &c->n_layer;
-  f[1] = &c->n_embd;
-  f[2] = &c->vocab_size;
-  f[3] = &c->seq_len;
-}
-
 static int Describe(const MixerConfig *c, FsdpModelDesc *desc)
 {
-  int *f[MIXER_NATTRS];
   FsdpModelDescInit(desc, MIXER_FAMILY, "");
-  ConfigFields((MixerConfig *)c, f);
-  for (int i = 0; i < MIXER_NATTRS; i++) FSDP_CALL(FsdpModelDescAddInt(desc, kAttrNames[i], *f[i]));
+  FSDP_CALL(FsdpModelDescAddInt(desc, "n_layer", c->n_layer));
+  FSDP_CALL(FsdpModelDescAddInt(desc, "n_embd", c->n_embd));
+  FSDP_CALL(FsdpModelDescAddInt(desc, "vocab_size", c->vocab_size));
+  FSDP_CALL(FsdpModelDescAddInt(desc, "seq_len", c->seq_len));
+  return FSDP_SUCCESS;
+}
+
+/* Attribute `name` of a description into *out, at least min. */
+static int ReadAttr(const FsdpModelDesc *desc, const char *what, const char *name, int min,
+                    int *out)
+{
+  const FsdpModelAttr *a = FsdpModelDescFind(desc, name);
+  if (!a || a->type != FSDP_MODEL_ATTR_INT)
+    FSDP_ERROR(FSDP_ERR_USAGE, "%s lacks the integer model attribute %s", what, name);
+  if (a->i < min || a->i > (1 << 24))
+    FSDP_ERROR(FSDP_ERR_USAGE, "%s has %s %lld: outside [%d, %d]", what, name, (long long)a->i,
+               min, 1 << 24);
+  *out = (int)a->i;
   return FSDP_SUCCESS;
 }
 
@@ -115,20 +118,13 @@ static int Describe(const MixerConfig *c, FsdpModelDesc *desc)
  * messages name `what` (the file). */
 static int FromDesc(const FsdpModelDesc *desc, const char *what, MixerConfig *c)
 {
-  int *f[MIXER_NATTRS];
   if (strcmp(desc->family, MIXER_FAMILY) != 0)
     FSDP_ERROR(FSDP_ERR_USAGE, "%s holds a %s model, not a %s one", what, desc->family,
                MIXER_FAMILY);
-  ConfigFields(c, f);
-  for (int i = 0; i < MIXER_NATTRS; i++) {
-    const FsdpModelAttr *a = FsdpModelDescFind(desc, kAttrNames[i]);
-    if (!a || a->type != FSDP_MODEL_ATTR_INT)
-      FSDP_ERROR(FSDP_ERR_USAGE, "%s lacks the integer model attribute %s", what, kAttrNames[i]);
-    if (a->i < (i == 2 || i == 3 ? 2 : 1) || a->i > (1 << 24))
-      FSDP_ERROR(FSDP_ERR_USAGE, "%s has %s %lld: outside [%d, %d]", what, kAttrNames[i],
-                 (long long)a->i, i == 2 || i == 3 ? 2 : 1, 1 << 24);
-    *f[i] = (int)a->i;
-  }
+  FSDP_CALL(ReadAttr(desc, what, "n_layer", 1, &c->n_layer));
+  FSDP_CALL(ReadAttr(desc, what, "n_embd", 1, &c->n_embd));
+  FSDP_CALL(ReadAttr(desc, what, "vocab_size", 2, &c->vocab_size));
+  FSDP_CALL(ReadAttr(desc, what, "seq_len", 2, &c->seq_len));
   return FSDP_SUCCESS;
 }
 
