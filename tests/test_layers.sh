@@ -10,7 +10,10 @@
 # "base/...", "kernels/..." and system headers -- and not the system
 # headers of MPI, NCCL, CUDA or HDF5 either.  Every violation is printed as
 #   FILE:LINE: #include "HEADER" (why it may not)
-# and the test fails; a later leak therefore fails the suite.
+# and the test fails; a later leak therefore fails the suite.  examples/
+# is outside the layers: it uses the installed library as a user's program
+# does, so it includes <libfsdp.h> and its own headers ("mixer.h"), never a
+# header of the tree by its layer path, nor config.h (not installed).
 #
 # Usage: test_layers.sh SRCDIR
 # (FSDP_LAYERS_EXTRA_FILE=PATH adds file PATH, checked as if its name were
@@ -46,6 +49,7 @@ check() {
       if (f ~ /^lib\/[^\/]+\//) { split(f, parts, "/"); return parts[2] }
       if (f ~ /^kernels\//) return "kernels"
       if (f ~ /^src\//) return "src"
+      if (f ~ /^examples\//) return "examples"
       return ""
     }
     function include_layer(h,   parts) {
@@ -76,6 +80,11 @@ check() {
       }
       if (!match($0, /"[^"]*"/)) next
       inc = substr($0, RSTART + 1, RLENGTH - 2)
+      if (layer == "examples") {
+        if (inc ~ /\// || inc == "config.h")
+          print where "#include \"" inc "\" (an example uses the installed library: <libfsdp.h> and its own headers)"
+        next
+      }
       il = include_layer(inc)
       if (il == "any") next
       if (rank(il) < 0) {
@@ -94,7 +103,7 @@ check() {
 }
 
 sources() {
-  find lib kernels src -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) | sort
+  find lib kernels src examples -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) | sort
 }
 
 if [ -n "$FSDP_LAYERS_EXTRA_FILE" ]; then
@@ -122,6 +131,8 @@ if [ -z "$FSDP_LAYERS_EXTRA_FILE" ]; then
   planted=$(FSDP_LAYERS_EXTRA_FILE=$tmp.c FSDP_LAYERS_EXTRA_NAME=lib/model/planted.c sh "$self" .)
   printf '#include "comm/coll.h"\n#include "io/ckpt.h"\n' > "$tmp.c"
   planted2=$(FSDP_LAYERS_EXTRA_FILE=$tmp.c FSDP_LAYERS_EXTRA_NAME=lib/comm/planted.c sh "$self" .)
+  printf '#include <libfsdp.h>\n#include "mixer.h"\n#include "model/gpt.h"\n' > "$tmp.c"
+  planted3=$(FSDP_LAYERS_EXTRA_FILE=$tmp.c FSDP_LAYERS_EXTRA_NAME=examples/planted.c sh "$self" .)
   rm -f "$tmp.c"
   case $planted in
     *'lib/model/planted.c:2: #include "runtime/fsdp.h"'*'lib/model/planted.c:3: #include <mpi.h>'*) ;;
@@ -135,6 +146,13 @@ if [ -z "$FSDP_LAYERS_EXTRA_FILE" ]; then
   esac
   case $planted2 in
     *'planted.c:1:'*) echo "test_layers: self-check: comm/coll.h in a comm file was reported"; exit 1 ;;
+  esac
+  case $planted3 in
+    *'planted.c:1:'*|*'planted.c:2:'*)
+       echo "test_layers: self-check: <libfsdp.h> or its own header in an example was reported"; exit 1 ;;
+    *'examples/planted.c:3: #include "model/gpt.h"'*) ;;
+    *) echo "test_layers: self-check: an example including model/gpt.h was not reported:"
+       printf '%s\n' "$planted3"; exit 1 ;;
   esac
 fi
 echo "test_layers: $checked files follow the layer order"

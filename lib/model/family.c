@@ -116,15 +116,48 @@ const FsdpModelFamily FsdpGptFamily = {
 
 /* ---- registry ------------------------------------------------------------- */
 
-static const FsdpModelFamily *const kFamilies[] = {&FsdpGptFamily, &FsdpLlamaFamily};
-#define NFAMILIES ((int)(sizeof kFamilies / sizeof kFamilies[0]))
-static const char *const kFamilyNames[] = {GPT_FAMILY, "llama", NULL};
+/* The built-in families first, then those FsdpModelFamilyRegister adds
+ * (a program's own model: examples/); g_family_names is -family's choices. */
+#define MAX_FAMILIES 16
+static const FsdpModelFamily *g_families[MAX_FAMILIES] = {&FsdpGptFamily, &FsdpLlamaFamily};
+static int g_nfamilies = 2;
+static const char *g_family_names[MAX_FAMILIES + 1] = {GPT_FAMILY, "llama", NULL};
 
 const FsdpModelFamily *FsdpModelFamilyFind(const char *name)
 {
-  for (int i = 0; i < NFAMILIES; i++)
-    if (strcmp(kFamilies[i]->name, name) == 0) return kFamilies[i];
+  for (int i = 0; i < g_nfamilies; i++)
+    if (strcmp(g_families[i]->name, name) == 0) return g_families[i];
   return NULL;
+}
+
+static const FsdpModelFamily *FamilyOfPreset(const char *preset);
+
+int FsdpModelFamilyRegister(const FsdpModelFamily *f)
+{
+  if (!f || !f->name || !f->name[0] || strlen(f->name) >= FSDP_MODEL_NAME_MAX)
+    FSDP_ERROR(FSDP_ERR_USAGE, "FsdpModelFamilyRegister: a family needs a name of 1 to %d "
+               "characters", FSDP_MODEL_NAME_MAX - 1);
+  if (FsdpModelFamilyFind(f->name))
+    FSDP_ERROR(FSDP_ERR_USAGE, "FsdpModelFamilyRegister: a model family named '%s' is already "
+               "registered", f->name);
+  /* every operation but set_attention (optional: one kind) is called */
+  if (!f->presets || !f->from_db || !f->check || !f->param_count || !f->activation_bytes ||
+      !f->model_activation_bytes || !f->set_recompute || !f->matmul_shapes || !f->create ||
+      !f->destroy || !f->table || !f->set_up || !f->set_batch || !f->loss || !f->logits ||
+      !f->set_loss_scale)
+    FSDP_ERROR(FSDP_ERR_USAGE, "FsdpModelFamilyRegister: family '%s' lacks an operation "
+               "(FsdpModelFamily in model/family.h: all but set_attention are required)", f->name);
+  /* -model names one family: a preset another family has is ambiguous */
+  for (int i = 0; f->presets[i]; i++)
+    if (FamilyOfPreset(f->presets[i]) || strcmp(f->presets[i], "custom") == 0)
+      FSDP_ERROR(FSDP_ERR_USAGE, "FsdpModelFamilyRegister: family '%s': preset '%s' is already a "
+                 "-model value", f->name, f->presets[i]);
+  if (g_nfamilies == MAX_FAMILIES)
+    FSDP_ERROR(FSDP_ERR_USAGE, "FsdpModelFamilyRegister: family '%s': %d families are "
+               "registered, the most there can be", f->name, MAX_FAMILIES);
+  g_family_names[g_nfamilies] = f->name;
+  g_families[g_nfamilies++] = f;
+  return FSDP_SUCCESS;
 }
 
 /* Every family's presets then "custom": -model's choices.  GPT's come
@@ -134,9 +167,9 @@ static const char *const *AllPresets(void)
 {
   static const char *names[MAX_PRESETS + 2];
   int n = 0;
-  for (int f = 0; f < NFAMILIES; f++)
-    for (int i = 0; kFamilies[f]->presets[i] && n < MAX_PRESETS; i++)
-      names[n++] = kFamilies[f]->presets[i];
+  for (int f = 0; f < g_nfamilies; f++)
+    for (int i = 0; g_families[f]->presets[i] && n < MAX_PRESETS; i++)
+      names[n++] = g_families[f]->presets[i];
   names[n++] = "custom";
   names[n] = NULL;
   return names;
@@ -144,9 +177,9 @@ static const char *const *AllPresets(void)
 
 static const FsdpModelFamily *FamilyOfPreset(const char *preset)
 {
-  for (int f = 0; f < NFAMILIES; f++)
-    for (int i = 0; kFamilies[f]->presets[i]; i++)
-      if (strcmp(kFamilies[f]->presets[i], preset) == 0) return kFamilies[f];
+  for (int f = 0; f < g_nfamilies; f++)
+    for (int i = 0; g_families[f]->presets[i]; i++)
+      if (strcmp(g_families[f]->presets[i], preset) == 0) return g_families[f];
   return NULL;
 }
 
@@ -159,19 +192,19 @@ int FsdpModelOptionsFromDb(FsdpOpts db, FsdpModelDesc *desc)
                             &idx));
   FSDP_CALL(FsdpOptsGetEnum(db, "Model", "family",
                             "model family of -model custom: gpt2 (GPT-2), llama (Llama 3)",
-                            kFamilyNames, 0, &fidx));
+                            g_family_names, 0, &fidx));
   const char *preset = names[idx];
   int custom = strcmp(preset, "custom") == 0;
-  const FsdpModelFamily *fam = custom ? kFamilies[fidx] : FamilyOfPreset(preset);
-  if (!custom && FsdpOptsHas(db, "family") && fam != kFamilies[fidx])
+  const FsdpModelFamily *fam = custom ? g_families[fidx] : FamilyOfPreset(preset);
+  if (!custom && FsdpOptsHas(db, "family") && fam != g_families[fidx])
     FSDP_ERROR(FSDP_ERR_USAGE, "option -family %s: -model %s is a %s model (-family applies to "
-               "-model custom)", kFamilyNames[fidx], preset, fam->name);
+               "-model custom)", g_family_names[fidx], preset, fam->name);
   FSDP_CALL(fam->from_db(db, custom ? NULL : preset, desc));
   snprintf(desc->preset, sizeof desc->preset, "%s", preset);
   if (FsdpOptsHelpRequested(db))
-    for (int f = 0; f < NFAMILIES; f++) {
+    for (int f = 0; f < g_nfamilies; f++) {
       FsdpModelDesc other;
-      if (kFamilies[f] != fam) (void)kFamilies[f]->from_db(db, NULL, &other);
+      if (g_families[f] != fam) (void)g_families[f]->from_db(db, NULL, &other);
     }
   return FSDP_SUCCESS;
 }
@@ -185,9 +218,14 @@ int64_t FsdpModelDescInt(const FsdpModelDesc *desc, const char *name)
 int FsdpModelDescCheck(const FsdpModelDesc *desc, const char *what)
 {
   const FsdpModelFamily *fam = FsdpModelFamilyFind(desc->family);
-  if (!fam)
+  if (!fam) {
+    char known[256] = "";
+    for (int i = 0; i < g_nfamilies; i++)
+      snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "",
+               g_family_names[i]);
     FSDP_ERROR(FSDP_ERR_USAGE, "%s holds a model of family '%s', which fsdp does not know "
-               "(known: gpt2, llama)", what, desc->family);
+               "(known: %s)", what, desc->family, known);
+  }
   FSDP_CALL(fam->check(desc, what));
   return FSDP_SUCCESS;
 }

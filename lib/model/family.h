@@ -61,6 +61,13 @@ typedef struct {
 
 /* The family of that name, or NULL. */
 const FsdpModelFamily *FsdpModelFamilyFind(const char *name);
+/* Not collective (every rank registers the same families, before options
+ * are read: -model and -family then offer the family's presets and name).
+ * Adds a family of the program's own (examples/: a model built against
+ * the installed library); f must live as long as the program.  A usage
+ * error for a name already registered, a preset another family has, or a
+ * missing operation. */
+int FsdpModelFamilyRegister(const FsdpModelFamily *f);
 
 /* Not collective.  Reads -model (every family's presets, then "custom")
  * and, for custom, -family; then the family's size options.  desc gets
