@@ -21,43 +21,39 @@ static const char kHelp[] =
     "mixer-small, or custom -family mixer with -n_layer -n_embd -vocab_size -seq_len.\n"
     "Exit status: 0 done, 2 bad usage or input, 75 preempted, 65 non-finite, 1 other.\n";
 
-/* Options, trainer, steps; returns an error code. */
-static int Run(int argc, char **argv, int *preempted, int *nonfinite)
+/* Not collective: the mixer family, then every option of the driver. */
+static int ReadOptions(FsdpOpts db, void *state)
 {
-  FsdpOpts db = NULL;
-  FsdpTrainOptions o;
-  FsdpTrainer tr = NULL;
   /* before the options are read: -model and -family then know "mixer" */
   FSDP_CALL(FsdpModelFamilyRegister(&MixerFamily));
-  FSDP_CALL(FsdpOptsCreate(MPI_COMM_WORLD, argc, argv, &db));
   /* this program's default model (the driver's is GPT's "small") */
-  int err = FsdpOptsHas(db, "model") ? FSDP_SUCCESS : FsdpOptsSetValue(db, "model", "mixer-tiny");
-  if (!err) err = FsdpTrainOptionsFromDb(db, &o);
-  if (FsdpOptsHelpRequested(db)) {
-    FsdpOptsPrintHelp(db, stdout, kHelp);
-    FsdpOptsDestroy(&db);
-    return FSDP_SUCCESS;
-  }
-  if (!err) err = FsdpOptsCheckUnknown(db);
-  if (!err) err = FsdpTrainerCreate(MPI_COMM_WORLD, &o, &tr);
+  if (!FsdpOptsHas(db, "model")) FSDP_CALL(FsdpOptsSetValue(db, "model", "mixer-tiny"));
+  return FsdpTrainOptionsFromDb(db, state);
+}
+
+/* Collective on MPI_COMM_WORLD: trainer, steps, summary. */
+static int Train(FsdpProgramRun *r)
+{
+  FsdpTrainer tr = NULL;
+  int err = FsdpTrainerCreate(MPI_COMM_WORLD, r->state, &tr);
   if (!err) err = FsdpTrainerRun(tr, stdout);
   if (!err) err = FsdpTrainerSummary(tr, stdout);
-  if (!err) *preempted = FsdpTrainerPreempted(tr) != 0;
-  if (tr) *nonfinite = FsdpTrainerNonFinite(tr);
+  if (!err) r->preempted = FsdpTrainerPreempted(tr) != 0;
+  if (tr) r->nonfinite = FsdpTrainerNonFinite(tr);
   int destroy_err = FsdpTrainerDestroy(&tr);
-  FsdpOptsDestroy(&db);
   return err ? err : destroy_err;
 }
 
-int main(int argc, char **argv)
-{
-  int preempted = 0, nonfinite = 0;
-  int err = FsdpInitialize(&argc, &argv);
-  if (!err) err = Run(argc, argv, &preempted, &nonfinite);
-  /* a rank-local failure may leave the other ranks inside a collective */
-  if (err && err != FSDP_ERR_USAGE) FsdpAbort(err);
-  FsdpFinalize();
-  if (!err && preempted) return FSDP_EXIT_PREEMPTED; /* a checkpoint was written */
-  if (err == FSDP_ERR_USAGE && nonfinite) return FSDP_EXIT_NONFINITE;
-  return FsdpExitStatus(err);
-}
+static FsdpTrainOptions options;
+
+/* libfsdp's shared main (driver/program.h): MPI, the options, -help, the
+ * teardown and the exit statuses as fsdp-train has them. */
+static const FsdpProgram kProgram = {.name = "train_mixer",
+                                     .help = kHelp,
+                                     .on_failure = FSDP_PROGRAM_ABORT_ON_FAILURE,
+                                     .computes = 1,
+                                     .state = &options,
+                                     .read_options = ReadOptions,
+                                     .run = Train};
+
+int main(int argc, char **argv) { return FsdpProgramMain(argc, argv, &kProgram); }
