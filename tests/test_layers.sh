@@ -44,13 +44,12 @@ check() {
     function file_layer(f,   parts) {
       if (f == "lib/libfsdp.h") return "driver" # the umbrella header: everything public
       if (f ~ /^lib\/[^\/]+\//) { split(f, parts, "/"); return parts[2] }
-      if (f ~ /^kernels\//) return "kernels"
       if (f ~ /^src\//) return "src"
       return ""
     }
     function include_layer(h,   parts) {
       if (h == "config.h") return "any"        # configure results
-      if (h == "common.cuh") return "kernels"  # kernels/cuda, included beside it
+      if (h == "common.cuh") return "kernels"  # lib/kernels/cuda, included beside it
       if (h == "libfsdp.h") return "driver"
       if (h ~ /\//) { split(h, parts, "/"); return parts[1] }
       return "unknown"
@@ -94,7 +93,7 @@ check() {
 }
 
 sources() {
-  find lib kernels src -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) | sort
+  find lib src -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) | sort
 }
 
 if [ -n "$FSDP_LAYERS_EXTRA_FILE" ]; then
@@ -105,7 +104,7 @@ fi
 
 checked=$(sources | wc -l)
 if [ "$checked" -lt 20 ]; then
-  echo "test_layers: only $checked source files under $srcdir/lib, kernels, src: wrong directory?"
+  echo "test_layers: only $checked source files under $srcdir/lib, src: wrong directory?"
   exit 1
 fi
 if [ -n "$out" ]; then
