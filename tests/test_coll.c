@@ -510,7 +510,7 @@ static void check_device_backends(void)
   CHECK(cuda == FsdpCudaBuilt(), "CUDA device back-end available %d, FsdpCudaBuilt %d", cuda,
         FsdpCudaBuilt());
   if (cuda) return; /* set-up with CUDA needs a GPU: test_kernels_cuda, test_gpu_train */
-  int err = FsdpDeviceSetUp(FSDP_DEVICE_CUDA, NULL);
+  int err = FsdpDeviceSetUp(FSDP_DEVICE_CUDA, MPI_COMM_WORLD);
   CHECK(err == FSDP_ERR_USAGE &&
             strstr(FsdpErrorLastMessage(), "-device cuda: this build has no CUDA back-end"),
         "device set-up for CUDA without its back-end gave %d: '%s'", err, FsdpErrorLastMessage());
