@@ -1,4 +1,5 @@
-/* coll.h: collectives over a backend, with byte accounting (DESIGN §3, §5).
+/* coll.h: collectives over a backend, with byte accounting (docs/design.md
+ * §5, "Collectives").
  *
  * all-gather and reduce-scatter run on a sharding group, all-reduce on a
  * replica group; each exists blocking and issued on a stream (returns an
