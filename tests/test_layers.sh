@@ -149,14 +149,16 @@ cycles() {
       if (s ~ /^[ \t]*#/) { uses(s); next }
       # definitions at file scope (depth 0, or inside extern "C" { })
       base = ec
-      if (depth == base && s ~ /^[A-Za-z_]/ && s !~ /^(typedef|extern|struct|union|enum)[ \t]/ ) {
-        st = (s ~ /^static[ \t]/ || s ~ /^(__global__|__device__|__host__)?[ \t]*static[ \t]/)
-        if (match(s, /^[^(=;{]*[A-Za-z_][A-Za-z0-9_]*[ \t]*\(/)) {
-          h = substr(s, 1, RLENGTH - 1); sub(/[ \t]+$/, "", h)
+      d = s # a C++ file'\''s extern "C" definition is a definition
+      if (d !~ /^extern[ \t]*""[ \t]*\{/) sub(/^extern[ \t]*""[ \t]*/, "", d)
+      if (depth == base && d ~ /^[A-Za-z_]/ && d !~ /^(typedef|extern|struct|union|enum)[ \t]/ ) {
+        st = (d ~ /^static[ \t]/ || d ~ /^(__global__|__device__|__host__)?[ \t]*static[ \t]/)
+        if (match(d, /^[^(=;{]*[A-Za-z_][A-Za-z0-9_]*[ \t]*\(/)) {
+          h = substr(d, 1, RLENGTH - 1); sub(/[ \t]+$/, "", h)
           match(h, /[A-Za-z_][A-Za-z0-9_]*$/)
           pending = substr(h, RSTART); pstatic = st
-        } else if (match(s, /^[^(;{]*[A-Za-z_][A-Za-z0-9_]*[ \t]*(\[[^]]*\])?[ \t]*(=|;)/)) {
-          h = substr(s, 1, RLENGTH - 1); sub(/[ \t]*(\[[^]]*\])?[ \t]*$/, "", h)
+        } else if (match(d, /^[^(;{]*[A-Za-z_][A-Za-z0-9_]*[ \t]*(\[[^]]*\])?[ \t]*(=|;)/)) {
+          h = substr(d, 1, RLENGTH - 1); sub(/[ \t]*(\[[^]]*\])?[ \t]*$/, "", h)
           match(h, /[A-Za-z_][A-Za-z0-9_]*$/)
           def(substr(h, RSTART), st)
         }
