@@ -254,7 +254,8 @@ static int Generate(const SampleOptions *o, Sampler *s)
   int T = (int)(n + o->max_new < seq_len ? n + o->max_new : seq_len);
   if (T < 1) T = 1;
   FSDP_CALL(FsdpTopoCreate(MPI_COMM_WORLD, &o->topo, &s->topo));
-  FSDP_CALL(FsdpDeviceSetUp(o->device_cuda ? FSDP_DEVICE_CUDA : FSDP_DEVICE_CPU, s->topo));
+  FSDP_CALL(FsdpDeviceSetUp(o->device_cuda ? FSDP_DEVICE_CUDA : FSDP_DEVICE_CPU,
+                            FsdpTopoWorld(s->topo)->comm));
   s->device_set = 1;
   const FsdpKernelOps *k = NULL; /* [Note: bf16 compute]: as fsdp-train */
   FSDP_CALL(FsdpComputeKernels(FsdpDeviceKernels(), o->fsdp.compute_dtype, &s->k_bf16, &k));

@@ -296,7 +296,7 @@ static void check_rs_lowp_random(FsdpColl c, const FsdpGroup *g, FsdpDtype dt, s
   free(recv);
 }
 
-/* [Note: scaled reductions] (coll.c) in fp16, on the reduce-scatter of the
+/* [Note: scaled reductions] (coll_common.c) in fp16, on the reduce-scatter of the
  * sharding group and the all-reduce of the replica group, each with scale
  * 1/n (a gradient mean):
  * - big values, near 65504/4: the sum of 8 passes fp16's largest finite
@@ -510,7 +510,7 @@ static void check_device_backends(void)
   CHECK(cuda == FsdpCudaBuilt(), "CUDA device back-end available %d, FsdpCudaBuilt %d", cuda,
         FsdpCudaBuilt());
   if (cuda) return; /* set-up with CUDA needs a GPU: test_kernels_cuda, test_gpu_train */
-  int err = FsdpDeviceSetUp(FSDP_DEVICE_CUDA, NULL);
+  int err = FsdpDeviceSetUp(FSDP_DEVICE_CUDA, MPI_COMM_WORLD);
   CHECK(err == FSDP_ERR_USAGE &&
             strstr(FsdpErrorLastMessage(), "-device cuda: this build has no CUDA back-end"),
         "device set-up for CUDA without its back-end gave %d: '%s'", err, FsdpErrorLastMessage());
@@ -635,7 +635,7 @@ static void run_chunked(const FsdpGroup *world)
   TCALL(FsdpCollDestroy(&c));
 }
 
-/* [Note: waiting for a collective] (coll_mpi.c): FSDP_COMM_WAIT (read at
+/* [Note: waiting for a collective] (coll_common.h): FSDP_COMM_WAIT (read at
  * create) picks the nonblocking calls polled for a second, then with
  * nanosleep (adaptive, the default main's run used), the blocking calls
  * (block) or the nonblocking ones with MPI_Test and sched_yield (yield) or

@@ -1,8 +1,10 @@
 /* coll.c: collectives over a backend, with byte accounting (see coll.h):
  * what every back-end shares -- argument checks, counting at issue, the
- * async variants, scalar reductions, the scale rule -- and the dispatch to
- * the back-end's file ([Note: collective backends] in coll_backend.h):
- * coll_mpi.c, coll_staged.c, coll_nccl.c.
+ * async variants, scalar reductions -- and the dispatch to the back-end's
+ * file ([Note: collective backends] in coll_backend.h): coll_mpi.c,
+ * coll_staged.c, coll_nccl.c.  The back-ends never call back here: what
+ * they share with this file (the scale rule, names, MPI waits) is in
+ * coll_common.c ([Note: no calls back into coll.c] in coll_common.h).
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -10,55 +12,21 @@
 
 #include "comm/coll.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
 #include "comm/coll_backend.h"
+#include "comm/coll_common.h"
 #include "comm/flight.h"
 #include "device/device_backend.h"
-
-const char *const FsdpCollKindNames[FSDP_COLL_NKINDS] = {"all-gather", "reduce-scatter",
-                                                         "all-reduce"};
 
 struct FsdpColl_ {
   const CollBackendOps *ops;
   void *state; /* the back-end's own */
   FsdpCommCounters counters; /* touched on the issuing thread only */
-  int scalar_adaptive; /* scalars wait as [Note: waiting for a collective] says */
+  int scalar_adaptive; /* scalars wait as [Note: waiting for a collective] (coll_common.h) says */
 };
-
-/* ---- shared helpers ------------------------------------------------------ */
-
-const char *FsdpCollGroupName(const FsdpGroup *g)
-{
-  return (g && g->name) ? g->name : "unnamed";
-}
-
-/* [Note: scaled reductions] A reduction with scale s (1/W for a gradient
- * mean) multiplies every input by pre before the sum and the sum by
- * post = s / pre after it, with pre = 2^-ceil(log2(1/s) / 2), a power of
- * two near sqrt(s): for W a power of two exactly PyTorch's gradient pre-
- * and post-division factors (W = 8: 1/4 and 1/2).  Sum-then-divide
- * overflows once the sum of W gradients passes the dtype's range (65504
- * in fp16, whatever the mean), divide-then-sum underflows small gradients
- * by the full 1/W; the split halves both exponents' exposure.  Both
- * back-ends use the rule for every dtype: MPI scales the send buffer in
- * place before the collective (so reduce-scatter's send is scratch) and
- * the result after it; NCCL uses ncclPreMulSum(pre) and scales the result
- * on the communication stream.  Multiplying by powers of two is exact, so
- * the result equals sum-then-scale bit for bit wherever neither overflows
- * nor underflows. */
-void FsdpCollSplitScale(float scale, float *pre, float *post)
-{
-  *pre = 1.0f;
-  *post = scale;
-  if (!(scale > 0.0f && scale < 1.0f)) return; /* 1, >1, 0, negative, NaN: as given */
-  int k = (int)ceil(-log2((double)scale) / 2.0);
-  *pre = ldexpf(1.0f, -k);
-  *post = ldexpf(scale, k); /* scale / pre, exact */
-}
 
 /* Checks every backend shares; done at issue so that a bad call fails on
  * the calling thread, before anything is counted or enqueued.  Every rank
@@ -154,7 +122,7 @@ int FsdpCollCreate(FsdpCollBackend backend, FsdpColl *out)
   FsdpColl c = calloc(1, sizeof *c);
   FSDP_CHECK_ALLOC(c, sizeof *c);
   c->ops = ops;
-  c->scalar_adaptive = FsdpCollMpiWaitIsAdaptive();
+  c->scalar_adaptive = FsdpCollWaitIsAdaptive();
   int err = ops->create(&c->state);
   if (err) {
     free(c);

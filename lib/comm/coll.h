@@ -1,4 +1,5 @@
-/* coll.h: collectives over a backend, with byte accounting (DESIGN §3, §5).
+/* coll.h: collectives over a backend, with byte accounting (docs/design.md
+ * §5, "Collectives").
  *
  * all-gather and reduce-scatter run on a sharding group, all-reduce on a
  * replica group; each exists blocking and issued on a stream (returns an
@@ -17,8 +18,9 @@
  * Reductions with a scale (1/W for a gradient mean; 1 for a plain sum)
  * divide before and after the sum, by a power of two near sqrt(1/scale)
  * and the rest, on both back-ends and for every dtype ([Note: scaled
- * reductions] in coll.c): the sum of W fp16 gradients neither overflows
- * as sum-then-divide would nor underflows as divide-then-sum would.
+ * reductions] in coll_common.c): the sum of W fp16 gradients neither
+ * overflows as sum-then-divide would nor underflows as divide-then-sum
+ * would.
  *
  * [Note: byte accounting] Counters use the algorithm-independent volume
  * received per rank: all-gather and reduce-scatter (n-1)/n * P * K,
@@ -106,8 +108,8 @@ int FsdpCollAllGather(FsdpColl c, const FsdpGroup *g, const void *send,
 /* Collective on g.  send holds g->size*count elements; recv gets this
  * rank's count summed elements times scale.  send and recv must not
  * overlap.  send is scratch: the MPI backend pre-scales it in place
- * ([Note: scaled reductions] in coll.c), so its contents afterwards are
- * unspecified.  bf16/fp16: see [Note: low-precision sums over MPI] in
+ * ([Note: scaled reductions] in coll_common.c), so its contents afterwards
+ * are unspecified.  bf16/fp16: see [Note: low-precision sums over MPI] in
  * coll_mpi.c (each pairwise add rounds; the scales round exactly when they
  * are powers of two, barring underflow). */
 int FsdpCollReduceScatter(FsdpColl c, const FsdpGroup *g, void *send,

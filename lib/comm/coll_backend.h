@@ -13,7 +13,9 @@
  * device stream wait for them (wait_device); the public functions do not
  * change.  A build without CUDA links coll_nccl_none.c, whose
  * FsdpCollNcclOps() is NULL: coll.c turns that into the usage error for
- * the NCCL backend, with no #ifdef in shared code.
+ * the NCCL backend, with no #ifdef in shared code.  What coll.c and the
+ * back-ends both need (names for messages, the scale split, MPI waits) is
+ * in coll_common.h, below both ([Note: no calls back into coll.c]).
  */
 #ifndef FSDP_COLL_BACKEND_H
 #define FSDP_COLL_BACKEND_H
@@ -58,24 +60,5 @@ const CollBackendOps *FsdpCollMpiOps(void);  /* coll_mpi.c */
 const CollBackendOps *FsdpCollStagedOps(void);
 /* coll_nccl.c; NULL from coll_nccl_none.c in a build without CUDA. */
 const CollBackendOps *FsdpCollNcclOps(void);
-
-/* Shared by the back-ends (coll.c). */
-
-/* g's name for messages ("unnamed" without one). */
-const char *FsdpCollGroupName(const FsdpGroup *g);
-
-/* [Note: scaled reductions] (coll.c): the factor applied to each input
- * before the sum and the one applied to the sum after it; pre * post ==
- * scale, both powers of two when scale is. */
-void FsdpCollSplitScale(float scale, float *pre, float *post);
-
-/* [Note: waiting for a collective] (coll_mpi.c) for MPI_Allreduce, the
- * MPI back-end's and the scalar reductions' (coll.c): with adaptive (and
- * FsdpCollMpiWaitIsAdaptive says whether FSDP_COMM_WAIT chooses it) the
- * nonblocking call, waited for as that Note says; else the blocking one.
- * Returns an MPI error code. */
-int FsdpCollMpiAllreduce(const void *send, void *recv, int count, MPI_Datatype type, MPI_Op op,
-                         MPI_Comm comm, int adaptive);
-int FsdpCollMpiWaitIsAdaptive(void);
 
 #endif

@@ -9,7 +9,7 @@
  * is rounded n - 1 times (each time to 8 (bf16) or 11 (fp16) significant
  * bits of a partial sum), in an order MPI picks.  The scale is applied in
  * two parts, to the inputs in place before and to the received result in
- * place after ([Note: scaled reductions]), element by element in fp32 (no
+ * place after ([Note: scaled reductions] in coll_common.c), element by element in fp32 (no
  * fp32 temporary buffer is needed).  With a power-of-two scale (1/W for W
  * a power of two) both roundings are exact barring underflow.  fp32 uses
  * MPI_FLOAT / MPI_SUM (our own fp32 op on chunks) and scales the same way.
@@ -20,55 +20,12 @@
 
 #include <errno.h>
 #include <limits.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "base/error.h"
 #include "comm/coll_backend.h"
-
-/* [Note: waiting for a collective] A collective on the communication
- * thread waits most of its time for the peers to enter it; the thread
- * shares its rank's cores with the compute thread.  How it waits
- * (FSDP_COMM_WAIT; the scalar reductions of coll.c wait the same way):
- *   adaptive  (the default) the nonblocking call (MPI_Iallgather, ...),
- *          then MPI_Test in a loop -- polling as the blocking call does, so
- *          a collective keeps its latency -- for COLL_SPIN_S (1 s); a wait
- *          still going then is a peer far behind or a hang, and it goes on
- *          with nanosleep between tests, from 50 us doubling to 1 ms: a
- *          stopped rank costs its peers no core while the watchdog warns
- *          and times out ([Note: hang watchdog], flight.h; test_flight
- *          measures a waiting rank's CPU time), for at most 1 ms more
- *          latency on a wait that has taken a second already.
- *   block  the blocking MPI call (MPI_Allgather, ...).  Open MPI polls for
- *          the peers inside it without ever sleeping, so while a peer still
- *          computes, this thread takes a share of the core from this rank's
- *          compute thread -- and during a hang a whole core, until
- *          -coll_timeout (the default before adaptive).
- *   yield  the nonblocking call, then MPI_Test and sched_yield until it
- *          completes: the compute thread runs whenever it is ready, the
- *          collective progresses between its time slices.
- *   sleep  the nonblocking call, then MPI_Test with nanosleep between tests,
- *          from 2 us doubling to 256 us: the thread costs (almost) no cycles
- *          while it waits, at a latency of up to 256 us per step of the
- *          collective's algorithm.
- * Measured (bench/README.md, "Communication threads"): at W = 2 on one
- * node, one thread per rank, sleep made F = 2 steps a few percent faster
- * than block (within the noise of the loaded machine), but on an
- * oversubscribed, loaded machine every wake-up from nanosleep waits for a
- * time slice: test_chunked (thousands of small collectives) took 213 s
- * instead of 35 s.  adaptive sleeps only after a second of waiting, so
- * short collectives wait as under block; yield and sleep are there for
- * runs with a core to spare per rank and large collectives. */
-typedef enum { COLL_WAIT_ADAPTIVE, COLL_WAIT_BLOCK, COLL_WAIT_YIELD, COLL_WAIT_SLEEP } CollWait;
-static const char *const coll_wait_names[] = {"adaptive", "block", "yield", "sleep", NULL};
-#define COLL_WAIT_DEFAULT COLL_WAIT_ADAPTIVE
-#define COLL_SLEEP_MIN_NS 2000L
-#define COLL_SLEEP_MAX_NS 256000L
-#define COLL_SPIN_S 1.0
-#define COLL_IDLE_MIN_NS 50000L
-#define COLL_IDLE_MAX_NS 1000000L
+#include "comm/coll_common.h"
 
 /* The back-end's state: the MPI objects for 2-byte sums, the chunk limit
  * and the way of waiting. */
@@ -76,40 +33,11 @@ typedef struct {
   MPI_Datatype half_type; /* 2 contiguous bytes: one bf16 or fp16 */
   MPI_Op sum_bf16, sum_fp16, sum_fp32; /* sum_fp32: chunked collectives only */
   size_t max_count; /* most elements per rank in one MPI call ([Note: chunked collectives]) */
-  CollWait wait;    /* [Note: waiting for a collective] */
+  CollWait wait;    /* [Note: waiting for a collective] (coll_common.h) */
   int algo;         /* [Note: ring reduce-scatter]: RING_AUTO, RING_ALWAYS or RING_NEVER */
 } CollMpi;
 
-static void SleepNs(long ns)
-{
-  struct timespec ts = {0, ns};
-  nanosleep(&ts, NULL);
-}
-
-/* Complete *req the way `wait` says; returns an MPI error code. */
-static int CollWaitRequest(CollWait wait, MPI_Request *req)
-{
-  if (wait == COLL_WAIT_BLOCK) return MPI_Wait(req, MPI_STATUS_IGNORE);
-  long ns = wait == COLL_WAIT_SLEEP ? COLL_SLEEP_MIN_NS : COLL_IDLE_MIN_NS;
-  double t0 = wait == COLL_WAIT_ADAPTIVE ? FsdpWallTime() : 0.0;
-  int idle = 0; /* adaptive: past COLL_SPIN_S */
-  for (unsigned polls = 1;; polls++) {
-    int done = 0;
-    int err = MPI_Test(req, &done, MPI_STATUS_IGNORE);
-    if (err != MPI_SUCCESS || done) return err;
-    if (wait == COLL_WAIT_YIELD) {
-      sched_yield();
-    } else if (wait == COLL_WAIT_SLEEP || idle) {
-      SleepNs(ns);
-      long max = wait == COLL_WAIT_SLEEP ? COLL_SLEEP_MAX_NS : COLL_IDLE_MAX_NS;
-      if (ns < max) ns = 2 * ns < max ? 2 * ns : max;
-    } else if (polls % 256 == 0) { /* the clock now and then: a test is cheaper */
-      idle = FsdpWallTime() - t0 >= COLL_SPIN_S;
-    }
-  }
-}
-
-static int MpiWaitRequest(const CollMpi *m, MPI_Request *req) { return CollWaitRequest(m->wait, req); }
+static int MpiWaitRequest(const CollMpi *m, MPI_Request *req) { return FsdpCollWaitRequest(m->wait, req); }
 
 /* One collective call into err (an MPI error code): the blocking call
  * under FSDP_COMM_WAIT=block, else its nonblocking variant (the same
@@ -441,7 +369,8 @@ static int MpiReduceScatter(void *state, const FsdpGroup *g, void *send, void *r
  * ring all-reduce]) keep the blocking MPI_Allreduce under FSDP_COMM_WAIT
  * block, yield and sleep (the ring's exchanges wait as it says); adaptive
  * (the default) issues MPI_Iallreduce and polls it as the blocking call
- * would for its first second ([Note: waiting for a collective]): a hung
+ * would for its first second ([Note: waiting for a collective] in
+ * coll_common.h): a hung
  * peer must not cost a core in a small all-reduce either.  Open MPI
  * 4.1's MPI_Iallreduce (libnbc, whose default for an in-place sum on few
  * ranks is, as we read its selection, a binomial reduce and broadcast
@@ -500,24 +429,6 @@ static int MpiAllReduceRing(const CollMpi *m, const FsdpGroup *g, void *buf, siz
   return FSDP_SUCCESS;
 }
 
-int FsdpCollMpiAllreduce(const void *send, void *recv, int count, MPI_Datatype type, MPI_Op op,
-                         MPI_Comm comm, int adaptive)
-{
-  if (!adaptive) return MPI_Allreduce(send, recv, count, type, op, comm);
-  MPI_Request req = MPI_REQUEST_NULL;
-  int err = MPI_Iallreduce(send, recv, count, type, op, comm, &req);
-  return err == MPI_SUCCESS ? CollWaitRequest(COLL_WAIT_ADAPTIVE, &req) : err;
-}
-
-static int CollWaitParse(const char *env, CollWait *out);
-
-/* (A bad FSDP_COMM_WAIT is reported where the back-end is created.) */
-int FsdpCollMpiWaitIsAdaptive(void)
-{
-  CollWait w;
-  return CollWaitParse(getenv("FSDP_COMM_WAIT"), &w) && w == COLL_WAIT_ADAPTIVE;
-}
-
 static int MpiAllReduce(void *state, const FsdpGroup *g, void *buf, size_t count,
                           FsdpDtype dt, float scale)
 {
@@ -568,29 +479,6 @@ static int CollMaxCountFromEnv(size_t *out)
   return FSDP_SUCCESS;
 }
 
-/* FSDP_COMM_WAIT: see [Note: waiting for a collective]. */
-static int CollWaitParse(const char *env, CollWait *out)
-{
-  *out = COLL_WAIT_DEFAULT;
-  if (!env || !env[0]) return 1;
-  for (int i = 0; coll_wait_names[i]; i++)
-    if (strcmp(env, coll_wait_names[i]) == 0) {
-      *out = (CollWait)i;
-      return 1;
-    }
-  return 0;
-}
-
-static int CollWaitFromEnv(CollWait *out)
-{
-  const char *env = getenv("FSDP_COMM_WAIT");
-  if (CollWaitParse(env, out)) return FSDP_SUCCESS;
-  FSDP_ERROR(FSDP_ERR_USAGE,
-             "environment variable FSDP_COMM_WAIT: '%s' is not adaptive, block, yield or sleep "
-             "(how the communication thread waits for a collective; default %s)",
-             env, coll_wait_names[COLL_WAIT_DEFAULT]);
-}
-
 /* FSDP_COLL_ALGO: see [Note: ring reduce-scatter]. */
 static int CollAlgoFromEnv(int *algo)
 {
@@ -634,7 +522,7 @@ static int MpiSetup(CollMpi *m)
   FSDP_CALL_MPI(MPI_Op_create(mpi_sum_fp16, 1, &m->sum_fp16));
   FSDP_CALL_MPI(MPI_Op_create(mpi_sum_fp32, 1, &m->sum_fp32));
   FSDP_CALL(CollMaxCountFromEnv(&m->max_count));
-  FSDP_CALL(CollWaitFromEnv(&m->wait));
+  FSDP_CALL(FsdpCollWaitFromEnv(&m->wait));
   FSDP_CALL(CollAlgoFromEnv(&m->algo));
   return FSDP_SUCCESS;
 }

@@ -54,6 +54,7 @@
 
 #include "base/error.h"
 #include "comm/coll_backend.h"
+#include "comm/coll_common.h"
 #include "device/cuda_call.h"
 #include "device/cuda_util.h"
 #include "kernels/cuda/kernels_cuda.h"

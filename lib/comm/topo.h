@@ -1,4 +1,4 @@
-/* topo.h: the communicator hierarchy (DESIGN §3).
+/* topo.h: the communicator hierarchy (docs/design.md §5, "Topology").
  *
  * world (W ranks) -> nodes (G ranks each, detected with
  * MPI_COMM_TYPE_SHARED or emulated with -ranks_per_node) -> sharding

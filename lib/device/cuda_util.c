@@ -156,54 +156,6 @@ int FsdpCudaStreamSynchronize(void *stream)
   return FSDP_SUCCESS;
 }
 
-int FsdpCudaEventCreate(void **event)
-{
-  if (!event) FSDP_ERROR(FSDP_ERR_INTERNAL, "FsdpCudaEventCreate: NULL event");
-  cudaEvent_t e;
-  FSDP_CALL_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  *event = (void *)e;
-  return FSDP_SUCCESS;
-}
-
-int FsdpCudaEventDestroy(void **event)
-{
-  if (!event || !*event) return FSDP_SUCCESS;
-  cudaEvent_t e = (cudaEvent_t)*event;
-  *event = NULL;
-  FSDP_CALL_CUDA(cudaEventDestroy(e));
-  return FSDP_SUCCESS;
-}
-
-int FsdpCudaEventRecord(void *event, void *stream)
-{
-  FSDP_CALL_CUDA(cudaEventRecord((cudaEvent_t)event, (cudaStream_t)stream));
-  return FSDP_SUCCESS;
-}
-
-int FsdpCudaStreamWaitEvent(void *stream, void *event)
-{
-  FSDP_CALL_CUDA(cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)event, 0));
-  return FSDP_SUCCESS;
-}
-
-int FsdpCudaEventQuery(void *event, int *done)
-{
-  cudaError_t e = cudaEventQuery((cudaEvent_t)event);
-  if (e == cudaErrorNotReady) {
-    *done = 0;
-    return FSDP_SUCCESS;
-  }
-  FSDP_CALL_CUDA(e);
-  *done = 1;
-  return FSDP_SUCCESS;
-}
-
-int FsdpCudaEventSynchronize(void *event)
-{
-  FSDP_CALL_CUDA(cudaEventSynchronize((cudaEvent_t)event));
-  return FSDP_SUCCESS;
-}
-
 /* ---- device memory -------------------------------------------------------- */
 
 /* Blocks of FsdpCudaMalloc, for the size and tag at free.  Allocation is

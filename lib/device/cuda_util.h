@@ -1,6 +1,6 @@
-/* cuda_util.h: GPU detection and selection, streams and events, and
- * tagged device memory with the statistics the run reports (allocated, peak, reserved, allocation
- * retries and failures).
+/* cuda_util.h: GPU detection and selection, streams, and tagged device
+ * memory with the statistics the run reports (allocated, peak, reserved,
+ * allocation retries and failures).
  *
  * The CUDA back-end's own interface (cuda_util.c, built by configure
  * --with-cuda).  A build without CUDA links cuda_none.c instead, which
@@ -68,7 +68,7 @@ int FsdpCudaBindThread(void);
  * "NVIDIA H200 (sm_90, 139.8 GiB, driver 13.0, runtime 13.0)". */
 int FsdpCudaDeviceDescribe(int device, char *buf, size_t size);
 
-/* ---- streams and events (cudaStream_t / cudaEvent_t as void *) ----------- */
+/* ---- streams (cudaStream_t as void *) ------------------------------------- */
 
 /* A non-blocking stream (no implicit sync with the legacy default stream);
  * high_priority for the communication stream, so collectives are scheduled
@@ -76,14 +76,8 @@ int FsdpCudaDeviceDescribe(int device, char *buf, size_t size);
 int FsdpCudaStreamCreate(int high_priority, void **stream);
 int FsdpCudaStreamDestroy(void **stream); /* accepts NULL; sets it to NULL */
 int FsdpCudaStreamSynchronize(void *stream);
-/* Events without timing (cheapest kind), for ordering streams. */
-int FsdpCudaEventCreate(void **event);
-int FsdpCudaEventDestroy(void **event);
-int FsdpCudaEventRecord(void *event, void *stream);
-/* stream waits on the device for event's last record (the host goes on). */
-int FsdpCudaStreamWaitEvent(void *stream, void *event);
-int FsdpCudaEventQuery(void *event, int *done);
-int FsdpCudaEventSynchronize(void *event);
+/* (CUDA events that order streams are made where they are used: the NCCL
+ * back-end's own, coll_nccl.c.) */
 
 /* ---- device memory -------------------------------------------------------- */
 

@@ -43,12 +43,12 @@ int FsdpDeviceKindAvailable(FsdpDeviceKind kind)
   return kind == FSDP_DEVICE_CUDA ? FsdpDeviceCudaBuilt() : BackendOf(kind) != NULL;
 }
 
-int FsdpDeviceSetUp(FsdpDeviceKind kind, FsdpTopo topo)
+int FsdpDeviceSetUp(FsdpDeviceKind kind, MPI_Comm world)
 {
-  return FsdpDeviceSetUpShared(kind, topo, 0, NULL);
+  return FsdpDeviceSetUpShared(kind, world, 0, NULL);
 }
 
-int FsdpDeviceSetUpShared(FsdpDeviceKind kind, FsdpTopo topo, int allow_share, int *shared)
+int FsdpDeviceSetUpShared(FsdpDeviceKind kind, MPI_Comm world, int allow_share, int *shared)
 {
   int shared_ = 0;
   if (shared) *shared = 0;
@@ -59,7 +59,7 @@ int FsdpDeviceSetUpShared(FsdpDeviceKind kind, FsdpTopo topo, int allow_share, i
   if (!b)
     FSDP_ERROR(FSDP_ERR_USAGE, "option -device %s: %s; use -device cpu", kKindNames[kind].option,
                FsdpDeviceCudaMissing());
-  FSDP_CALL(b->set_up(topo, allow_share, &shared_));
+  FSDP_CALL(b->set_up(world, allow_share, &shared_));
   if (shared) *shared = shared_;
   g_kind = kind;
   g_backend = b;

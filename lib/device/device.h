@@ -30,13 +30,13 @@
 #ifndef FSDP_DEVICE_H
 #define FSDP_DEVICE_H
 
+#include <mpi.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "base/dtype.h"
 #include "kernels/kernels.h"
 #include "base/mem.h"
-#include "comm/topo.h"
 
 typedef enum { FSDP_DEVICE_CPU, FSDP_DEVICE_CUDA } FsdpDeviceKind;
 
@@ -44,16 +44,20 @@ typedef enum { FSDP_DEVICE_CPU, FSDP_DEVICE_CUDA } FsdpDeviceKind;
  * configure --with-cuda), whether or not a device is usable here. */
 int FsdpDeviceKindAvailable(FsdpDeviceKind kind);
 
-/* Collective on the topology's world.  CPU: nothing to do.  CUDA: picks
- * the GPU from the rank's position in its node (a usage error on every
- * rank when a node has more ranks than GPUs, or no GPU, or the build has no
- * CUDA), creates the compute stream and initializes the kernels. */
-int FsdpDeviceSetUp(FsdpDeviceKind kind, FsdpTopo topo);
+/* Collective on world (every rank of the job).  CPU: nothing to do.
+ * CUDA: picks the GPU from the rank's position in its node (a usage error
+ * on every rank when a node has more ranks than GPUs, or no GPU, or the
+ * build has no CUDA), creates the compute stream and initializes the
+ * kernels.  The node is the real one, found from world (MPI_COMM_TYPE_SHARED,
+ * [Note: one GPU per rank] in gpu_select.h), not the communicator topology's
+ * node, which -ranks_per_node may emulate: so the device layer needs world
+ * only, and no comm/ header. */
+int FsdpDeviceSetUp(FsdpDeviceKind kind, MPI_Comm world);
 /* The same; with allow_share, CUDA ranks of a node with fewer GPUs than
  * ranks share them instead of the usage error, and *shared (may be NULL)
  * is 1 on every rank when any rank shares (its collectives cannot be NCCL:
  * -device_coll).  CPU: *shared = 0. */
-int FsdpDeviceSetUpShared(FsdpDeviceKind kind, FsdpTopo topo, int allow_share, int *shared);
+int FsdpDeviceSetUpShared(FsdpDeviceKind kind, MPI_Comm world, int allow_share, int *shared);
 /* Not collective.  Releases what SetUp made; safe without SetUp. */
 int FsdpDeviceFinalize(void);
 

@@ -15,10 +15,10 @@
 #include "device/device.h"
 
 typedef struct {
-  /* Collective on the topology's world; makes the device current.
+  /* Collective on world (every rank); makes the device current.
    * allow_share: ranks may share a GPU; *shared = 1 on every rank when
    * some do (FsdpDeviceSetUpShared). */
-  int (*set_up)(FsdpTopo topo, int allow_share, int *shared);
+  int (*set_up)(MPI_Comm world, int allow_share, int *shared);
   int (*finalize)(void); /* releases what set_up made */
   const FsdpKernelOps *(*kernels)(void);
   void *(*compute_stream)(void);

@@ -11,9 +11,9 @@
 #include "base/error.h"
 #include "device/device_backend.h"
 
-static int CpuSetUp(FsdpTopo topo, int allow_share, int *shared)
+static int CpuSetUp(MPI_Comm world, int allow_share, int *shared)
 {
-  (void)topo, (void)allow_share;
+  (void)world, (void)allow_share;
   *shared = 0;
   return FSDP_SUCCESS;
 }

@@ -15,10 +15,10 @@ static void *g_stream = NULL; /* compute stream (cudaStream_t) */
 static int *g_flag = NULL;    /* device int of the overflow check, allocated once */
 static double *g_sums = NULL; /* FSDP_DEVICE_READBACK_MAX device doubles, allocated once */
 
-static int CudaSetUp(FsdpTopo topo, int allow_share, int *shared)
+static int CudaSetUp(MPI_Comm world, int allow_share, int *shared)
 {
-  /* the real node, not topo's (possibly emulated) one: gpu_select.h */
-  FSDP_CALL(FsdpCudaSelectDeviceShared(FsdpTopoWorld(topo)->comm, allow_share, &g_gpu, shared));
+  /* the real node, found from world: gpu_select.h */
+  FSDP_CALL(FsdpCudaSelectDeviceShared(world, allow_share, &g_gpu, shared));
   FSDP_CALL(FsdpCudaStreamCreate(0, &g_stream));
   FSDP_CALL(FsdpKernelsCudaInit(g_gpu, g_stream));
   /* the kernel table's buffers (what a model allocates) are accounted here */

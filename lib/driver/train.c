@@ -224,7 +224,8 @@ int FsdpTrainerCreate(MPI_Comm comm, const FsdpTrainOptions *o, FsdpTrainer *out
   /* the device first: without a usable GPU -device cuda is a usage error
    * on every rank before anything is allocated */
   int gpu_shared = 0;
-  FSDP_CALL(FsdpDeviceSetUpShared(o->device_cuda ? FSDP_DEVICE_CUDA : FSDP_DEVICE_CPU, tr->topo,
+  FSDP_CALL(FsdpDeviceSetUpShared(o->device_cuda ? FSDP_DEVICE_CUDA : FSDP_DEVICE_CPU,
+                                  FsdpTopoWorld(tr->topo)->comm,
                                   o->device_coll != DEVICE_COLL_NCCL, &gpu_shared));
   tr->device_set = 1;
   tr->k = FsdpDeviceKernels();

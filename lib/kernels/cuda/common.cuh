@@ -34,7 +34,7 @@ extern "C" {
 }
 #include "kernels/cuda/kernels_cuda.h"
 
-/* ---- state shared by the launchers (ops.cu) -------------------------------- */
+/* ---- state shared by the launchers (state.cu) ------------------------------ */
 
 struct CudaKernelState {
   int initialized;
@@ -60,7 +60,11 @@ extern CudaKernelState cuda_state;
  * shape], kernels/gemm_plan.h); FsdpKernelsCudaFinalize calls it while the
  * cuBLASLt handle still exists. */
 void lt_plans_release(void);
-/* ops.cu: *ptr = bytes of device memory through the installed allocator
+/* state.cu: the kernel table's alloc and free entries ([Note: buffers
+ * from the kernel table] in kernels.h), through the installed allocator. */
+int alloc_cuda(FsdpMemTag tag, size_t bytes, void *ptr);
+int free_cuda(void *ptr);
+/* state.cu: *ptr = bytes of device memory through the installed allocator
  * (FsdpKernelsCudaSetAllocator; *accounted = 1) or, before one is
  * installed, cudaMalloc (*accounted = 0); FSDP_SUCCESS or an error code
  * with FsdpErrorLastMessage set.  cuda_free_accounted frees what the
@@ -221,6 +225,23 @@ __device__ __forceinline__ float warp_max(float v)
 {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
+}
+
+/* Column sums of a (32, 8) block: each thread holds v, its partial sum of
+ * column threadIdx.x over every 8th row of the block's rows; the 8
+ * partials of a column are added in shared memory (a [8][33] array, padded
+ * against bank conflicts) in row order, and one atomicAdd per column lands
+ * the block's sum in *dst (only where valid: a column inside the matrix).
+ * Every thread of the block must call it (it synchronizes). */
+__device__ __forceinline__ void block_column_sum_atomic(float *dst, float v, float (*shared)[33],
+                                                        int valid)
+{
+  shared[threadIdx.y][threadIdx.x] = v;
+  __syncthreads();
+  if (threadIdx.y == 0 && valid) {
+    for (int k = 1; k < 8; k++) v += shared[k][threadIdx.x];
+    atomicAdd(dst, v);
+  }
 }
 
 /* Sum over a block of up to 1024 threads (blockDim.x a multiple of 32);

@@ -2,6 +2,7 @@
  * grouped-query head repeat.  Semantics: kernels.h; the CPU versions in
  * kernels/cpu/llama.c are the reference (tests/test_kernels_cuda.c). */
 #include "common.cuh"
+#include "kernels/rope.h"
 
 #define RMS_ROWS_PER_BLOCK 8 /* warps per block in the row kernels */
 #define RMS_COL_ROWS 256     /* rows per block in the column kernel */
@@ -56,16 +57,11 @@ __global__ void rmsnorm_backward_weight_kernel(float *dweight, const float *__re
   if (c < C)
     for (int r = r0 + threadIdx.y; r < r1; r += 8)
       aw += dout[(size_t)r * C + c] * inp[(size_t)r * C + c] * rstd[r];
-  sw[threadIdx.y][threadIdx.x] = aw;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < C) {
-    for (int k = 1; k < 8; k++) aw += sw[k][threadIdx.x];
-    atomicAdd(&dweight[c], aw);
-  }
+  block_column_sum_atomic(&dweight[c], aw, sw, c < C);
 }
 
 /* One thread per (b, t, h, j < HD/2) pair; sign -1: the inverse rotation;
- * acc: add into out.  The angle in double, as on the CPU. */
+ * acc: add into out.  The arithmetic is the CPU's (kernels/rope.h). */
 __global__ void rope_kernel(float *out, const float *__restrict__ inp, int B, int T, int NH,
                             int HD, float theta, float sign, int acc)
 {
@@ -76,18 +72,9 @@ __global__ void rope_kernel(float *out, const float *__restrict__ inp, int B, in
     int j = (int)(i % half);
     size_t bth = i / half;
     int t = (int)((bth / NH) % T);
-    double a = (double)t * pow((double)theta, -2.0 * j / HD);
-    float c = (float)cos(a), s = sign * (float)sin(a);
-    size_t o = bth * HD;
-    float x1 = inp[o + j], x2 = inp[o + j + half];
-    float y1 = x1 * c - x2 * s, y2 = x2 * c + x1 * s;
-    if (acc) {
-      out[o + j] += y1;
-      out[o + j + half] += y2;
-    } else {
-      out[o + j] = y1;
-      out[o + j + half] = y2;
-    }
+    float c, s;
+    FsdpRopeCosSin(t, j, HD, theta, sign, &c, &s);
+    FsdpRopeRotatePair(out, inp, bth * HD, j, half, c, s, acc);
   }
 }
 

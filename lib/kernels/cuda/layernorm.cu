@@ -10,6 +10,28 @@
 
 /* ---- kernels ------------------------------------------------------------- */
 
+/* The rest of a row once each lane of its warp holds s, its partial sum of
+ * the row x: the mean, the two-pass variance, o = the normalized row
+ * scaled and shifted, and lane 0 stores mean and rstd. */
+__device__ __forceinline__ void layernorm_row_finish(const float *x, float *o, float s,
+                                                     const float *__restrict__ weight,
+                                                     const float *__restrict__ bias, int C,
+                                                     int lane, float *mean, float *rstd)
+{
+  float m = warp_sum(s) / C;
+  float v = 0.0f;
+  for (int c = lane; c < C; c += 32) {
+    float d = x[c] - m;
+    v += d * d;
+  }
+  float r = 1.0f / sqrtf(warp_sum(v) / C + LAYERNORM_EPS);
+  for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * weight[c] + bias[c];
+  if (lane == 0) {
+    *mean = m;
+    *rstd = r;
+  }
+}
+
 /* One warp per row.  Two passes (mean, then the centred variance), like the
  * CPU kernel: E[x^2] - E[x]^2 cancels badly when |mean| >> std. */
 __global__ void layernorm_forward_kernel(float *__restrict__ out, float *__restrict__ mean,
@@ -25,18 +47,7 @@ __global__ void layernorm_forward_kernel(float *__restrict__ out, float *__restr
   float *o = out + (size_t)row * C;
   float s = 0.0f;
   for (int c = lane; c < C; c += 32) s += x[c];
-  float m = warp_sum(s) / C;
-  float v = 0.0f;
-  for (int c = lane; c < C; c += 32) {
-    float d = x[c] - m;
-    v += d * d;
-  }
-  float r = 1.0f / sqrtf(warp_sum(v) / C + LAYERNORM_EPS);
-  for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * weight[c] + bias[c];
-  if (lane == 0) {
-    mean[row] = m;
-    rstd[row] = r;
-  }
+  layernorm_row_finish(x, o, s, weight, bias, C, lane, &mean[row], &rstd[row]);
 }
 
 /* [Note: fused residual and LayerNorm] (kernels.h): one warp per row as
@@ -60,18 +71,7 @@ __global__ void residual_layernorm_forward_kernel(float *res, float *__restrict_
     x[c] = r;
     s += r;
   }
-  float m = warp_sum(s) / C;
-  float v = 0.0f;
-  for (int c = lane; c < C; c += 32) {
-    float d = x[c] - m;
-    v += d * d;
-  }
-  float r = 1.0f / sqrtf(warp_sum(v) / C + LAYERNORM_EPS);
-  for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * weight[c] + bias[c];
-  if (lane == 0) {
-    mean[row] = m;
-    rstd[row] = r;
-  }
+  layernorm_row_finish(x, o, s, weight, bias, C, lane, &mean[row], &rstd[row]);
 }
 
 /* One warp per row: dinp += rstd (g - mean(g) - xhat mean(g xhat)),
@@ -124,17 +124,8 @@ __global__ void layernorm_backward_params_kernel(float *dweight, float *dbias,
       ab += d;
     }
   }
-  sw[threadIdx.y][threadIdx.x] = aw;
-  sb[threadIdx.y][threadIdx.x] = ab;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < C) {
-    for (int k = 1; k < 8; k++) {
-      aw += sw[k][threadIdx.x];
-      ab += sb[k][threadIdx.x];
-    }
-    atomicAdd(&dweight[c], aw);
-    atomicAdd(&dbias[c], ab);
-  }
+  block_column_sum_atomic(&dweight[c], aw, sw, c < C);
+  block_column_sum_atomic(&dbias[c], ab, sb, c < C);
 }
 
 /* ---- launchers ----------------------------------------------------------- */

@@ -7,6 +7,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/cpu/kernels_cpu.h"
+#include "kernels/rope.h"
 
 /* out (N,C) = inp * rstd * weight, rstd = 1/sqrt(mean(inp^2) + eps). */
 void rmsnorm_forward_cpu(float *out, float *rstd, const float *inp, const float *weight, int N,
@@ -54,17 +55,9 @@ void rmsnorm_backward_cpu(float *dinp, float *dweight, const float *dout, const 
   }
 }
 
-/* The rotation angle of pair j (of HD/2) at position t: t * theta^(-2j/HD),
- * computed in double so that positions up to 2^20 keep fp32 accuracy. */
-static void rope_cos_sin(int t, int j, int HD, float theta, float *c, float *s)
-{
-  double a = (double)t * pow((double)theta, -2.0 * j / HD);
-  *c = (float)cos(a);
-  *s = (float)sin(a);
-}
-
-/* Rotate x (B,T,NH,HD) in pairs (j, j + HD/2) by the angle of (t, j):
- * sign +1 forward, -1 (the transpose) backward; out = or += by acc. */
+/* Rotate x (B,T,NH,HD) in pairs (j, j + HD/2) by the angle of (t, j)
+ * (kernels/rope.h): sign +1 forward, -1 (the transpose) backward; out = or
+ * += by acc.  The angle once per (t, j), for every batch row and head. */
 static void rope_apply(float *out, const float *inp, int B, int T, int NH, int HD, float theta,
                        float sign, int acc)
 {
@@ -73,21 +66,10 @@ static void rope_apply(float *out, const float *inp, int B, int T, int NH, int H
   for (int t = 0; t < T; t++)
     for (int j = 0; j < half; j++) {
       float c, s;
-      rope_cos_sin(t, j, HD, theta, &c, &s);
-      s *= sign;
+      FsdpRopeCosSin(t, j, HD, theta, sign, &c, &s);
       for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) {
-          size_t o = (((size_t)b * T + t) * NH + h) * HD;
-          float x1 = inp[o + j], x2 = inp[o + j + half];
-          float y1 = x1 * c - x2 * s, y2 = x2 * c + x1 * s;
-          if (acc) {
-            out[o + j] += y1;
-            out[o + j + half] += y2;
-          } else {
-            out[o + j] = y1;
-            out[o + j + half] = y2;
-          }
-        }
+        for (int h = 0; h < NH; h++)
+          FsdpRopeRotatePair(out, inp, (((size_t)b * T + t) * NH + h) * HD, j, half, c, s, acc);
     }
 }
 
