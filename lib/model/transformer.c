@@ -63,6 +63,29 @@ int FsdpConfigFromDesc(const FsdpModelDesc *desc, const char *what, const FsdpCo
   return FSDP_SUCCESS;
 }
 
+/* ---- sizes ---------------------------------------------------------------- */
+
+int FsdpDecoderSizeOptions(FsdpOpts db, int *n_layer, int *n_embd, int *n_head)
+{
+  int64_t v;
+  FSDP_CALL(FsdpOptsGetInt(db, "Model", "n_layer", "transformer blocks", *n_layer, 1, 100000, &v));
+  *n_layer = (int)v;
+  FSDP_CALL(FsdpOptsGetInt(db, "Model", "n_embd", "channels C", *n_embd, 1, 1 << 20, &v));
+  *n_embd = (int)v;
+  FSDP_CALL(FsdpOptsGetInt(db, "Model", "n_head", "attention heads (must divide n_embd)", *n_head,
+                           1, 1 << 16, &v));
+  *n_head = (int)v;
+  return FSDP_SUCCESS;
+}
+
+int FsdpDecoderCheckDims(int n_layer, int n_embd, int n_head)
+{
+  if (n_layer < 1) FSDP_ERROR(FSDP_ERR_USAGE, "option -n_layer: %d is not a positive integer", n_layer);
+  if (n_embd < 1) FSDP_ERROR(FSDP_ERR_USAGE, "option -n_embd: %d is not a positive integer", n_embd);
+  if (n_head < 1) FSDP_ERROR(FSDP_ERR_USAGE, "option -n_head: %d is not a positive integer", n_head);
+  return FSDP_SUCCESS;
+}
+
 /* ---- the decoder's table -------------------------------------------------- */
 
 int FsdpDecoderCheckSizes(int wrap, int B, int T, int seq_len)
@@ -130,12 +153,28 @@ void FsdpDecoderStageLayers(const FsdpDecoder *d, int stage, int *first, int *la
 
 /* ---- batches and the loss -------------------------------------------------- */
 
-int FsdpDecoderCheckTokens(const int *inputs, const int *targets, size_t BT, int V)
+int FsdpDecoderSetBatch(const FsdpKernelOps *k, int *dev_inputs, int *dev_targets,
+                        const int *inputs, const int *targets, size_t BT, int V)
 {
+  if (!dev_inputs) FSDP_ERROR(FSDP_ERR_STATE, "a model's batch set before its set-up");
   for (size_t i = 0; i < BT; i++)
     if (inputs[i] < 0 || inputs[i] >= V || targets[i] < 0 || targets[i] >= V)
       FSDP_ERROR(FSDP_ERR_USAGE, "token %d at batch position %zu is outside [0, vocab_size = %d)",
                  inputs[i] < 0 || inputs[i] >= V ? inputs[i] : targets[i], i, V);
+  FSDP_CALL(k->copy_from_host(dev_inputs, inputs, BT * sizeof(int)));
+  FSDP_CALL(k->copy_from_host(dev_targets, targets, BT * sizeof(int)));
+  return FSDP_SUCCESS;
+}
+
+int FsdpDecoderLogits(const FsdpKernelOps *k, const float *logits, int B, int T, int V, int b,
+                      int t, float *out)
+{
+  if (!logits) FSDP_ERROR(FSDP_ERR_STATE, "the model's logits read before its set-up");
+  if (b < 0 || b >= B || t < 0 || t >= T)
+    FSDP_ERROR(FSDP_ERR_STATE, "the model's logits: position (%d, %d) outside the batch (%d, %d)",
+               b, t, B, T);
+  size_t v = (size_t)V;
+  FSDP_CALL(k->copy_to_host(out, logits + ((size_t)b * T + t) * v, v * sizeof(float)));
   return FSDP_SUCCESS;
 }
 

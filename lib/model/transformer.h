@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/opts.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
 
@@ -34,6 +35,15 @@ int FsdpConfigDescribe(const void *cfg, const FsdpConfigField *f, int n, const c
  * not have.  The values are not validated. */
 int FsdpConfigFromDesc(const FsdpModelDesc *desc, const char *what, const FsdpConfigField *f, int n,
                        const char *family, void *cfg);
+
+/* ---- sizes ---------------------------------------------------------------- */
+
+/* Not collective.  The options every decoder has (group "Model"):
+ * -n_layer -n_embd -n_head over the values passed in. */
+int FsdpDecoderSizeOptions(FsdpOpts db, int *n_layer, int *n_embd, int *n_head);
+/* Not collective.  n_layer, n_embd and n_head positive (usage errors
+ * naming the option): the start of every family's validation. */
+int FsdpDecoderCheckDims(int n_layer, int n_embd, int n_head);
 
 /* ---- the decoder's table -------------------------------------------------- */
 
@@ -74,9 +84,17 @@ void FsdpDecoderStageLayers(const FsdpDecoder *d, int stage, int *first, int *la
 
 /* ---- batches and the loss -------------------------------------------------- */
 
-/* Not collective.  Every token id of a micro-batch (BT inputs and targets)
- * in [0, V), else a usage error naming the position. */
-int FsdpDecoderCheckTokens(const int *inputs, const int *targets, size_t BT, int V);
+/* Not collective.  A micro-batch of BT token ids (host memory) into the
+ * model's buffers dev_inputs, dev_targets (kernel memory; NULL before the
+ * set-up: a state error): every id in [0, V), else a usage error naming
+ * the position. */
+int FsdpDecoderSetBatch(const FsdpKernelOps *k, int *dev_inputs, int *dev_targets,
+                        const int *inputs, const int *targets, size_t BT, int V);
+/* Not collective.  The V logits at sequence b, position t of the last
+ * forward (logits: the (B,T,V) buffer in kernel memory, NULL before the
+ * set-up) into host memory; a state error outside the batch. */
+int FsdpDecoderLogits(const FsdpKernelOps *k, const float *logits, int B, int T, int V, int b,
+                      int t, float *out);
 /* The mean of the BT per-position losses (kernel memory), through the
  * host buffer host[BT]. */
 int FsdpDecoderMeanLoss(const FsdpKernelOps *k, const float *losses, float *host, int BT,

@@ -98,9 +98,7 @@ struct GptModel_ {
 
 int GptConfigValidate(const GptConfig *c)
 {
-  if (c->n_layer < 1) FSDP_ERROR(FSDP_ERR_USAGE, "option -n_layer: %d is not a positive integer", c->n_layer);
-  if (c->n_embd < 1) FSDP_ERROR(FSDP_ERR_USAGE, "option -n_embd: %d is not a positive integer", c->n_embd);
-  if (c->n_head < 1) FSDP_ERROR(FSDP_ERR_USAGE, "option -n_head: %d is not a positive integer", c->n_head);
+  FSDP_CALL(FsdpDecoderCheckDims(c->n_layer, c->n_embd, c->n_head));
   if (c->n_embd % c->n_head != 0)
     FSDP_ERROR(FSDP_ERR_USAGE,
                "option -n_embd %d is not divisible by -n_head %d (each head "
@@ -122,12 +120,7 @@ int GptConfigFromDb(FsdpOpts db, const char *preset, GptConfig *cfg)
   GptConfig c = kPresets[preset && idx < 7 ? idx : 0];
   int64_t v;
   /* Sizes may be overridden for any preset; custom starts from tiny. */
-  FSDP_CALL(FsdpOptsGetInt(db, "Model", "n_layer", "transformer blocks", c.n_layer, 1, 100000, &v));
-  c.n_layer = (int)v;
-  FSDP_CALL(FsdpOptsGetInt(db, "Model", "n_embd", "channels C", c.n_embd, 1, 1 << 20, &v));
-  c.n_embd = (int)v;
-  FSDP_CALL(FsdpOptsGetInt(db, "Model", "n_head", "attention heads (must divide n_embd)", c.n_head, 1, 1 << 16, &v));
-  c.n_head = (int)v;
+  FSDP_CALL(FsdpDecoderSizeOptions(db, &c.n_layer, &c.n_embd, &c.n_head));
   FSDP_CALL(FsdpOptsGetInt(db, "Model", "vocab_size", "vocabulary size V", c.vocab_size, 2, 65536, &v));
   c.vocab_size = (int)v;
   FSDP_CALL(FsdpOptsGetInt(db, "Model", "seq_len", "maximum sequence length (positions in wpe)", c.seq_len, 2, 1 << 20, &v));
@@ -438,31 +431,21 @@ int GptModelSetUp(GptModel m)
 
 int GptModelSetBatch(GptModel m, const int *inputs, const int *targets)
 {
-  if (!m->inputs) FSDP_ERROR(FSDP_ERR_STATE, "GptModelSetBatch before GptModelSetUp");
-  size_t BT = (size_t)m->B * m->T;
-  FSDP_CALL(FsdpDecoderCheckTokens(inputs, targets, BT, m->cfg.vocab_size));
-  FSDP_CALL(m->k->copy_from_host(m->inputs, inputs, BT * sizeof(int)));
-  FSDP_CALL(m->k->copy_from_host(m->targets, targets, BT * sizeof(int)));
-  return FSDP_SUCCESS;
+  return FsdpDecoderSetBatch(m->k, m->inputs, m->targets, inputs, targets, (size_t)m->B * m->T,
+                             m->cfg.vocab_size);
 }
 
 double GptModelLoss(GptModel m) { return m->loss; }
 
 int GptModelLogits(GptModel m, int b, int t, float *out)
 {
-  if (!m->logits) FSDP_ERROR(FSDP_ERR_STATE, "GptModelLogits before GptModelSetUp");
-  if (b < 0 || b >= m->B || t < 0 || t >= m->T)
-    FSDP_ERROR(FSDP_ERR_STATE, "GptModelLogits: position (%d, %d) outside the batch (%d, %d)", b, t,
-               m->B, m->T);
-  size_t V = (size_t)m->cfg.vocab_size;
   if (m->head_fused)
     FSDP_ERROR(FSDP_ERR_STATE, "GptModelLogits: the fused classifier wrote the logits' gradient "
                                "over them; give the model a kernel table without "
                                "crossentropy_fused to read logits (fsdp-sample does)");
   /* the head's logits stay in the buffer after the loss (crossentropy
    * writes probs, not logits) */
-  FSDP_CALL(m->k->copy_to_host(out, m->logits + ((size_t)b * m->T + t) * V, V * sizeof(float)));
-  return FSDP_SUCCESS;
+  return FsdpDecoderLogits(m->k, m->logits, m->B, m->T, m->cfg.vocab_size, b, t, out);
 }
 void GptModelSetLossScale(GptModel m, float scale) { m->loss_scale = scale; }
 const GptConfig *GptModelConfig(GptModel m) { return &m->cfg; }

@@ -88,9 +88,7 @@ int LlamaFfnHidden(int n_embd, int multiple_of, double ffn_dim_multiplier)
 
 int LlamaConfigValidate(const LlamaConfig *c)
 {
-  if (c->n_layer < 1) FSDP_ERROR(FSDP_ERR_USAGE, "option -n_layer: %d is not a positive integer", c->n_layer);
-  if (c->n_embd < 1) FSDP_ERROR(FSDP_ERR_USAGE, "option -n_embd: %d is not a positive integer", c->n_embd);
-  if (c->n_head < 1) FSDP_ERROR(FSDP_ERR_USAGE, "option -n_head: %d is not a positive integer", c->n_head);
+  FSDP_CALL(FsdpDecoderCheckDims(c->n_layer, c->n_embd, c->n_head));
   if (c->n_embd % c->n_head != 0 || (c->n_embd / c->n_head) % 2 != 0)
     FSDP_ERROR(FSDP_ERR_USAGE,
                "option -n_embd %d is not divisible by -n_head %d into an even head size (RoPE "
@@ -126,12 +124,7 @@ int LlamaConfigFromDb(FsdpOpts db, const char *preset, LlamaConfig *cfg)
   const char *g = "Model";
   int64_t v;
   double d;
-  FSDP_CALL(FsdpOptsGetInt(db, g, "n_layer", "transformer blocks", c.n_layer, 1, 100000, &v));
-  c.n_layer = (int)v;
-  FSDP_CALL(FsdpOptsGetInt(db, g, "n_embd", "channels C", c.n_embd, 1, 1 << 20, &v));
-  c.n_embd = (int)v;
-  FSDP_CALL(FsdpOptsGetInt(db, g, "n_head", "attention heads (must divide n_embd)", c.n_head, 1, 1 << 16, &v));
-  c.n_head = (int)v;
+  FSDP_CALL(FsdpDecoderSizeOptions(db, &c.n_layer, &c.n_embd, &c.n_head));
   FSDP_CALL(FsdpOptsGetInt(db, g, "n_kv_head",
                            "Llama: key/value heads of grouped-query attention (must divide "
                            "n_head; n_head: multi-head, 1: multi-query)",
@@ -453,26 +446,16 @@ int LlamaModelDestroy(LlamaModel *pm)
 
 int LlamaModelSetBatch(LlamaModel m, const int *inputs, const int *targets)
 {
-  if (!m->inputs) FSDP_ERROR(FSDP_ERR_STATE, "LlamaModelSetBatch before LlamaModelSetUp");
-  size_t BT = (size_t)m->B * m->T;
-  FSDP_CALL(FsdpDecoderCheckTokens(inputs, targets, BT, m->cfg.vocab_size));
-  FSDP_CALL(m->k->copy_from_host(m->inputs, inputs, BT * sizeof(int)));
-  FSDP_CALL(m->k->copy_from_host(m->targets, targets, BT * sizeof(int)));
-  return FSDP_SUCCESS;
+  return FsdpDecoderSetBatch(m->k, m->inputs, m->targets, inputs, targets, (size_t)m->B * m->T,
+                             m->cfg.vocab_size);
 }
 
 double LlamaModelLoss(LlamaModel m) { return m->loss; }
 
 int LlamaModelLogits(LlamaModel m, int b, int t, float *out)
 {
-  if (!m->logits) FSDP_ERROR(FSDP_ERR_STATE, "LlamaModelLogits before LlamaModelSetUp");
-  if (b < 0 || b >= m->B || t < 0 || t >= m->T)
-    FSDP_ERROR(FSDP_ERR_STATE, "LlamaModelLogits: position (%d, %d) outside the batch (%d, %d)",
-               b, t, m->B, m->T);
-  size_t V = (size_t)m->cfg.vocab_size;
   /* crossentropy writes probs, so the head's logits stay in their buffer */
-  FSDP_CALL(m->k->copy_to_host(out, m->logits + ((size_t)b * m->T + t) * V, V * sizeof(float)));
-  return FSDP_SUCCESS;
+  return FsdpDecoderLogits(m->k, m->logits, m->B, m->T, m->cfg.vocab_size, b, t, out);
 }
 void LlamaModelSetLossScale(LlamaModel m, float scale) { m->loss_scale = scale; }
 
