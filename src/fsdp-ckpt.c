@@ -19,11 +19,11 @@
  *                    step, data_position, seed, global_batch, world_size,
  *                    sharding_factor, ranks_per_node (written topology)
  *   /model           attributes: name, family (gpt2; a file without it is
- *                    gpt2), n_layer, n_embd, n_head, vocab_size, seq_len,
+ *                    gpt2), the family's attributes (n_layer, n_embd, ...),
  *                    num_parameters (tensors)
- *   /model/<name>    fp32, the parameter's full logical shape (gpt.h names:
- *                    wte [V,C], wpe [seq_len,C], ln_f.weight [C], ...,
- *                    h.<i>.attn.c_attn.weight [3C,C], ...)
+ *   /model/<name>    fp32, the parameter's full logical shape (the names
+ *                    of the family's table: wte [V,C], ...,
+ *                    h.<i>.attn.c_attn.weight [3C,C], ... for GPT-2)
  *   /optim           attributes: type, step_count, lr, lr_min, weight_decay,
  *                    beta1, beta2, eps, grad_clip, warmup, total_steps,
  *                    decay_embeddings
@@ -76,8 +76,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <jansson.h>
 
 #include "io/fileutil.h"
 #include "io/h5util.h"
@@ -436,7 +434,9 @@ static void LlmcTitles(char *buf, size_t size)
   buf[0] = 0;
   for (int i = 0; i < FsdpModelNumFamilies() && n < size; i++)
     if (FsdpModelFamilyAt(i)->llmc_read)
-      n += (size_t)snprintf(buf + n, size - n, "%s%s", n ? " or " : "", FsdpModelFamilyAt(i)->title);
+      n += (size_t)snprintf(buf + n, size - n, "%s%s", n ? " or " : "",
+                            FsdpModelFamilyAt(i)->title ? FsdpModelFamilyAt(i)->title
+                                                        : FsdpModelFamilyAt(i)->name);
 }
 
 /* The model parameter that tensor x of an llm.c layout is, checked against
@@ -607,7 +607,7 @@ static int ExportLlmc(const char *path, const char *out)
   int64_t n = FsdpLlmcLayoutNumel(&lay);
   printf("%s: llm.c %s checkpoint, version %d (fp32), step %lld of %s: %s, %lld parameters, "
          "%lld bytes\n",
-         out, fam->title, lay.version, (long long)m.step, path, lay.sizes, (long long)n,
+         out, fam->title ? fam->title : fam->name, lay.version, (long long)m.step, path, lay.sizes, (long long)n,
          (long long)(FSDP_LLMC_HEADER_INTS * 4 + n * 4));
   FsdpLlmcLayoutDestroy(&lay);
   fflush(stdout);

@@ -28,7 +28,7 @@
  * family's own object (GptModel, LlamaModel) behind FsdpModel. */
 typedef struct {
   const char *name;                   /* the description's family: "gpt2", "llama" */
-  const char *title;                  /* for people: "GPT-2", "Llama 3" */
+  const char *title;                  /* for people: "GPT-2", "Llama 3" (NULL: the name) */
   const char *const *presets;         /* its -model presets, NULL terminated */
   /* Not collective.  Read the family's size options (group "Model") over
    * preset's values (NULL: the family's custom start), validate with usage

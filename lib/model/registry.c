@@ -117,7 +117,9 @@ int FsdpModelOptionsFromDb(FsdpOpts db, FsdpModelDesc *desc)
   size_t n = (size_t)snprintf(help, sizeof help, "model family of -model custom: ");
   for (int f = 0; f < NFAMILIES && n < sizeof help; f++)
     n += (size_t)snprintf(help + n, sizeof help - n, "%s%s (%s)", f ? ", " : "",
-                          FsdpModelFamilyAt(f)->name, FsdpModelFamilyAt(f)->title);
+                          FsdpModelFamilyAt(f)->name,
+                          FsdpModelFamilyAt(f)->title ? FsdpModelFamilyAt(f)->title
+                                                      : FsdpModelFamilyAt(f)->name);
   FSDP_CALL(FsdpOptsGetEnum(db, "Model", "family", help, families, 0, &fidx));
   const char *preset = names[idx];
   int custom = strcmp(preset, "custom") == 0;
