@@ -13,12 +13,16 @@
 /* The built-in families, one line each: the table each family's folder
  * defines (lib/model/<name>/family.c; [Note: adding a family] in family.h).
  * The first is -family's default. */
-extern const FsdpModelFamily FsdpGptFamily;
-extern const FsdpModelFamily FsdpLlamaFamily;
-static const FsdpModelFamily *const kBuiltin[] = {
-    &FsdpGptFamily,
-    &FsdpLlamaFamily,
-};
+#define FSDP_BUILTIN_FAMILIES(X) \
+  X(FsdpGptFamily)               \
+  X(FsdpLlamaFamily)
+
+#define DECLARE(f) extern const FsdpModelFamily f;
+FSDP_BUILTIN_FAMILIES(DECLARE)
+#undef DECLARE
+#define ADDRESS(f) &f,
+static const FsdpModelFamily *const kBuiltin[] = {FSDP_BUILTIN_FAMILIES(ADDRESS)};
+#undef ADDRESS
 #define NBUILTIN ((int)(sizeof kBuiltin / sizeof kBuiltin[0]))
 
 /* Families registered at run time (FsdpModelFamilyRegister). */
