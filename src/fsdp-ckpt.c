@@ -19,11 +19,11 @@
  *                    step, data_position, seed, global_batch, world_size,
  *                    sharding_factor, ranks_per_node (written topology)
  *   /model           attributes: name, family (gpt2; a file without it is
- *                    gpt2), n_layer, n_embd, n_head, vocab_size, seq_len,
+ *                    gpt2), the family's attributes (n_layer, n_embd, ...),
  *                    num_parameters (tensors)
- *   /model/<name>    fp32, the parameter's full logical shape (gpt.h names:
- *                    wte [V,C], wpe [seq_len,C], ln_f.weight [C], ...,
- *                    h.<i>.attn.c_attn.weight [3C,C], ...)
+ *   /model/<name>    fp32, the parameter's full logical shape (the names
+ *                    of the family's table: wte [V,C], ...,
+ *                    h.<i>.attn.c_attn.weight [3C,C], ... for GPT-2)
  *   /optim           attributes: type, step_count, lr, lr_min, weight_decay,
  *                    beta1, beta2, eps, grad_clip, warmup, total_steps,
  *                    decay_embeddings
@@ -31,23 +31,11 @@
  *   A file written by import-llmc also carries the root attribute
  *   imported_from (the llm.c file it came from).
  *
- * llm.c GPT-2 checkpoint (karpathy/llm.c train_gpt2.c, gpt2_124M.bin):
- *   all little-endian; a header of 256 int32 (unused slots 0):
- *   [0] magic 20240326, [1] version (3: fp32 tensors, 5: bf16), [2] maxT,
- *   [3] V, [4] L, [5] NH, [6] C, [7] Vp (padded vocab, ceil(V/128)*128);
- *   then the tensors row-major, back to back, per-layer tensors stacked
- *   over the L layers:
- *     wte (Vp, C)  rows V..Vp-1 zero     <- /model/wte [V, C]
- *     wpe (maxT, C)                       <- /model/wpe
- *     ln1w (L, C)  ln1b (L, C)            <- h.<l>.ln_1.weight / .bias
- *     qkvw (L, 3C, C)  qkvb (L, 3C)       <- h.<l>.attn.c_attn.weight / .bias
- *     attprojw (L, C, C)  attprojb (L, C) <- h.<l>.attn.c_proj.weight / .bias
- *     ln2w (L, C)  ln2b (L, C)            <- h.<l>.ln_2.weight / .bias
- *     fcw (L, 4C, C)  fcb (L, 4C)         <- h.<l>.mlp.c_fc.weight / .bias
- *     fcprojw (L, C, 4C)  fcprojb (L, C)  <- h.<l>.mlp.c_proj.weight / .bias
- *     lnfw (C)  lnfb (C)                  <- ln_f.weight / ln_f.bias
- *   Both sides store linear weights as (out, in), so tensors copy as they
- *   are, no transposes.
+ * llm.c checkpoint (karpathy/llm.c): a header of 256 int32 whose first is
+ *   the magic of a family's model files and the tensors after it; each
+ *   family that has the format states its header and tensor order
+ *   (llmc_read/llmc_write in model/family.h; GPT-2's in its folder under
+ *   lib/model/).
  *
  * [Note: the model's parameter list] Which datasets a checkpoint must hold
  * and their shapes come from the library: the file's model description
@@ -55,10 +43,11 @@
  * units with a one-rank runtime on MPI_COMM_SELF, and FsdpRuntimeUnitSpecs
  * lists them (before setup: nothing is allocated for info, verify and
  * export); FsdpCkptCheck compares the file with that list, and this tool
- * words its report.  The llm.c conversion states only the
- * correspondence above (kLlmc) and checks it against that list: every
- * model parameter must be used exactly once with the element count llm.c
- * gives it, so a model change cannot silently drop or misplace a tensor.
+ * words its report.  A family's llm.c and Hugging Face layouts
+ * (model/convert.h) are checked against that list: every model parameter
+ * must be used exactly once with the element count (llm.c) or shape
+ * (Hugging Face) the layout gives it, so a model change cannot silently
+ * drop or misplace a tensor.
  *
  * [Note: import through the engine] import-llmc and import-hf write the
  * checkpoint with the library's streamed checkpoint writer (ckpt.h
@@ -87,8 +76,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <jansson.h>
 
 #include "io/fileutil.h"
 #include "io/h5util.h"
@@ -133,28 +120,11 @@ static const char kHelp[] =
     "h.<i>.mlp.c_fc.weight [4C,C]/bias [4C], h.<i>.mlp.c_proj.weight [C,4C]/bias\n"
     "[C]); /optim (attributes type, step_count and the AdamW hyperparameters)\n"
     "with /optim/exp_avg/<name> and /optim/exp_avg_sq/<name> of the same shapes.\n"
-    "\n"
-    "llm.c GPT-2 checkpoint: little-endian; 256 int32 header: [0] 20240326,\n"
-    "[1] version 3 (fp32) or 5 (bf16), [2] maxT = seq_len, [3] V, [4] L, [5] NH,\n"
-    "[6] C, [7] Vp = ceil(V/128)*128; then, back to back: wte (Vp,C) with rows\n"
-    "V..Vp-1 zero, wpe (maxT,C), ln1w (L,C), ln1b (L,C), qkvw (L,3C,C), qkvb\n"
-    "(L,3C), attprojw (L,C,C), attprojb (L,C), ln2w (L,C), ln2b (L,C), fcw\n"
-    "(L,4C,C), fcb (L,4C), fcprojw (L,C,4C), fcprojb (L,C), lnfw (C), lnfb (C):\n"
-    "h.<l>.<tensor> is layer l of the stacked tensor; weights are (out, in) on\n"
-    "both sides.  An imported file loads with\n"
-    "  fsdp-train -model custom -n_layer L -n_embd C -n_head NH -vocab_size V\n"
-    "             -seq_len maxT -resume OUT.h5 ...\n"
-    "\n"
-    "Hugging Face (safetensors): GPT-2 tensors are GPT2LMHeadModel's,\n"
-    "transformer.<fsdp name> (wte.weight, wpe.weight, h.<i>.attn.c_attn.weight, ...);\n"
-    "its Conv1D weights (c_attn, c_proj, c_fc) are stored [in, out] and transposed;\n"
-    "lm_head is tied to wte.  Llama tensors keep LlamaForCausalLM's names\n"
-    "(model.embed_tokens.weight, model.layers.<i>.self_attn.q_proj.weight, ...,\n"
-    "lm_head.weight when untied).  Conversions hold one tensor at a time.\n";
+    "\n";
+/* then each family's layouts (its convert_help, family.h) and: */
+static const char kHelpTail[] = "Conversions hold one tensor at a time.\n";
 
 #define MSG_SIZE 1400
-#define LLMC_MAGIC 20240326
-#define LLMC_HEADER_INTS 256
 /* elements per read while scanning or converting (1 MiB of fp32) */
 #define CHUNK_ELEMS ((int64_t)1 << 18)
 
@@ -169,7 +139,6 @@ typedef struct {
 
 typedef struct {
   FsdpModelDesc desc; /* the model, any family (family.h) */
-  GptConfig cfg;      /* gpt2 only: the llm.c conversions */
   FsdpTopo topo;
   FsdpColl coll;
   FsdpRuntime rt;
@@ -200,8 +169,6 @@ static int EngineCreate(const FsdpModelDesc *desc, int setup, const FsdpOptimOpt
 {
   memset(e, 0, sizeof *e);
   e->desc = *desc;
-  if (strcmp(desc->family, GPT_FAMILY) == 0)
-    FSDP_CALL(GptConfigFromDesc(desc, "the model description", &e->cfg));
   FsdpTopoOptions to = {0, 0, FSDP_PLACEMENT_BLOCK, 0};
   FsdpRuntimeOptions ro;
   memset(&ro, 0, sizeof ro);
@@ -245,23 +212,6 @@ static const ParamRef *FindParam(const Engine *e, const char *name)
   for (int i = 0; i < e->nparams; i++)
     if (strcmp(e->params[i].spec->name, name) == 0) return &e->params[i];
   return NULL;
-}
-
-/* A config read from a file, checked with messages naming the file (the
- * library's GptConfigValidate speaks of options). */
-static int CheckConfig(const char *what, const GptConfig *c)
-{
-  if (c->n_layer < 1 || c->n_embd < 1 || c->n_head < 1 || c->seq_len < 2)
-    FSDP_ERROR(FSDP_ERR_USAGE,
-               "%s holds an invalid model config (n_layer %d, n_embd %d, n_head %d, seq_len %d)",
-               what, c->n_layer, c->n_embd, c->n_head, c->seq_len);
-  if (c->n_embd % c->n_head)
-    FSDP_ERROR(FSDP_ERR_USAGE, "%s: n_embd %d is not divisible by n_head %d", what, c->n_embd,
-               c->n_head);
-  if (c->vocab_size < 2 || c->vocab_size > 65536)
-    FSDP_ERROR(FSDP_ERR_USAGE, "%s: vocab_size %d is outside 2..65536 (fsdp stores tokens as uint16)",
-               what, c->vocab_size);
-  return FSDP_SUCCESS;
 }
 
 /* ------------------------------------------------------------------ */
@@ -340,11 +290,6 @@ static int OpenCheckpoint(const char *path, FsdpCkptMeta *meta, Engine *e, hid_t
   char what[4200];
   snprintf(what, sizeof what, "checkpoint %s", path);
   FSDP_CALL(FsdpModelDescCheck(&meta->model, what));
-  if (strcmp(meta->model.family, GPT_FAMILY) == 0) {
-    GptConfig cfg;
-    FSDP_CALL(GptConfigFromDesc(&meta->model, what, &cfg));
-    FSDP_CALL(CheckConfig(what, &cfg));
-  }
   FSDP_CALL(EngineCreate(&meta->model, 0, NULL, e));
   *f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
   if (*f < 0) {
@@ -481,82 +426,33 @@ static int Verify(const char *path, int weights_only)
 /* ------------------------------------------------------------------ */
 /* llm.c                                                               */
 
-/* The llm.c tensor order ([Note: the model's parameter list]): the
- * fsdp name (per-layer ones under h.<l>.) and the per-layer element count
- * llm.c gives it as multiples of (rows, cols) in units of C, maxT, Vp. */
-typedef enum { DIM_ONE, DIM_C, DIM_3C, DIM_4C, DIM_T, DIM_VP } LlmcDim;
-typedef struct {
-  const char *llmc, *name;
-  int per_layer;
-  LlmcDim rows, cols;
-} LlmcTensor;
-
-static const LlmcTensor kLlmc[] = {
-    {"wte", "wte", 0, DIM_VP, DIM_C},
-    {"wpe", "wpe", 0, DIM_T, DIM_C},
-    {"ln1w", "ln_1.weight", 1, DIM_C, DIM_ONE},
-    {"ln1b", "ln_1.bias", 1, DIM_C, DIM_ONE},
-    {"qkvw", "attn.c_attn.weight", 1, DIM_3C, DIM_C},
-    {"qkvb", "attn.c_attn.bias", 1, DIM_3C, DIM_ONE},
-    {"attprojw", "attn.c_proj.weight", 1, DIM_C, DIM_C},
-    {"attprojb", "attn.c_proj.bias", 1, DIM_C, DIM_ONE},
-    {"ln2w", "ln_2.weight", 1, DIM_C, DIM_ONE},
-    {"ln2b", "ln_2.bias", 1, DIM_C, DIM_ONE},
-    {"fcw", "mlp.c_fc.weight", 1, DIM_4C, DIM_C},
-    {"fcb", "mlp.c_fc.bias", 1, DIM_4C, DIM_ONE},
-    {"fcprojw", "mlp.c_proj.weight", 1, DIM_C, DIM_4C},
-    {"fcprojb", "mlp.c_proj.bias", 1, DIM_C, DIM_ONE},
-    {"lnfw", "ln_f.weight", 0, DIM_C, DIM_ONE},
-    {"lnfb", "ln_f.bias", 0, DIM_C, DIM_ONE},
-};
-#define NLLMC ((int)(sizeof kLlmc / sizeof kLlmc[0]))
-
-typedef struct {
-  int version, maxT, V, L, NH, C, Vp;
-} LlmcHeader;
-
-static int64_t LlmcDimSize(const LlmcHeader *h, LlmcDim d)
+/* The families that have an llm.c format, by title ("GPT-2"; "GPT-2 or
+ * ..."), for messages. */
+static void LlmcTitles(char *buf, size_t size)
 {
-  switch (d) {
-  case DIM_C: return h->C;
-  case DIM_3C: return 3 * (int64_t)h->C;
-  case DIM_4C: return 4 * (int64_t)h->C;
-  case DIM_T: return h->maxT;
-  case DIM_VP: return h->Vp;
-  default: return 1;
-  }
+  size_t n = 0;
+  buf[0] = 0;
+  for (int i = 0; i < FsdpModelNumFamilies() && n < size; i++)
+    if (FsdpModelFamilyAt(i)->llmc_read)
+      n += (size_t)snprintf(buf + n, size - n, "%s%s", n ? " or " : "",
+                            FsdpModelFamilyAt(i)->title ? FsdpModelFamilyAt(i)->title
+                                                        : FsdpModelFamilyAt(i)->name);
 }
 
-/* Elements of every tensor of the file (llm.c's parameter count). */
-static int64_t LlmcNumel(const LlmcHeader *h)
+/* The model parameter that tensor x of an llm.c layout is, checked against
+ * the element count llm.c gives it (wte: V of its Vp rows); marks it used
+ * ([Note: the model's parameter list]). */
+static int LlmcParam(Engine *e, const FsdpLlmcTensor *x, ParamRef **out)
 {
-  int64_t n = 0;
-  for (int t = 0; t < NLLMC; t++)
-    n += LlmcDimSize(h, kLlmc[t].rows) * LlmcDimSize(h, kLlmc[t].cols) *
-         (kLlmc[t].per_layer ? h->L : 1);
-  return n;
-}
-
-static int PaddedVocab(int V) { return (int)(((int64_t)V + 127) / 128 * 128); }
-
-/* The model parameter for llm.c tensor t at layer l, checked against the
- * element count llm.c gives it (wte: V of its Vp rows); marks it used. */
-static int LlmcParam(Engine *e, const LlmcHeader *h, int t, int l, ParamRef **out)
-{
-  char name[FSDP_MAX_NAME];
-  if (kLlmc[t].per_layer) snprintf(name, sizeof name, "h.%d.%s", l, kLlmc[t].name);
-  else snprintf(name, sizeof name, "%s", kLlmc[t].name);
-  ParamRef *p = (ParamRef *)FindParam(e, name);
+  ParamRef *p = (ParamRef *)FindParam(e, x->name);
   if (!p)
-    FSDP_ERROR(FSDP_ERR_INTERNAL, "llm.c tensor %s maps to %s, which the GPT model does not have",
-               kLlmc[t].llmc, name);
-  int64_t rows = kLlmc[t].rows == DIM_VP ? h->V : LlmcDimSize(h, kLlmc[t].rows);
-  int64_t want = rows * LlmcDimSize(h, kLlmc[t].cols);
-  if (FlatParamSpecNumel(p->spec) != want || p->used)
+    FSDP_ERROR(FSDP_ERR_INTERNAL, "llm.c tensor %s maps to %s, which the %s model does not have",
+               x->llmc, x->name, e->desc.family);
+  if (FlatParamSpecNumel(p->spec) != x->numel || p->used)
     FSDP_ERROR(FSDP_ERR_INTERNAL,
                "llm.c tensor %s (layer %d) has %lld elements but model parameter %s has %lld%s",
-               kLlmc[t].llmc, l, (long long)want, name, (long long)FlatParamSpecNumel(p->spec),
-               p->used ? " and is used twice" : "");
+               x->llmc, x->layer < 0 ? 0 : x->layer, (long long)x->numel, x->name,
+               (long long)FlatParamSpecNumel(p->spec), p->used ? " and is used twice" : "");
   p->used = 1;
   *out = p;
   return FSDP_SUCCESS;
@@ -619,46 +515,37 @@ static int WriteAll(FILE *fp, const void *buf, size_t bytes, const char *path)
   return FSDP_SUCCESS;
 }
 
-/* The body of export-llmc: /model of an open checkpoint into fp. */
-static int ExportTensors(hid_t f, Engine *e, const LlmcHeader *h, FILE *fp, const char *tmp)
+/* The body of export-llmc: the header, then /model of an open checkpoint
+ * in the layout's order into fp. */
+static int ExportTensors(hid_t f, Engine *e, const int32_t *hdr, const FsdpLlmcLayout *lay,
+                         FILE *fp, const char *tmp)
 {
-  int32_t hdr[LLMC_HEADER_INTS];
-  memset(hdr, 0, sizeof hdr);
-  hdr[0] = LLMC_MAGIC;
-  hdr[1] = 3;
-  hdr[2] = h->maxT;
-  hdr[3] = h->V;
-  hdr[4] = h->L;
-  hdr[5] = h->NH;
-  hdr[6] = h->C;
-  hdr[7] = h->Vp;
-  FSDP_CALL(WriteAll(fp, hdr, sizeof hdr, tmp));
+  FSDP_CALL(WriteAll(fp, hdr, FSDP_LLMC_HEADER_INTS * sizeof *hdr, tmp));
   int64_t cap = 0;
   for (int i = 0; i < e->nparams; i++)
     if (FlatParamSpecNumel(e->params[i].spec) > cap) cap = FlatParamSpecNumel(e->params[i].spec);
-  int64_t pad = (int64_t)(h->Vp - h->V) * h->C;
-  if (pad > cap) cap = pad;
+  for (int t = 0; t < lay->n; t++)
+    if (lay->t[t].pad_rows * lay->t[t].row > cap) cap = lay->t[t].pad_rows * lay->t[t].row;
   float *buf = NULL;
   FSDP_CALL(FsdpMalloc(FSDP_MEM_OTHER, (size_t)cap * sizeof(float), &buf));
   int err = FSDP_SUCCESS;
   hid_t g = -1;
   FSDP_HDF5_GOTO(g = H5Gopen2(f, "/model", H5P_DEFAULT));
-  for (int t = 0; t < NLLMC && !err; t++)
-    for (int l = 0; l < (kLlmc[t].per_layer ? h->L : 1) && !err; l++) {
-      ParamRef *p;
-      FSDP_GOTO(LlmcParam(e, h, t, l, &p));
-      int64_t n = FlatParamSpecNumel(p->spec);
-      hid_t d = -1;
-      FSDP_HDF5_GOTO(d = H5Dopen2(g, p->spec->name, H5P_DEFAULT));
-      herr_t rc = H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
-      H5Dclose(d);
-      FSDP_HDF5_GOTO(rc);
-      FSDP_GOTO(WriteAll(fp, buf, (size_t)n * sizeof(float), tmp));
-      if (t == 0 && pad > 0) { /* wte rows V..Vp-1 */
-        memset(buf, 0, (size_t)pad * sizeof(float));
-        FSDP_GOTO(WriteAll(fp, buf, (size_t)pad * sizeof(float), tmp));
-      }
+  for (int t = 0; t < lay->n && !err; t++) {
+    ParamRef *p;
+    FSDP_GOTO(LlmcParam(e, &lay->t[t], &p));
+    int64_t n = FlatParamSpecNumel(p->spec), pad = lay->t[t].pad_rows * lay->t[t].row;
+    hid_t d = -1;
+    FSDP_HDF5_GOTO(d = H5Dopen2(g, p->spec->name, H5P_DEFAULT));
+    herr_t rc = H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
+    H5Dclose(d);
+    FSDP_HDF5_GOTO(rc);
+    FSDP_GOTO(WriteAll(fp, buf, (size_t)n * sizeof(float), tmp));
+    if (pad > 0) { /* llm.c's padding rows (GPT-2: wte rows V..Vp-1) */
+      memset(buf, 0, (size_t)pad * sizeof(float));
+      FSDP_GOTO(WriteAll(fp, buf, (size_t)pad * sizeof(float), tmp));
     }
+  }
   FSDP_GOTO(LlmcCheckCoverage(e));
 done:
   FsdpHdf5Close(&g);
@@ -675,11 +562,14 @@ static int ExportLlmc(const char *path, const char *out)
   Engine e;
   hid_t f;
   FSDP_CALL(OpenCheckpoint(path, &m, &e, &f));
-  if (strcmp(e.desc.family, GPT_FAMILY) != 0) {
+  const FsdpModelFamily *fam = FsdpModelFamilyFind(e.desc.family);
+  if (!fam->llmc_write) {
+    char titles[256];
+    LlmcTitles(titles, sizeof titles);
     H5Fclose(f);
     EngineDestroy(&e);
-    FSDP_ERROR(FSDP_ERR_USAGE, "checkpoint %s holds a %s model: llm.c files hold GPT-2 models only",
-               path, m.model.family);
+    FSDP_ERROR(FSDP_ERR_USAGE, "checkpoint %s holds a %s model: llm.c files hold %s models only",
+               path, m.model.family, titles);
   }
   /* [Note: finite checkpoints] (ckpt.h): no NaN/Inf goes out */
   if (CheckGroups(path, &e, FSDP_CKPT_CHECK_MODEL | FSDP_CKPT_CHECK_VALUES) != FSDP_SUCCESS) {
@@ -687,11 +577,12 @@ static int ExportLlmc(const char *path, const char *out)
     EngineDestroy(&e);
     FSDP_CALL(FSDP_ERR_USAGE);
   }
-  const GptConfig *c = &e.cfg;
-  LlmcHeader h = {3, c->seq_len, c->vocab_size, c->n_layer, c->n_head, c->n_embd,
-                  PaddedVocab(c->vocab_size)};
+  int32_t hdr[FSDP_LLMC_HEADER_INTS];
+  FsdpLlmcLayout lay;
+  memset(&lay, 0, sizeof lay);
   char tmp[4200];
-  int err = MakeTemp(out, "tmp", tmp, sizeof tmp);
+  int err = fam->llmc_write(&e.desc, hdr, &lay);
+  if (!err) err = MakeTemp(out, "tmp", tmp, sizeof tmp);
   FILE *fp = NULL;
   if (!err) {
     fp = fopen(tmp, "wb");
@@ -702,7 +593,7 @@ static int ExportLlmc(const char *path, const char *out)
     }
   }
   if (!err) {
-    err = ExportTensors(f, &e, &h, fp, tmp);
+    err = ExportTensors(f, &e, hdr, &lay, fp, tmp);
     if (fclose(fp) != 0 && !err)
       err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_IO, "writing %s failed: %s",
                            tmp, strerror(errno));
@@ -713,11 +604,12 @@ static int ExportLlmc(const char *path, const char *out)
   int derr = EngineDestroy(&e);
   FSDP_CALL(err);
   FSDP_CALL(derr);
-  int64_t n = LlmcNumel(&h);
-  printf("%s: llm.c GPT-2 checkpoint, version 3 (fp32), step %lld of %s: maxT %d, V %d (Vp %d), "
-         "L %d, NH %d, C %d, %lld parameters, %lld bytes\n",
-         out, (long long)m.step, path, h.maxT, h.V, h.Vp, h.L, h.NH, h.C, (long long)n,
-         (long long)(LLMC_HEADER_INTS * 4 + n * 4));
+  int64_t n = FsdpLlmcLayoutNumel(&lay);
+  printf("%s: llm.c %s checkpoint, version %d (fp32), step %lld of %s: %s, %lld parameters, "
+         "%lld bytes\n",
+         out, fam->title ? fam->title : fam->name, lay.version, (long long)m.step, path, lay.sizes, (long long)n,
+         (long long)(FSDP_LLMC_HEADER_INTS * 4 + n * 4));
+  FsdpLlmcLayoutDestroy(&lay);
   fflush(stdout);
   return FSDP_SUCCESS;
 }
@@ -743,78 +635,77 @@ static int ReadFloats(FILE *fp, int elem, float *dst, int64_t n, uint16_t *scrat
   return FSDP_SUCCESS;
 }
 
-/* Header of an llm.c file: magic, version, sizes, and the file length. */
-static int ReadLlmcHeader(FILE *fp, const char *path, LlmcHeader *h)
+/* Header of an llm.c file: the family whose magic it has reads the rest
+ * (version, sizes, the file's length) into a description and a layout. */
+static int ReadLlmcHeader(FILE *fp, const char *path, const FsdpModelFamily **fam,
+                          FsdpModelDesc *desc, FsdpLlmcLayout *lay)
 {
-  int32_t hdr[LLMC_HEADER_INTS];
+  int32_t hdr[FSDP_LLMC_HEADER_INTS];
+  char titles[256];
+  LlmcTitles(titles, sizeof titles);
   if (fread(hdr, sizeof hdr, 1, fp) != 1)
     FSDP_ERROR(FSDP_ERR_USAGE,
-               "%s is not an llm.c GPT-2 checkpoint: shorter than the 1024-byte header", path);
-  if (hdr[0] != LLMC_MAGIC)
+               "%s is not an llm.c %s checkpoint: shorter than the 1024-byte header", path, titles);
+  *fam = NULL;
+  char magics[256] = "";
+  size_t n = 0;
+  for (int i = 0; i < FsdpModelNumFamilies(); i++) {
+    const FsdpModelFamily *f = FsdpModelFamilyAt(i);
+    if (!f->llmc_read) continue;
+    if (hdr[0] == f->llmc_magic) *fam = f;
+    n += (size_t)snprintf(magics + n, sizeof magics - n, "%s%d", n ? " or " : "", (int)f->llmc_magic);
+  }
+  if (!*fam)
     FSDP_ERROR(FSDP_ERR_USAGE,
-               "%s is not an llm.c GPT-2 checkpoint: magic %d, expected %d (a token file has "
+               "%s is not an llm.c %s checkpoint: magic %d, expected %s (a token file has "
                "20240520, a tokenizer 20240328)",
-               path, (int)hdr[0], LLMC_MAGIC);
-  if (hdr[1] != 3 && hdr[1] != 5)
-    FSDP_ERROR(FSDP_ERR_USAGE,
-               "llm.c checkpoint %s has version %d; fsdp-ckpt reads version 3 (fp32) and 5 (bf16)",
-               path, (int)hdr[1]);
-  *h = (LlmcHeader){hdr[1], hdr[2], hdr[3], hdr[4], hdr[5], hdr[6], hdr[7]};
-  if (h->maxT < 1 || h->V < 1 || h->L < 1 || h->NH < 1 || h->C < 1 || h->Vp < h->V)
-    FSDP_ERROR(FSDP_ERR_USAGE,
-               "llm.c checkpoint %s has an invalid header: maxT %d, V %d, L %d, NH %d, C %d, Vp %d",
-               path, h->maxT, h->V, h->L, h->NH, h->C, h->Vp);
-  int elem = h->version == 3 ? 4 : 2;
-  int64_t want = LLMC_HEADER_INTS * 4 + LlmcNumel(h) * elem;
+               path, titles, (int)hdr[0], magics);
   struct stat st;
   if (fstat(fileno(fp), &st) != 0)
     FSDP_ERROR(FSDP_ERR_IO, "cannot stat %s: %s", path, strerror(errno));
-  if ((int64_t)st.st_size != want)
-    FSDP_ERROR(FSDP_ERR_USAGE,
-               "llm.c checkpoint %s is %lld bytes, but its header (version %d, maxT %d, V %d, "
-               "Vp %d, L %d, C %d) makes %lld: truncated or not a GPT-2 checkpoint",
-               path, (long long)st.st_size, h->version, h->maxT, h->V, h->Vp, h->L, h->C,
-               (long long)want);
+  FSDP_CALL((*fam)->llmc_read(hdr, (int64_t)st.st_size, path, desc, lay));
   return FSDP_SUCCESS;
 }
 
 /* Every tensor of the llm.c file (after its header) into the streamed
  * checkpoint writer, one at a time ([Note: streamed conversion]). */
-static int ImportTensors(FILE *fp, const char *path, const LlmcHeader *h, Engine *e,
+static int ImportTensors(FILE *fp, const char *path, const FsdpLlmcLayout *lay, Engine *e,
                          FsdpCkptWriter w)
 {
-  int elem = h->version == 3 ? 4 : 2;
+  int elem = lay->elem_bytes;
   uint16_t *scratch = NULL;
   float *buf = NULL;
-  int64_t npad = (int64_t)(h->Vp - h->V) * h->C, cap = CHUNK_ELEMS;
+  int64_t cap = CHUNK_ELEMS;
   int err = FSDP_SUCCESS;
   if (elem == 2) FSDP_GOTO(FsdpMalloc(FSDP_MEM_OTHER, (size_t)CHUNK_ELEMS * sizeof(uint16_t), &scratch));
   FSDP_GOTO(FsdpMalloc(FSDP_MEM_OTHER, (size_t)cap * sizeof(float), &buf));
-  for (int t = 0; t < NLLMC; t++)
-    for (int l = 0; l < (kLlmc[t].per_layer ? h->L : 1); l++) {
-      ParamRef *p;
-      FSDP_GOTO(LlmcParam(e, h, t, l, &p));
-      int64_t n = FlatParamSpecNumel(p->spec);
-      FSDP_GOTO(FsdpCkptWriterBegin(w, p->spec));
-      for (int64_t i = 0; i < n; i += CHUNK_ELEMS) {
-        int64_t k = n - i < CHUNK_ELEMS ? n - i : CHUNK_ELEMS;
-        FSDP_GOTO(ReadFloats(fp, elem, buf, k, scratch, path));
-        FSDP_GOTO(FsdpCkptWriterWrite(w, i, k, buf));
-      }
-      FSDP_GOTO(FsdpCkptWriterEnd(w));
-      int warned = 0; /* wte rows V..Vp-1: llm.c keeps them zero */
-      for (int64_t i = 0; t == 0 && i < npad; i += CHUNK_ELEMS) {
-        int64_t k = npad - i < CHUNK_ELEMS ? npad - i : CHUNK_ELEMS;
-        FSDP_GOTO(ReadFloats(fp, elem, buf, k, scratch, path));
-        for (int64_t j = 0; j < k && !warned; j++)
-          if (buf[j] != 0.0f) {
-            FsdpWarn(0, "llm.c checkpoint %s: padded wte row %lld is not zero; rows %d..%d are "
-                        "dropped (fsdp's wte has V = %d rows)",
-                     path, (long long)(h->V + (i + j) / h->C), h->V, h->Vp - 1, h->V);
-            warned = 1;
-          }
-      }
+  for (int t = 0; t < lay->n; t++) {
+    const FsdpLlmcTensor *x = &lay->t[t];
+    ParamRef *p;
+    FSDP_GOTO(LlmcParam(e, x, &p));
+    int64_t n = FlatParamSpecNumel(p->spec), npad = x->pad_rows * x->row;
+    FSDP_GOTO(FsdpCkptWriterBegin(w, p->spec));
+    for (int64_t i = 0; i < n; i += CHUNK_ELEMS) {
+      int64_t k = n - i < CHUNK_ELEMS ? n - i : CHUNK_ELEMS;
+      FSDP_GOTO(ReadFloats(fp, elem, buf, k, scratch, path));
+      FSDP_GOTO(FsdpCkptWriterWrite(w, i, k, buf));
     }
+    FSDP_GOTO(FsdpCkptWriterEnd(w));
+    int warned = 0; /* padding rows (GPT-2: wte rows V..Vp-1): llm.c keeps them zero */
+    for (int64_t i = 0; i < npad; i += CHUNK_ELEMS) {
+      int64_t k = npad - i < CHUNK_ELEMS ? npad - i : CHUNK_ELEMS;
+      FSDP_GOTO(ReadFloats(fp, elem, buf, k, scratch, path));
+      for (int64_t j = 0; j < k && !warned; j++)
+        if (buf[j] != 0.0f) {
+          int64_t first = x->first_pad_row;
+          FsdpWarn(0, "llm.c checkpoint %s: padded %s row %lld is not zero; rows %lld..%lld are "
+                      "dropped (fsdp's %s has V = %lld rows)",
+                   path, x->name, (long long)(first + (i + j) / x->row), (long long)first,
+                   (long long)(first + x->pad_rows - 1), x->name, (long long)first);
+          warned = 1;
+        }
+    }
+  }
   FSDP_GOTO(LlmcCheckCoverage(e));
 done:
   FsdpFree(&scratch);
@@ -845,24 +736,17 @@ static int ImportLlmc(const char *in, const char *out, int64_t global_batch)
   FSDP_CALL(RefuseExisting(out));
   FILE *fp = fopen(in, "rb");
   if (!fp) FSDP_ERROR(FSDP_ERR_USAGE, "cannot open llm.c checkpoint %s: %s", in, strerror(errno));
-  LlmcHeader h;
-  int err = ReadLlmcHeader(fp, in, &h);
-  GptConfig cfg = {h.L, h.C, h.NH, h.V, h.maxT};
-  char what[4200];
-  snprintf(what, sizeof what, "llm.c checkpoint %s", in);
-  if (!err) err = CheckConfig(what, &cfg);
-  if (!err && h.Vp != PaddedVocab(h.V))
-    FsdpWarn(0, "llm.c checkpoint %s pads its vocabulary to %d rows, not %d: exported files "
-                "will use %d",
-             in, h.Vp, PaddedVocab(h.V), PaddedVocab(h.V));
+  const FsdpModelFamily *fam = NULL;
+  FsdpModelDesc desc;
+  FsdpLlmcLayout lay;
+  memset(&lay, 0, sizeof lay);
+  int err = ReadLlmcHeader(fp, in, &fam, &desc, &lay);
   FsdpOptimOptions oo;
   memset(&oo, 0, sizeof oo);
   if (!err) err = DefaultOptimOptions(&oo);
   Engine e;
   memset(&e, 0, sizeof e);
   /* the parameter list only: nothing is allocated for the model */
-  FsdpModelDesc desc;
-  if (!err) err = GptConfigDescribe(&cfg, "custom", &desc);
   if (!err) err = EngineCreate(&desc, 0, NULL, &e);
   char tmp[4200] = "";
   if (!err) err = MakeTemp(out, "import", tmp, sizeof tmp);
@@ -879,7 +763,7 @@ static int ImportLlmc(const char *in, const char *out, int64_t global_batch)
     /* [Note: import through the engine] */
     if (!err) err = FsdpCkptWriterCreate(tmp, &m, e.nparams, &w);
   }
-  if (!err) err = ImportTensors(fp, in, &h, &e, w);
+  if (!err) err = ImportTensors(fp, in, &lay, &e, w);
   fclose(fp);
   if (!err) err = FsdpCkptWriterClose(&w);
   FsdpCkptWriterAbort(&w);
@@ -893,14 +777,17 @@ static int ImportLlmc(const char *in, const char *out, int64_t global_batch)
   if (!err) err = Publish(tmp, out);
   else if (tmp[0]) unlink(tmp);
   int derr = EngineDestroy(&e);
+  int version = lay.version;
+  FsdpLlmcLayoutDestroy(&lay);
   FSDP_CALL(err);
   FSDP_CALL(derr);
+  char opts[2048];
+  FsdpModelDescTrainOptions(&desc, opts, sizeof opts);
   printf("%s: fsdp checkpoint (format %d) at step 0, zero AdamW moments, from llm.c version %d "
          "(%s) %s: %lld parameters\n"
-         "load it with: fsdp-train -model custom -n_layer %d -n_embd %d -n_head %d -vocab_size "
-         "%d -seq_len %d -resume %s\n",
-         out, FSDP_CKPT_VERSION, h.version, h.version == 3 ? "fp32" : "bf16", in,
-         (long long)GptConfigParamCount(&cfg), h.L, h.C, h.NH, h.V, h.maxT, out);
+         "load it with: fsdp-train %s -resume %s\n",
+         out, FSDP_CKPT_VERSION, version, version == 3 ? "fp32" : "bf16", in,
+         (long long)FsdpModelDescParamCount(&desc), opts, out);
   fflush(stdout);
   return FSDP_SUCCESS;
 }
@@ -908,24 +795,13 @@ static int ImportLlmc(const char *in, const char *out, int64_t global_batch)
 /* ------------------------------------------------------------------ */
 /* Hugging Face: import-hf, export-hf                                  */
 
-/* [Note: Hugging Face names] A family's tensors are a table built from the
- * model description alone (HfModelFromDesc): fsdp name and shape, the
- * Hugging Face name, and whether Hugging Face stores the matrix
- * transposed.  GPT-2: GPT2LMHeadModel's transformer.<fsdp name> (wte and
- * wpe with .weight); its Conv1D layers (c_attn, c_proj, c_fc) keep weights
- * as [in, out], fsdp as [out, in], so those are transposed; the LM head
- * is tied to wte (lm_head.weight, when a file has it, must equal wte).
- * Files saved from GPT2Model name tensors without "transformer.", and old
- * ones carry the attention mask buffers h.<i>.attn.bias / masked_bias:
- * both are accepted.  The vocabulary is never padded (fsdp's wte and
- * Hugging Face's both have vocab_size rows; only llm.c's file pads to
- * Vp).  Llama: fsdp's names are LlamaForCausalLM's
- * (model.embed_tokens.weight, model.layers.<i>.self_attn.q_proj.weight,
- * ..., model.norm.weight, lm_head.weight only when untied), nothing is
- * transposed.  For GPT-2 the table is checked against the engine's
- * parameter list ([Note: the model's parameter list]) before any tensor
- * moves, so a model change cannot silently drop one; a family the engine
- * cannot build here is converted by its table alone.
+/* Hugging Face names: a family's layout ([Note: Hugging Face names] in
+ * model/convert.h), built from the model description alone: fsdp name and
+ * shape, the Hugging Face name, whether Hugging Face stores the matrix
+ * transposed, the names a file may leave off or hold beyond the
+ * parameters, and the tied head.  The layout is checked against the
+ * engine's parameter list ([Note: the model's parameter list]) before any
+ * tensor moves, so a model change cannot silently drop one.
  *
  * [Note: streamed conversion] import-hf, export-hf, import-llmc and
  * export-llmc hold one tensor at a time in fp32 (plus fixed buffers): a
@@ -938,131 +814,68 @@ static int ImportLlmc(const char *in, const char *out, int64_t global_batch)
 #define HF_BLOCK ((int64_t)1 << 16) /* elements per transposed block */
 #define HF_PIECE ((int64_t)1 << 18) /* elements per piece of an untransposed tensor */
 
-typedef struct {
-  char fsdp[FSDP_MAX_NAME];
-  char hf[FSDP_ST_NAME_MAX];
-  int ndim;
-  int64_t shape[2]; /* fsdp's shape; Hugging Face's is reversed when transposed */
-  int transpose;
-  int seen; /* import: found in the files */
-} HfTensor;
+typedef FsdpHfTensor HfTensor;
 
 typedef struct {
   FsdpModelDesc desc;
-  int llama;
-  int tied;        /* Hugging Face ties lm_head.weight to the embedding */
+  const FsdpModelFamily *fam;
+  FsdpHfLayout lay;
   int n;
-  HfTensor *t;
-  GptConfig gpt;   /* GPT-2 */
+  HfTensor *t; /* lay.t */
+  int *seen;   /* import: found in the files */
 } HfModel;
-
-static int64_t HfInt(const FsdpModelDesc *d, const char *name)
-{
-  const FsdpModelAttr *a = FsdpModelDescFind(d, name);
-  return a ? (a->type == FSDP_MODEL_ATTR_INT ? a->i : (int64_t)a->r) : -1;
-}
-
-static double HfReal(const FsdpModelDesc *d, const char *name)
-{
-  const FsdpModelAttr *a = FsdpModelDescFind(d, name);
-  return a ? (a->type == FSDP_MODEL_ATTR_REAL ? a->r : (double)a->i) : -1.0;
-}
-
-static int HfAdd(HfModel *m, const char *fsdp, const char *hf, int64_t rows, int64_t cols,
-                 int transpose)
-{
-  HfTensor *t = &m->t[m->n++];
-  memset(t, 0, sizeof *t);
-  snprintf(t->fsdp, sizeof t->fsdp, "%s", fsdp);
-  snprintf(t->hf, sizeof t->hf, "%s", hf);
-  t->ndim = cols > 0 ? 2 : 1;
-  t->shape[0] = rows;
-  t->shape[1] = cols;
-  t->transpose = transpose;
-  return FSDP_SUCCESS;
-}
 
 static void HfModelDestroy(HfModel *m)
 {
-  free(m->t);
+  FsdpHfLayoutDestroy(&m->lay);
+  free(m->seen);
+  m->seen = NULL;
   m->t = NULL;
 }
 
-/* The table of a description ([Note: Hugging Face names]); `what` names
- * where the description came from. */
+/* The families that convert to and from Hugging Face, by a key of theirs
+ * ("gpt2 and llama"), for messages. */
+static void HfFamilies(int by_model_type, char *buf, size_t size)
+{
+  int k = 0, total = 0;
+  for (int i = 0; i < FsdpModelNumFamilies(); i++) total += FsdpModelFamilyAt(i)->hf_layout != NULL;
+  size_t n = 0;
+  buf[0] = 0;
+  for (int i = 0; i < FsdpModelNumFamilies() && n < size; i++) {
+    const FsdpModelFamily *f = FsdpModelFamilyAt(i);
+    if (!f->hf_layout) continue;
+    k++;
+    n += (size_t)snprintf(buf + n, size - n, "%s%s", k == 1 ? "" : k == total ? " and " : ", ",
+                          by_model_type ? f->hf_model_type : f->name);
+  }
+}
+
+/* The layout of a description; `what` names where the description came
+ * from. */
 static int HfModelFromDesc(const FsdpModelDesc *desc, const char *what, HfModel *m)
 {
   memset(m, 0, sizeof *m);
   m->desc = *desc;
-  char name[FSDP_MAX_NAME], hf[FSDP_ST_NAME_MAX];
-  if (strcmp(desc->family, "gpt2") == 0) {
-    FSDP_CALL(GptConfigFromDesc(desc, what, &m->gpt));
-    FSDP_CALL(CheckConfig(what, &m->gpt));
-    const GptConfig *c = &m->gpt;
-    int64_t C = c->n_embd;
-    m->tied = 1;
-    m->t = calloc((size_t)(4 + 12 * c->n_layer), sizeof *m->t);
-    FSDP_CHECK_ALLOC(m->t, (size_t)(4 + 12 * c->n_layer) * sizeof *m->t);
-    HfAdd(m, "wte", "transformer.wte.weight", c->vocab_size, C, 0);
-    HfAdd(m, "wpe", "transformer.wpe.weight", c->seq_len, C, 0);
-    HfAdd(m, "ln_f.weight", "transformer.ln_f.weight", C, 0, 0);
-    HfAdd(m, "ln_f.bias", "transformer.ln_f.bias", C, 0, 0);
-    static const struct { const char *s; int rows, cols, tr; } blk[] = {
-        {"ln_1.weight", 1, 0, 0},        {"ln_1.bias", 1, 0, 0},
-        {"attn.c_attn.weight", 3, 1, 1}, {"attn.c_attn.bias", 3, 0, 0},
-        {"attn.c_proj.weight", 1, 1, 1}, {"attn.c_proj.bias", 1, 0, 0},
-        {"ln_2.weight", 1, 0, 0},        {"ln_2.bias", 1, 0, 0},
-        {"mlp.c_fc.weight", 4, 1, 1},    {"mlp.c_fc.bias", 4, 0, 0},
-        {"mlp.c_proj.weight", 1, 4, 1},  {"mlp.c_proj.bias", 1, 0, 0},
-    };
-    for (int l = 0; l < c->n_layer; l++)
-      for (int k = 0; k < 12; k++) {
-        snprintf(name, sizeof name, "h.%d.%s", l, blk[k].s);
-        snprintf(hf, sizeof hf, "transformer.%s", name);
-        HfAdd(m, name, hf, blk[k].rows * C, blk[k].cols * C, blk[k].tr);
-      }
-    return FSDP_SUCCESS;
+  m->fam = FsdpModelFamilyFind(desc->family);
+  if (!m->fam || !m->fam->hf_layout) {
+    char fams[256];
+    HfFamilies(0, fams, sizeof fams);
+    FSDP_ERROR(FSDP_ERR_USAGE, "%s holds a %s model: fsdp-ckpt converts %s to and from "
+                               "Hugging Face", what, desc->family, fams);
   }
-  if (strcmp(desc->family, "llama") == 0) {
-    int64_t L = HfInt(desc, "n_layer"), C = HfInt(desc, "n_embd"), H = HfInt(desc, "n_head"),
-            K = HfInt(desc, "n_kv_head"), F = HfInt(desc, "ffn_hidden"), V = HfInt(desc, "vocab_size"),
-            T = HfInt(desc, "seq_len"), tie = HfInt(desc, "tie_embeddings");
-    if (L < 1 || C < 1 || H < 1 || K < 1 || F < 1 || V < 2 || T < 1 || tie < 0 || tie > 1 ||
-        C % H || H % K || HfReal(desc, "rope_theta") <= 0 || HfReal(desc, "norm_eps") <= 0 ||
-        L > 100000)
-      FSDP_ERROR(FSDP_ERR_USAGE,
-                 "%s holds an invalid llama model description (n_layer %lld, n_embd %lld, n_head "
-                 "%lld, n_kv_head %lld, ffn_hidden %lld, vocab_size %lld, seq_len %lld, "
-                 "tie_embeddings %lld, rope_theta %g, norm_eps %g): n_embd must divide by n_head "
-                 "and n_head by n_kv_head",
-                 what, (long long)L, (long long)C, (long long)H, (long long)K, (long long)F,
-                 (long long)V, (long long)T, (long long)tie, HfReal(desc, "rope_theta"),
-                 HfReal(desc, "norm_eps"));
-    int64_t hd = C / H;
-    m->llama = 1;
-    m->tied = (int)tie;
-    size_t cap = (size_t)(3 + 9 * L);
-    m->t = calloc(cap, sizeof *m->t);
-    FSDP_CHECK_ALLOC(m->t, cap * sizeof *m->t);
-    HfAdd(m, "model.embed_tokens.weight", "model.embed_tokens.weight", V, C, 0);
-    const struct { const char *s; int64_t rows, cols; } blk[] = {
-        {"input_layernorm.weight", C, 0},      {"self_attn.q_proj.weight", H * hd, C},
-        {"self_attn.k_proj.weight", K * hd, C}, {"self_attn.v_proj.weight", K * hd, C},
-        {"self_attn.o_proj.weight", C, H * hd}, {"post_attention_layernorm.weight", C, 0},
-        {"mlp.gate_proj.weight", F, C},         {"mlp.up_proj.weight", F, C},
-        {"mlp.down_proj.weight", C, F},
-    };
-    for (int64_t l = 0; l < L; l++)
-      for (int k = 0; k < 9; k++) {
-        snprintf(name, sizeof name, "model.layers.%lld.%s", (long long)l, blk[k].s);
-        HfAdd(m, name, name, blk[k].rows, blk[k].cols, 0);
-      }
-    HfAdd(m, "model.norm.weight", "model.norm.weight", C, 0, 0);
-    if (!tie) HfAdd(m, "lm_head.weight", "lm_head.weight", V, C, 0);
-    return FSDP_SUCCESS;
+  int err = m->fam->hf_layout(desc, what, &m->lay);
+  if (err) {
+    HfModelDestroy(m);
+    return err;
   }
-  FSDP_ERROR(FSDP_ERR_USAGE, "%s holds a %s model: fsdp-ckpt converts gpt2 and llama to and from "
-                             "Hugging Face", what, desc->family);
+  m->n = m->lay.n;
+  m->t = m->lay.t;
+  m->seen = calloc((size_t)m->n + 1, sizeof *m->seen);
+  if (!m->seen) {
+    HfModelDestroy(m);
+    FSDP_CHECK_ALLOC(NULL, ((size_t)m->n + 1) * sizeof(int));
+  }
+  return FSDP_SUCCESS;
 }
 
 /* The table against the engine's parameter list (either family), name and
@@ -1094,198 +907,44 @@ static int HfCheckEngine(const HfModel *m)
 
 /* ---- config.json ---------------------------------------------------- */
 
-/* An integer field of config.json (def when absent and def >= 0). */
-static int CfgInt(json_t *cfg, const char *path, const char *key, int64_t def, int64_t *v)
-{
-  json_t *j = json_object_get(cfg, key);
-  if ((!j || json_is_null(j)) && def >= 0) {
-    *v = def;
-    return FSDP_SUCCESS;
-  }
-  if (!json_is_integer(j) || json_integer_value(j) < 0)
-    FSDP_ERROR(FSDP_ERR_USAGE, "%s: %s is %s, expected a non-negative integer", path, key,
-               j ? "not an integer" : "missing");
-  *v = (int64_t)json_integer_value(j);
-  return FSDP_SUCCESS;
-}
-
-static int CfgReal(json_t *cfg, const char *path, const char *key, double def, double *v)
-{
-  json_t *j = json_object_get(cfg, key);
-  if (!j || json_is_null(j)) {
-    *v = def;
-    return FSDP_SUCCESS;
-  }
-  if (!json_is_number(j)) FSDP_ERROR(FSDP_ERR_USAGE, "%s: %s is not a number", path, key);
-  *v = json_number_value(j);
-  return FSDP_SUCCESS;
-}
-
-/* A string field that must be one of the accepted values (NULL-ended;
- * the first is the default when absent). */
-static int CfgOneOf(json_t *cfg, const char *path, const char *key, const char *const *ok,
-                    const char *why)
-{
-  json_t *j = json_object_get(cfg, key);
-  if (!j || json_is_null(j)) return FSDP_SUCCESS;
-  for (int k = 0; json_is_string(j) && ok[k]; k++)
-    if (strcmp(json_string_value(j), ok[k]) == 0) return FSDP_SUCCESS;
-  FSDP_ERROR(FSDP_ERR_USAGE, "%s: %s is %s%s%s; fsdp's model supports %s%s%s (%s)", path, key,
-             json_is_string(j) ? "\"" : "", json_is_string(j) ? json_string_value(j) : "not a string",
-             json_is_string(j) ? "\"" : "", ok[0], ok[1] ? " or " : "", ok[1] ? ok[1] : "", why);
-}
-
-/* A boolean field that must be `want` when present. */
-static int CfgFlag(json_t *cfg, const char *path, const char *key, int want, const char *why)
-{
-  json_t *j = json_object_get(cfg, key);
-  if (!j || json_is_null(j)) return FSDP_SUCCESS;
-  if (!json_is_boolean(j) || json_is_true(j) != want)
-    FSDP_ERROR(FSDP_ERR_USAGE, "%s: %s must be %s for fsdp's model (%s)", path, key,
-               want ? "true" : "false", why);
-  return FSDP_SUCCESS;
-}
-
-/* config.json of a Hugging Face folder into a model description. */
+/* config.json of a Hugging Face folder into a model description, through
+ * the family whose model_type it names. */
 static int HfReadConfig(const char *dir, FsdpModelDesc *desc)
 {
   char path[4200];
   snprintf(path, sizeof path, "%s/config.json", dir);
-  json_error_t je;
-  json_t *cfg = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-  if (!cfg)
-    FSDP_ERROR(FSDP_ERR_USAGE, "%s: %s (line %d): a Hugging Face model folder has a config.json",
-               path, je.text, je.line);
-  int err = FSDP_SUCCESS;
-  json_t *mt = json_object_get(cfg, "model_type");
-  const char *type = json_is_string(mt) ? json_string_value(mt) : "";
-  if (strcmp(type, "gpt2") == 0) {
-    int64_t L, C, H, V, T, inner;
-    static const char *const act[] = {"gelu_new", "gelu_pytorch_tanh", NULL};
-    double eps;
-    if ((err = CfgInt(cfg, path, "n_layer", -1, &L)) || (err = CfgInt(cfg, path, "n_embd", -1, &C)) ||
-        (err = CfgInt(cfg, path, "n_head", -1, &H)) || (err = CfgInt(cfg, path, "vocab_size", -1, &V)) ||
-        (err = CfgInt(cfg, path, "n_positions", -1, &T)) ||
-        (err = CfgInt(cfg, path, "n_inner", 4 * C, &inner)) ||
-        (err = CfgReal(cfg, path, "layer_norm_epsilon", 1e-5, &eps)) ||
-        (err = CfgOneOf(cfg, path, "activation_function", act, "GELU, tanh approximation")) ||
-        (err = CfgFlag(cfg, path, "scale_attn_weights", 1, "scores scaled by 1/sqrt(head size)")) ||
-        (err = CfgFlag(cfg, path, "scale_attn_by_inverse_layer_idx", 0, "no per-layer scaling")))
-      goto done;
-    if (inner != 4 * C || eps != 1e-5 || L > INT32_MAX || C > INT32_MAX || H > INT32_MAX ||
-        V > INT32_MAX || T > INT32_MAX) {
-      err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_USAGE,
-                           "%s: n_inner %lld and layer_norm_epsilon %g: fsdp's GPT-2 has an MLP of "
-                           "4 n_embd = %lld and LayerNorm eps 1e-5 (and sizes in int range)",
-                           path, (long long)inner, eps, (long long)(4 * C));
-      goto done;
-    }
-    GptConfig c = {(int)L, (int)C, (int)H, (int)V, (int)T};
-    err = GptConfigDescribe(&c, "custom", desc);
-  } else if (strcmp(type, "llama") == 0) {
-    int64_t L, C, H, K, F, V, T, hd;
-    double theta, eps;
-    static const char *const act[] = {"silu", NULL};
-    json_t *tie = json_object_get(cfg, "tie_word_embeddings"), *rs = json_object_get(cfg, "rope_scaling"),
-           *rp = json_object_get(cfg, "rope_parameters");
-    if ((err = CfgInt(cfg, path, "num_hidden_layers", -1, &L)) ||
-        (err = CfgInt(cfg, path, "hidden_size", -1, &C)) ||
-        (err = CfgInt(cfg, path, "num_attention_heads", -1, &H)) ||
-        (err = CfgInt(cfg, path, "num_key_value_heads", H, &K)) ||
-        (err = CfgInt(cfg, path, "intermediate_size", -1, &F)) ||
-        (err = CfgInt(cfg, path, "vocab_size", -1, &V)) ||
-        (err = CfgInt(cfg, path, "max_position_embeddings", -1, &T)) ||
-        (err = CfgInt(cfg, path, "head_dim", H ? C / H : 0, &hd)) ||
-        (err = CfgReal(cfg, path, "rope_theta", 10000.0, &theta)) ||
-        (err = CfgReal(cfg, path, "rms_norm_eps", 1e-6, &eps)) ||
-        (err = CfgOneOf(cfg, path, "hidden_act", act, "SwiGLU MLP")) ||
-        (err = CfgFlag(cfg, path, "attention_bias", 0, "no biases")) ||
-        (err = CfgFlag(cfg, path, "mlp_bias", 0, "no biases")))
-      goto done;
-    if (tie && !json_is_boolean(tie)) {
-      err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_USAGE,
-                           "%s: tie_word_embeddings is not true or false", path);
-      goto done;
-    }
-    /* transformers 5 writes RoPE as rope_parameters {rope_theta, rope_type} */
-    if (json_is_object(rp)) {
-      json_t *rt = json_object_get(rp, "rope_type");
-      if (rt && !(json_is_string(rt) && strcmp(json_string_value(rt), "default") == 0)) rs = rp;
-      else if ((err = CfgReal(rp, path, "rope_theta", theta, &theta))) goto done;
-    }
-    if (rs && !json_is_null(rs)) {
-      err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_USAGE,
-                           "%s: rope_scaling (or a rope_parameters rope_type other than default) is "
-                           "set; fsdp's llama has plain RoPE (rope_theta only), "
-                           "so the converted model would compute something else",
-                           path);
-      goto done;
-    }
-    if (H && hd != C / H) {
-      err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_USAGE,
-                           "%s: head_dim %lld is not hidden_size / num_attention_heads = %lld", path,
-                           (long long)hd, (long long)(C / H));
-      goto done;
-    }
-    FsdpModelDescInit(desc, "llama", "custom");
-    const char *const names[] = {"n_layer", "n_embd", "n_head", "n_kv_head",
-                                 "ffn_hidden", "vocab_size", "seq_len", "tie_embeddings"};
-    const int64_t vals[] = {L, C, H, K, F, V, T, tie ? json_is_true(tie) : 0};
-    for (int k = 0; k < 8 && !err; k++) err = FsdpModelDescAddInt(desc, names[k], vals[k]);
-    if (!err) err = FsdpModelDescAddReal(desc, "rope_theta", theta);
-    if (!err) err = FsdpModelDescAddReal(desc, "norm_eps", eps);
-  } else {
-    err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_USAGE,
-                         "%s: model_type %s%s%s: fsdp-ckpt imports gpt2 and llama", path,
-                         json_is_string(mt) ? "\"" : "", json_is_string(mt) ? type : "is missing",
-                         json_is_string(mt) ? "\"" : "");
+  FsdpHfConfig cfg = NULL;
+  FSDP_CALL(FsdpHfConfigLoad(path, &cfg));
+  const char *type = FsdpHfConfigString(cfg, "model_type");
+  const FsdpModelFamily *fam = NULL;
+  for (int i = 0; type && i < FsdpModelNumFamilies(); i++) {
+    const FsdpModelFamily *f = FsdpModelFamilyAt(i);
+    if (f->hf_read_config && f->hf_model_type && strcmp(f->hf_model_type, type) == 0) fam = f;
   }
-done:
-  json_decref(cfg);
+  int err;
+  if (fam) {
+    err = fam->hf_read_config(cfg, desc);
+  } else {
+    char types[256];
+    HfFamilies(1, types, sizeof types);
+    err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_USAGE,
+                         "%s: model_type %s%s%s: fsdp-ckpt imports %s", path, type ? "\"" : "",
+                         type ? type : "is missing", type ? "\"" : "", types);
+  }
+  FsdpHfConfigDestroy(&cfg);
   return err;
 }
 
 /* config.json that transformers' from_pretrained reads for m. */
 static int HfWriteConfig(const HfModel *m, const char *dtype, const char *path)
 {
-  json_t *j = json_object();
-  const FsdpModelDesc *d = &m->desc;
-  if (!m->llama) {
-    json_object_set_new(j, "architectures", json_pack("[s]", "GPT2LMHeadModel"));
-    json_object_set_new(j, "model_type", json_string("gpt2"));
-    json_object_set_new(j, "n_layer", json_integer(m->gpt.n_layer));
-    json_object_set_new(j, "n_embd", json_integer(m->gpt.n_embd));
-    json_object_set_new(j, "n_head", json_integer(m->gpt.n_head));
-    json_object_set_new(j, "vocab_size", json_integer(m->gpt.vocab_size));
-    json_object_set_new(j, "n_positions", json_integer(m->gpt.seq_len));
-    json_object_set_new(j, "n_ctx", json_integer(m->gpt.seq_len));
-    json_object_set_new(j, "n_inner", json_null());
-    json_object_set_new(j, "activation_function", json_string("gelu_new"));
-    json_object_set_new(j, "layer_norm_epsilon", json_real(1e-5));
-    json_object_set_new(j, "tie_word_embeddings", json_true());
-  } else {
-    json_object_set_new(j, "architectures", json_pack("[s]", "LlamaForCausalLM"));
-    json_object_set_new(j, "model_type", json_string("llama"));
-    json_object_set_new(j, "num_hidden_layers", json_integer(HfInt(d, "n_layer")));
-    json_object_set_new(j, "hidden_size", json_integer(HfInt(d, "n_embd")));
-    json_object_set_new(j, "num_attention_heads", json_integer(HfInt(d, "n_head")));
-    json_object_set_new(j, "num_key_value_heads", json_integer(HfInt(d, "n_kv_head")));
-    json_object_set_new(j, "intermediate_size", json_integer(HfInt(d, "ffn_hidden")));
-    json_object_set_new(j, "vocab_size", json_integer(HfInt(d, "vocab_size")));
-    json_object_set_new(j, "max_position_embeddings", json_integer(HfInt(d, "seq_len")));
-    json_object_set_new(j, "tie_word_embeddings", json_boolean(m->tied));
-    json_object_set_new(j, "rope_theta", json_real(HfReal(d, "rope_theta")));
-    json_object_set_new(j, "rms_norm_eps", json_real(HfReal(d, "norm_eps")));
-    json_object_set_new(j, "hidden_act", json_string("silu"));
-    json_object_set_new(j, "attention_bias", json_false());
-    json_object_set_new(j, "mlp_bias", json_false());
-    json_object_set_new(j, "rope_scaling", json_null());
-  }
-  json_object_set_new(j, "torch_dtype", json_string(dtype));
-  int rc = json_dump_file(j, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
-  json_decref(j);
-  if (rc != 0) FSDP_ERROR(FSDP_ERR_IO, "writing %s failed: %s", path, strerror(errno));
-  return FSDP_SUCCESS;
+  FsdpHfConfig cfg = NULL;
+  FSDP_CALL(FsdpHfConfigCreate(path, &cfg));
+  int err = m->fam->hf_write_config(&m->desc, cfg);
+  if (!err) err = FsdpHfConfigSetString(cfg, "torch_dtype", dtype);
+  if (!err) err = FsdpHfConfigWrite(cfg, path);
+  FsdpHfConfigDestroy(&cfg);
+  return err;
 }
 
 /* ---- moving tensors ------------------------------------------------- */
@@ -1310,18 +969,20 @@ typedef struct {
 static int HfMatch(const HfModel *m, const char *name, int *ignore)
 {
   *ignore = 0;
-  const char *n = name;
-  if (!m->llama && strncmp(n, "transformer.", 12) == 0) n += 12;
+  const char *n = name, *prefix = m->lay.optional_prefix;
+  size_t plen = prefix ? strlen(prefix) : 0;
+  if (plen && strncmp(n, prefix, plen) == 0) n += plen;
   for (int i = 0; i < m->n; i++) {
     const char *hf = m->t[i].hf;
-    if (!m->llama) hf += 12; /* "transformer." */
+    if (plen && strncmp(hf, prefix, plen) == 0) hf += plen;
     if (strcmp(hf, n) == 0) return i;
   }
   size_t len = strlen(n);
-  if (!m->llama && (len > 10 && strcmp(n + len - 10, ".attn.bias") == 0)) *ignore = 1;
-  if (!m->llama && (len > 17 && strcmp(n + len - 17, ".attn.masked_bias") == 0)) *ignore = 1;
-  if (m->llama && len > 22 && strcmp(n + len - 22, ".rotary_emb.inv_freq") == 0) *ignore = 1;
-  if (m->tied && strcmp(name, "lm_head.weight") == 0) *ignore = 2;
+  for (int k = 0; m->lay.ignored_suffixes && m->lay.ignored_suffixes[k]; k++) {
+    size_t sl = strlen(m->lay.ignored_suffixes[k]);
+    if (len > sl && strcmp(n + len - sl, m->lay.ignored_suffixes[k]) == 0) *ignore = 1;
+  }
+  if (m->lay.tied_head && strcmp(name, m->lay.tied_head) == 0) *ignore = 2;
   return -1;
 }
 
@@ -1353,7 +1014,7 @@ static int HfMatchSet(HfModel *m, FsdpStSet set, const char *dir, HfSource *src,
                  "(%s)",
                  FsdpStPath(f), t->name, m->desc.family, dir, attrs);
     HfTensor *e = &m->t[k];
-    if (e->seen)
+    if (m->seen[k])
       FSDP_ERROR(FSDP_ERR_USAGE, "%s holds tensor %s twice (as %s and %s)", dir, e->fsdp,
                  src[k].t->name, t->name);
     int64_t ws[2] = {e->transpose ? e->shape[1] : e->shape[0], e->transpose ? e->shape[0] : e->shape[1]};
@@ -1365,25 +1026,26 @@ static int HfMatchSet(HfModel *m, FsdpStSet set, const char *dir, HfSource *src,
                  "safetensors file %s: tensor %s has shape %s but %s/config.json (%s) makes it %s",
                  FsdpStPath(f), t->name, have, dir, attrs, want);
     }
-    e->seen = 1;
+    m->seen[k] = 1;
     src[k] = (HfSource){f, t};
   }
   for (int k = 0; k < m->n; k++)
-    if (!m->t[k].seen)
+    if (!m->seen[k])
       FSDP_ERROR(FSDP_ERR_USAGE, "%s has no tensor %s (the %s model of its config.json has it)", dir,
                  m->t[k].hf, m->desc.family);
   if (head->t) {
     int64_t n = m->t[0].shape[0] * m->t[0].shape[1];
     if (head->t->numel != n || head->t->ndim != 2 || head->t->shape[0] != m->t[0].shape[0])
-      FSDP_ERROR(FSDP_ERR_USAGE, "safetensors file %s: tensor lm_head.weight (tied to the embedding) "
+      FSDP_ERROR(FSDP_ERR_USAGE, "safetensors file %s: tensor %s (tied to the embedding) "
                                  "does not have the embedding's shape",
-                 FsdpStPath(head->f));
+                 FsdpStPath(head->f), head->t->name);
   }
   return FSDP_SUCCESS;
 }
 
 /* A tied head must equal the embedding (compared in blocks). */
-static int HfCheckTiedHead(const HfSource *emb, const HfSource *head, float *a, float *b)
+static int HfCheckTiedHead(const HfModel *m, const HfSource *emb, const HfSource *head, float *a,
+                           float *b)
 {
   for (int64_t i = 0; i < emb->t->numel; i += HF_BLOCK) {
     int64_t k = emb->t->numel - i < HF_BLOCK ? emb->t->numel - i : HF_BLOCK;
@@ -1391,24 +1053,11 @@ static int HfCheckTiedHead(const HfSource *emb, const HfSource *head, float *a, 
     FSDP_CALL(FsdpStRead(head->f, head->t, i, k, b));
     if (memcmp(a, b, (size_t)k * sizeof(float)) != 0)
       FSDP_ERROR(FSDP_ERR_USAGE,
-                 "safetensors file %s: lm_head.weight differs from %s, but the model ties its "
-                 "output head to the embedding (GPT-2 always, llama with tie_word_embeddings)",
-                 FsdpStPath(head->f), emb->t->name);
+                 "safetensors file %s: %s differs from %s, but the %s model ties its output head "
+                 "to the embedding",
+                 FsdpStPath(head->f), head->t->name, emb->t->name, m->desc.family);
   }
   return FSDP_SUCCESS;
-}
-
-/* The fsdp-train options that rebuild a description, for the load line. */
-static void TrainOptions(const FsdpModelDesc *d, char *buf, size_t size)
-{
-  size_t n = (size_t)snprintf(buf, size, "-model custom");
-  if (strcmp(d->family, "gpt2") != 0 && n < size)
-    n += (size_t)snprintf(buf + n, size - n, " -family %s", d->family);
-  for (int k = 0; k < d->nattrs && n < size; k++) {
-    char v[80];
-    FsdpModelAttrValueString(&d->attr[k], v, sizeof v);
-    n += (size_t)snprintf(buf + n, size - n, " -%s %s", d->attr[k].name, v);
-  }
 }
 
 /* Elements of the transpose block: rows of a transposed tensor fit. */
@@ -1433,7 +1082,7 @@ static int HfImportTensors(HfModel *m, const HfSource *src, const HfSource *head
   int err = FSDP_SUCCESS;
   FSDP_GOTO(FsdpMalloc(FSDP_MEM_OTHER, (size_t)cap * sizeof(float), &buf));
   FSDP_GOTO(FsdpMalloc(FSDP_MEM_OTHER, (size_t)bcap * sizeof(float), &blk));
-  if (head->t) FSDP_GOTO(HfCheckTiedHead(&src[0], head, buf, buf + HF_BLOCK));
+  if (head->t) FSDP_GOTO(HfCheckTiedHead(m, &src[0], head, buf, buf + HF_BLOCK));
   for (int k = 0; k < m->n; k++) {
     const HfTensor *e = &m->t[k];
     FsdpParamSpec spec;
@@ -1514,7 +1163,7 @@ static int ImportHf(const char *dir, const char *out, int64_t global_batch)
   HfModelDestroy(&m);
   FSDP_CALL(err);
   char opts[2048], attrs[1024];
-  TrainOptions(&desc, opts, sizeof opts);
+  FsdpModelDescTrainOptions(&desc, opts, sizeof opts);
   FsdpModelDescFormat(&desc, attrs, sizeof attrs);
   printf("%s: fsdp checkpoint (format %d) at step 0, zero AdamW moments, from Hugging Face %s "
          "(%s, %d safetensors file%s, %s): %d tensors; %s\n"
@@ -1646,7 +1295,7 @@ static int ExportHf(const char *path, const char *outdir, int bf16)
   free(decl);
   free(shapes);
   int n = m.n;
-  const char *family = m.llama ? "LlamaForCausalLM" : "GPT2LMHeadModel";
+  const char *family = m.fam->hf_architecture;
   HfModelDestroy(&m);
   FSDP_CALL(err);
   printf("%s: Hugging Face %s folder (config.json, model.safetensors with %d %s tensors) from "
@@ -1703,7 +1352,13 @@ static int Run(int argc, char **argv)
                           "export-hf: element type of model.safetensors (bf16 rounds to nearest even)",
                           hf_dtypes, 0, &hf_dtype);
   if (FsdpOptsHelpRequested(db)) {
-    FsdpOptsPrintHelp(db, stdout, kHelp);
+    char help[16384];
+    size_t n = (size_t)snprintf(help, sizeof help, "%s", kHelp);
+    for (int f = 0; f < FsdpModelNumFamilies() && n < sizeof help; f++)
+      if (FsdpModelFamilyAt(f)->convert_help)
+        n += (size_t)snprintf(help + n, sizeof help - n, "%s\n", FsdpModelFamilyAt(f)->convert_help);
+    if (n < sizeof help) snprintf(help + n, sizeof help - n, "%s", kHelpTail);
+    FsdpOptsPrintHelp(db, stdout, help);
     FsdpOptsDestroy(&db);
     return FSDP_SUCCESS;
   }

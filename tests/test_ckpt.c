@@ -877,6 +877,32 @@ static void test_desc_int_range(void)
         kCfg.n_layer, err, err == FSDP_SUCCESS ? back.n_layer : -1);
 }
 
+/* FsdpModelFamilyRegister (family.h): a family defined outside the library
+ * joins the built-in ones (found by name, its description checked by its
+ * table); a name that is taken is a usage error and changes nothing. */
+static void test_family_register(void)
+{
+  const FsdpModelFamily *gpt = FsdpModelFamilyFind("gpt2");
+  CHECK(gpt && FsdpModelFamilyFind("llama"), "the built-in families are not registered");
+  int before = FsdpModelNumFamilies();
+  CHECK(FsdpModelFamilyRegister(gpt) == FSDP_ERR_USAGE && FsdpModelNumFamilies() == before,
+        "a second family named gpt2 was not refused");
+  static FsdpModelFamily copy;
+  static const char *const no_presets[] = {NULL};
+  copy = *gpt;
+  copy.name = "gpt2-outside";
+  copy.presets = no_presets;
+  CHECK(FsdpModelFamilyRegister(&copy) == FSDP_SUCCESS && FsdpModelFamilyFind("gpt2-outside") == &copy &&
+            FsdpModelNumFamilies() == before + 1,
+        "a family with a new name was not registered");
+  FsdpModelDesc d = describe(&kCfg);
+  snprintf(d.family, sizeof d.family, "gpt2-outside");
+  CHECK(FsdpModelDescCheck(&d, "test") == FSDP_ERR_USAGE,
+        "the registered family's check accepted a description of another family name");
+  snprintf(d.family, sizeof d.family, "no-such-family");
+  CHECK(FsdpModelDescCheck(&d, "test") == FSDP_ERR_USAGE, "an unknown family was accepted");
+}
+
 /* [Note: finite checkpoints]: a save of an infinity is refused on every
  * rank, naming the parameter and element, whatever -checkpoint_on_error
  * says; nothing is written or pruned (keep 1 keeps the good checkpoint);
@@ -951,6 +977,7 @@ int main(int argc, char **argv)
     make_clean_dir(run);
     make_clean_dir(dir);
     test_desc_int_range();
+    test_family_register();
     test_reshard(dir);
     test_refused(dir);
     test_directory(dir);

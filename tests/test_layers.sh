@@ -25,6 +25,15 @@
 # collective back-ends once called coll.c: [Note: no calls back into
 # coll.c] in comm/coll_common.h).
 #
+# Model families stay behind the family table ([Note: adding a family] in
+# lib/model/family.h): the runtime and io layers include no model header
+# but "model/model.h" (the description and the table), and no file under
+# src/ names a family: not its folder's headers ("model/gpt/..."), its
+# config type (GptConfig), its family-name macro (GPT_FAMILY) or its
+# Hugging Face architecture string ("GPT2LMHeadModel").  Those names are
+# read from the family folders (lib/model/<name>/), so a family added
+# later is covered without editing this test.
+#
 # Usage: test_layers.sh SRCDIR
 # (FSDP_LAYERS_EXTRA_FILE=PATH adds file PATH, checked as if its name were
 # FSDP_LAYERS_EXTRA_NAME: the self-check at the end plants violations that
@@ -100,6 +109,10 @@ check() {
       if (layer == "model") {
         if (il != "model" && il != "base" && il != "kernels")
           print where "#include \"" inc "\" (the model layer may include only model/, base/ and kernels/ headers, not " il "/)"
+        next
+      }
+      if ((layer == "runtime" || layer == "io") && il == "model" && inc != "model/model.h") {
+        print where "#include \"" inc "\" (the " layer " layer knows a model only by model/model.h: its description and table)"
         next
       }
       if (rank(il) > rank(layer) && !((name " " inc) in EX))
@@ -240,14 +253,40 @@ code() {
   sources | grep -E '\.(c|cu)$'
 }
 
+# The words that name a family, one a line, from lib/model/<name>/.
+family_words() {
+  for d in lib/model/*/; do
+    [ -d "$d" ] || continue
+    f=${d%/}
+    echo "model/${f#lib/model/}/"
+  done
+  cat lib/model/*/*.h /dev/null | sed -n 's/^} *\([A-Za-z0-9_]*Config\);.*/\1/p'
+  cat lib/model/*/*.h /dev/null | sed -n 's/^#define \([A-Z0-9_]*_FAMILY\) .*/\1/p'
+  cat lib/model/*/*.c /dev/null | sed -n 's/.*hf_architecture = \("[^"]*"\).*/\1/p'
+}
+
+# check_src FILE...: every line of a src/ file that names a family.
+# NAME_AS as for check.
+check_src() {
+  words=$(family_words)
+  [ -n "$words" ] || { echo "test_layers: no family folder under lib/model: wrong directory?"; return; }
+  for f in "$@"; do
+    name=$f
+    if [ "$f" = "$1" ] && [ -n "$NAME_AS" ]; then name=$NAME_AS; fi
+    case $name in src/*) ;; *) continue ;; esac
+    printf '%s\n' "$words" | grep -nFo -f - "$f" /dev/null | sed -n "s|^[^:]*:\([0-9]*\):\(.*\)|$name:\1: names \2 (a program reaches a model family only through model/family.h)|p" | sort -u
+  done
+}
+
 if [ -n "$FSDP_LAYERS_EXTRA_FILE" ]; then
-  out=$(NAME_AS=$FSDP_LAYERS_EXTRA_NAME check "$FSDP_LAYERS_EXTRA_FILE" $(sources))
+  out=$(NAME_AS=$FSDP_LAYERS_EXTRA_NAME check "$FSDP_LAYERS_EXTRA_FILE" $(sources)
+        NAME_AS=$FSDP_LAYERS_EXTRA_NAME check_src "$FSDP_LAYERS_EXTRA_FILE" $(sources))
   case $FSDP_LAYERS_EXTRA_NAME in
     *.c | *.cu) cyc=$(NAME_AS=$FSDP_LAYERS_EXTRA_NAME cycles "$FSDP_LAYERS_EXTRA_FILE" $(code)) ;;
     *) cyc=$(cycles $(code)) ;;
   esac
 else
-  out=$(check $(sources))
+  out=$(check $(sources); check_src $(sources))
   cyc=$(cycles $(code))
 fi
 
@@ -287,6 +326,10 @@ if [ -z "$FSDP_LAYERS_EXTRA_FILE" ]; then
   planted5=$(FSDP_LAYERS_EXTRA_FILE=$tmp.c FSDP_LAYERS_EXTRA_NAME=lib/comm/coll_planted.c sh "$self" .)
   printf '#include <libfsdp.h>\n#include "mixer.h"\n#include "model/gpt.h"\n' > "$tmp.c"
   planted6=$(FSDP_LAYERS_EXTRA_FILE=$tmp.c FSDP_LAYERS_EXTRA_NAME=examples/planted.c sh "$self" .)
+  printf '#include "model/model.h"\n#include "model/family.h"\n' > "$tmp.c"
+  planted7=$(FSDP_LAYERS_EXTRA_FILE=$tmp.c FSDP_LAYERS_EXTRA_NAME=lib/runtime/planted.c sh "$self" .)
+  printf '#include "libfsdp.h"\n#include "model/llama/llama.h"\nstatic GptConfig c;\nint f = GPT_FAMILY[0];\nconst char *a = "LlamaForCausalLM";\n' > "$tmp.c"
+  planted8=$(FSDP_LAYERS_EXTRA_FILE=$tmp.c FSDP_LAYERS_EXTRA_NAME=src/planted.c sh "$self" .)
   rm -f "$tmp.c"
   case $planted3 in
     *'lib/device/device.h:2: #include "comm/topo.h"'*) ;;
@@ -327,6 +370,23 @@ if [ -z "$FSDP_LAYERS_EXTRA_FILE" ]; then
     *'examples/planted.c:3: #include "model/gpt.h"'*) ;;
     *) echo "test_layers: self-check: an example including model/gpt.h was not reported:"
        printf '%s\n' "$planted6"; exit 1 ;;
+  esac
+  case $planted7 in
+    *'lib/runtime/planted.c:1:'*) echo "test_layers: self-check: model/model.h in a runtime file was reported"; exit 1 ;;
+    *'lib/runtime/planted.c:2: #include "model/family.h"'*) ;;
+    *) echo "test_layers: self-check: a runtime file including model/family.h was not reported:"
+       printf '%s\n' "$planted7"; exit 1 ;;
+  esac
+  for want in 'src/planted.c:2: names model/llama/' 'src/planted.c:3: names GptConfig' \
+              'src/planted.c:4: names GPT_FAMILY' 'src/planted.c:5: names "LlamaForCausalLM"'; do
+    case $planted8 in
+      *"$want"*) ;;
+      *) echo "test_layers: self-check: a program naming a model family was not reported ($want):"
+         printf '%s\n' "$planted8"; exit 1 ;;
+    esac
+  done
+  case $planted8 in
+    *'src/planted.c:1:'*) echo "test_layers: self-check: libfsdp.h in a program was reported"; exit 1 ;;
   esac
 fi
 echo "test_layers: $checked files follow the layer order, with no cycle inside a layer"

@@ -1,10 +1,18 @@
-/* family.h: model families behind one interface (GPT-2, Llama).
+/* family.h: model families behind one interface (GPT-2, Llama, ...).
  *
  * The driver, fsdp-plan and fsdp-ckpt know a model only by its description
  * (FsdpModelDesc, model.h: family name and typed attributes) and reach the
- * family's code through a table of operations found by that name.  A
- * description read from options, a checkpoint or a run file goes through
- * the same table, so a program never names GptConfig or LlamaConfig.
+ * family's code through a table of operations found by that name in the
+ * registry (registry.c).  A description read from options, a checkpoint or
+ * a run file goes through the same table, so a program never names a
+ * family's config type or header (tests/test_layers.sh checks src/).
+ *
+ * [Note: adding a family] A family is one folder, lib/model/<name>/: its
+ * config, parameter table and stages (most of them the decoder skeleton of
+ * transformer.h), its FsdpModelFamily (family.c there) with the Hugging
+ * Face and llm.c conversions it has (convert.h), plus one line in
+ * registry.c's list and its tests.  A model built outside the library
+ * (examples/) registers its table at run time with FsdpModelFamilyRegister.
  */
 #ifndef FSDP_FAMILY_H
 #define FSDP_FAMILY_H
@@ -13,12 +21,14 @@
 
 #include "base/opts.h"
 #include "kernels/kernels.h"
+#include "model/convert.h"
 #include "model/model.h"
 
 /* [Note: model family operations] What a family provides.  `model` is the
  * family's own object (GptModel, LlamaModel) behind FsdpModel. */
 typedef struct {
   const char *name;                   /* the description's family: "gpt2", "llama" */
+  const char *title;                  /* for people: "GPT-2", "Llama 3" (NULL: the name) */
   const char *const *presets;         /* its -model presets, NULL terminated */
   /* Not collective.  Read the family's size options (group "Model") over
    * preset's values (NULL: the family's custom start), validate with usage
@@ -57,17 +67,51 @@ typedef struct {
    * into host memory (fsdp-sample). */
   int (*logits)(void *model, int b, int t, float *out);
   void (*set_loss_scale)(void *model, float scale);
+
+  /* ---- conversions (convert.h, fsdp-ckpt); NULL/0 where there are none ---- */
+  /* fsdp-ckpt -help's paragraph on the family's file layouts */
+  const char *convert_help;
+  /* Hugging Face: config.json's model_type and the class export-hf names
+   * in "architectures" ("gpt2", "GPT2LMHeadModel"). */
+  const char *hf_model_type, *hf_architecture;
+  /* Not collective.  config.json (model_type already matched) into a
+   * description (preset "custom"), with usage errors naming the file and
+   * key; and a description into the config.json transformers reads
+   * (architectures and model_type first; fsdp-ckpt adds torch_dtype). */
+  int (*hf_read_config)(FsdpHfConfig cfg, FsdpModelDesc *desc);
+  int (*hf_write_config)(const FsdpModelDesc *desc, FsdpHfConfig cfg);
+  /* Not collective.  Every parameter's Hugging Face name and layout
+   * ([Note: Hugging Face names] in convert.h); a usage error naming `what`
+   * when desc is not a valid model of the family. */
+  int (*hf_layout)(const FsdpModelDesc *desc, const char *what, FsdpHfLayout *layout);
+  /* llm.c: the magic of the family's model files (header[0]) */
+  int32_t llmc_magic;
+  /* Not collective.  A file's header (FSDP_LLMC_HEADER_INTS int32, magic
+   * matched) and size in bytes into a description and the file's layout;
+   * usage errors name path.  And a description into the header and layout
+   * export-llmc writes (fp32). */
+  int (*llmc_read)(const int32_t *header, int64_t file_bytes, const char *path,
+                   FsdpModelDesc *desc, FsdpLlmcLayout *layout);
+  int (*llmc_write)(const FsdpModelDesc *desc, int32_t *header, FsdpLlmcLayout *layout);
 } FsdpModelFamily;
 
-/* The family of that name, or NULL. */
+/* The family of that name (built in or registered), or NULL. */
 const FsdpModelFamily *FsdpModelFamilyFind(const char *name);
-/* Not collective (every rank registers the same families, before options
- * are read: -model and -family then offer the family's presets and name).
- * Adds a family of the program's own (examples/: a model built against
- * the installed library); f must live as long as the program.  A usage
- * error for a name already registered, a preset another family has, or a
- * missing operation. */
+/* Not collective (call before any model is described, e.g. at the top of
+ * main).  Add a family defined outside the library; f must stay valid for
+ * the program's life and give every model operation (the conversions may
+ * be NULL).  A name that is taken, empty or too long, a preset another
+ * family has (or "custom"), or a full registry, is a usage error.  Its presets then join -model's choices and its name
+ * -family's. */
 int FsdpModelFamilyRegister(const FsdpModelFamily *f);
+
+/* The families known now, built-in ones first (for listing them). */
+int FsdpModelNumFamilies(void);
+const FsdpModelFamily *FsdpModelFamilyAt(int i);
+
+/* The fsdp-train options that build the described model: "-model custom
+ * [-family NAME] -n_layer 2 ..." in the description's order. */
+void FsdpModelDescTrainOptions(const FsdpModelDesc *desc, char *buf, size_t size);
 
 /* Not collective.  Reads -model (every family's presets, then "custom")
  * and, for custom, -family; then the family's size options.  desc gets
@@ -75,20 +119,11 @@ int FsdpModelFamilyRegister(const FsdpModelFamily *f);
  * every family's options are read so that the help lists them all. */
 int FsdpModelOptionsFromDb(FsdpOpts db, FsdpModelDesc *desc);
 
-/* An int attribute of a description (n_layer, seq_len, vocab_size, ...);
- * 0 when absent (descriptions checked by their family have them). */
-int64_t FsdpModelDescInt(const FsdpModelDesc *desc, const char *name);
-
 /* Not collective.  check of the description's family; a usage error for
  * an unknown family. */
 int FsdpModelDescCheck(const FsdpModelDesc *desc, const char *what);
 /* Parameters of a described model (0 for an unknown family). */
 int64_t FsdpModelDescParamCount(const FsdpModelDesc *desc);
-/* The stages of the table a model of desc registers with -wrap blocks per
- * unit: the root's embedding stage, one stage per unit of at most wrap
- * blocks, the root's head stage (every family's table has that shape:
- * GPT's and Llama's BuildTable). */
-int64_t FsdpModelDescNumStages(const FsdpModelDesc *desc, int wrap);
 
 /* A model of any family, created from its description. */
 typedef struct FsdpModel_ *FsdpModel;
@@ -108,16 +143,11 @@ int FsdpModelSetBatch(FsdpModel m, const int *inputs, const int *targets);
 double FsdpModelLoss(FsdpModel m);
 int FsdpModelLogits(FsdpModel m, int b, int t, float *out);
 void FsdpModelSetLossScale(FsdpModel m, float scale);
-const FsdpModelFamily *FsdpModelGetFamily(FsdpModel m);
 /* The family's object (a GptModel for "gpt2", a LlamaModel for "llama"). */
 void *FsdpModelImpl(FsdpModel m);
 
 #define FSDP_MODEL_MAX_MATMULS 8
 /* matmul_shapes of the description's family (0 for an unknown one). */
 int FsdpModelDescMatmulShapes(const FsdpModelDesc *desc, int64_t shape[][2], int max);
-
-/* The family tables (family.c, llama.c). */
-extern const FsdpModelFamily FsdpGptFamily;
-extern const FsdpModelFamily FsdpLlamaFamily;
 
 #endif

@@ -68,6 +68,19 @@ int FsdpModelDescAddString(FsdpModelDesc *d, const char *name, const char *s)
   return FSDP_SUCCESS;
 }
 
+int64_t FsdpModelDescInt(const FsdpModelDesc *desc, const char *name)
+{
+  const FsdpModelAttr *a = FsdpModelDescFind(desc, name);
+  return a && a->type == FSDP_MODEL_ATTR_INT ? a->i : 0;
+}
+
+int64_t FsdpModelDescNumStages(const FsdpModelDesc *desc, int wrap)
+{
+  int64_t L = FsdpModelDescInt(desc, "n_layer");
+  if (wrap < 1) wrap = 1;
+  return 2 + (L + wrap - 1) / wrap;
+}
+
 void FsdpModelAttrValueString(const FsdpModelAttr *a, char *buf, size_t size)
 {
   switch (a->type) {

@@ -60,6 +60,14 @@ const FsdpModelAttr *FsdpModelDescFind(const FsdpModelDesc *d, const char *name)
  * attribute ...", "<what> holds a llama model but the model is gpt2". */
 int FsdpModelDescCompare(const FsdpModelDesc *have, const FsdpModelDesc *want, const char *what,
                          char *msg, size_t size);
+/* An int attribute of a description (n_layer, seq_len, vocab_size, ...);
+ * 0 when absent (descriptions checked by their family have them). */
+int64_t FsdpModelDescInt(const FsdpModelDesc *desc, const char *name);
+/* The stages of the table a model of desc registers with -wrap blocks per
+ * unit: the root's embedding stage, one stage per unit of at most wrap
+ * blocks, the root's head stage (every family's table has that shape:
+ * the decoder skeleton's, transformer.h). */
+int64_t FsdpModelDescNumStages(const FsdpModelDesc *desc, int wrap);
 /* An attribute's value as text: 12, 2.0, "gelu". */
 void FsdpModelAttrValueString(const FsdpModelAttr *a, char *buf, size_t size);
 /* "n_layer 2, n_embd 32, ..." in the description's order. */

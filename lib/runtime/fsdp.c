@@ -10,7 +10,7 @@
 #include "base/error.h"
 #include "base/mem.h"
 #include "comm/flight.h"
-#include "model/family.h"
+#include "model/model.h"
 
 const char *const FsdpUnitStateNames[FSDP_UNIT_NSTATES] = {"SHARDED", "GATHERING", "UNSHARDED"};
 const char *const FsdpAttentionNames[FSDP_NATTENTION + 1] = {"flash", "naive", NULL};

@@ -39,6 +39,7 @@
 
 #include "base/opts.h"
 #include "kernels/kernels.h"
+#include "model/convert.h"
 #include "model/model.h"
 
 #define LLAMA_FAMILY "llama"
@@ -90,5 +91,14 @@ uint64_t LlamaActivationBytes(const LlamaConfig *cfg, int wrap, int B, int T, in
  * through gqa_pack (the kv heads repeated into qkv). */
 int LlamaModelSetAttention(LlamaModel m, FsdpAttention attention);
 int LlamaParamDecays(const char *name, int decay_embeddings);
+/* As GptModelSetRecompute and GptModelActivationBytes (gpt.h). */
+int LlamaModelSetRecompute(LlamaModel m, int recompute);
+uint64_t LlamaModelActivationBytes(LlamaModel m);
+
+/* ---- conversions (convert.c; the family's operations, family.h) ---------- */
+
+int LlamaHfReadConfig(FsdpHfConfig cfg, FsdpModelDesc *desc);
+int LlamaHfWriteConfig(const FsdpModelDesc *desc, FsdpHfConfig cfg);
+int LlamaHfLayout(const FsdpModelDesc *desc, const char *what, FsdpHfLayout *layout);
 
 #endif

@@ -1,4 +1,5 @@
-/* gpt.h: a GPT-2 style transformer as a list of FSDP units (DESIGN §1).
+/* gpt.h: a GPT-2 style transformer as a list of FSDP units (docs/design.md,
+ * "Model as a table").
  *
  * Parameters (GPT-2 naming; linear weights are [out, in]):
  *   wte [V, C]  wpe [maxT, C]  ln_f.weight [C]  ln_f.bias [C]        (root)
@@ -25,6 +26,7 @@
 
 #include "base/opts.h"
 #include "kernels/kernels.h"
+#include "model/convert.h"
 #include "model/model.h"
 
 typedef struct {
@@ -112,7 +114,6 @@ int GptModelInit(void *model, const FsdpParamSpec *spec, int64_t start,
 int GptParamDecays(const char *name, int decay_embeddings);
 
 const GptConfig *GptModelConfig(GptModel m);
-int GptModelNumUnits(GptModel m);
 int GptModelBatch(GptModel m, int *B, int *T);
 
 /* ---- the model's description (model.h) ---------------------------------- */
@@ -129,5 +130,18 @@ int GptConfigDescribe(const GptConfig *cfg, const char *preset, FsdpModelDesc *d
  * attribute is missing, not an integer that fits an int, or one GPT does
  * not have.  (The values are not validated: GptConfigValidate.) */
 int GptConfigFromDesc(const FsdpModelDesc *desc, const char *what, GptConfig *cfg);
+/* GptConfigFromDesc, then the values checked with messages naming `what`
+ * (GptConfigValidate speaks of options): the family's check. */
+int GptConfigCheckFile(const FsdpModelDesc *desc, const char *what, GptConfig *cfg);
+
+/* ---- conversions (convert.c; the family's operations, family.h) ---------- */
+
+#define GPT_LLMC_MAGIC 20240326
+int GptHfReadConfig(FsdpHfConfig cfg, FsdpModelDesc *desc);
+int GptHfWriteConfig(const FsdpModelDesc *desc, FsdpHfConfig cfg);
+int GptHfLayout(const FsdpModelDesc *desc, const char *what, FsdpHfLayout *layout);
+int GptLlmcRead(const int32_t *header, int64_t file_bytes, const char *path, FsdpModelDesc *desc,
+                FsdpLlmcLayout *layout);
+int GptLlmcWrite(const FsdpModelDesc *desc, int32_t *header, FsdpLlmcLayout *layout);
 
 #endif

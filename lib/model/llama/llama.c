@@ -1,7 +1,8 @@
 /* llama.c: Llama forward and backward as FSDP stages (see llama.h). */
-#include "model/llama.h"
+#include "model/llama/llama.h"
 
 #include <limits.h>
+#include <stddef.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,7 +10,7 @@
 
 #include "base/error.h"
 #include "base/mem.h"
-#include "model/family.h"
+#include "model/transformer.h"
 
 const char *const LlamaPresetNames[] = {"llama-tiny", "llama3.2-1b", "llama3-8b", NULL};
 
@@ -60,8 +61,7 @@ struct LlamaModel_ {
   float loss_scale;
   FsdpParamSpec root_specs[ROOT_MAXPARAMS];
   FsdpParamSpec *unit_specs;
-  FsdpModelUnit *units;
-  FsdpModelStage *stages;
+  FsdpDecoder dec; /* units and stages ([Note: the decoder's table] in transformer.h) */
   FsdpModelTable table;
   int *inputs, *targets;
   BlockActs *acts;
@@ -88,9 +88,7 @@ int LlamaFfnHidden(int n_embd, int multiple_of, double ffn_dim_multiplier)
 
 int LlamaConfigValidate(const LlamaConfig *c)
 {
-  if (c->n_layer < 1) FSDP_ERROR(FSDP_ERR_USAGE, "option -n_layer: %d is not a positive integer", c->n_layer);
-  if (c->n_embd < 1) FSDP_ERROR(FSDP_ERR_USAGE, "option -n_embd: %d is not a positive integer", c->n_embd);
-  if (c->n_head < 1) FSDP_ERROR(FSDP_ERR_USAGE, "option -n_head: %d is not a positive integer", c->n_head);
+  FSDP_CALL(FsdpDecoderCheckDims(c->n_layer, c->n_embd, c->n_head));
   if (c->n_embd % c->n_head != 0 || (c->n_embd / c->n_head) % 2 != 0)
     FSDP_ERROR(FSDP_ERR_USAGE,
                "option -n_embd %d is not divisible by -n_head %d into an even head size (RoPE "
@@ -126,12 +124,7 @@ int LlamaConfigFromDb(FsdpOpts db, const char *preset, LlamaConfig *cfg)
   const char *g = "Model";
   int64_t v;
   double d;
-  FSDP_CALL(FsdpOptsGetInt(db, g, "n_layer", "transformer blocks", c.n_layer, 1, 100000, &v));
-  c.n_layer = (int)v;
-  FSDP_CALL(FsdpOptsGetInt(db, g, "n_embd", "channels C", c.n_embd, 1, 1 << 20, &v));
-  c.n_embd = (int)v;
-  FSDP_CALL(FsdpOptsGetInt(db, g, "n_head", "attention heads (must divide n_embd)", c.n_head, 1, 1 << 16, &v));
-  c.n_head = (int)v;
+  FSDP_CALL(FsdpDecoderSizeOptions(db, &c.n_layer, &c.n_embd, &c.n_head));
   FSDP_CALL(FsdpOptsGetInt(db, g, "n_kv_head",
                            "Llama: key/value heads of grouped-query attention (must divide "
                            "n_head; n_head: multi-head, 1: multi-query)",
@@ -179,73 +172,30 @@ int64_t LlamaConfigParamCount(const LlamaConfig *c)
 
 /* ---- description ---------------------------------------------------------- */
 
-#define LLAMA_NINT 8
-#define LLAMA_NREAL 2
-static const char *const kIntNames[LLAMA_NINT] = {"n_layer",   "n_embd",     "n_head",
-                                                  "n_kv_head", "ffn_hidden", "vocab_size",
-                                                  "seq_len",   "tie_embeddings"};
-static const char *const kRealNames[LLAMA_NREAL] = {"rope_theta", "norm_eps"};
-
-static void IntFields(LlamaConfig *c, int *f[LLAMA_NINT])
-{
-  f[0] = &c->n_layer;
-  f[1] = &c->n_embd;
-  f[2] = &c->n_head;
-  f[3] = &c->n_kv_head;
-  f[4] = &c->ffn_hidden;
-  f[5] = &c->vocab_size;
-  f[6] = &c->seq_len;
-  f[7] = &c->tie_embeddings;
-}
+/* The attributes, in the order they are described and stored. */
+static const FsdpConfigField kLlamaFields[] = {
+    {"n_layer", FSDP_MODEL_ATTR_INT, offsetof(LlamaConfig, n_layer)},
+    {"n_embd", FSDP_MODEL_ATTR_INT, offsetof(LlamaConfig, n_embd)},
+    {"n_head", FSDP_MODEL_ATTR_INT, offsetof(LlamaConfig, n_head)},
+    {"n_kv_head", FSDP_MODEL_ATTR_INT, offsetof(LlamaConfig, n_kv_head)},
+    {"ffn_hidden", FSDP_MODEL_ATTR_INT, offsetof(LlamaConfig, ffn_hidden)},
+    {"vocab_size", FSDP_MODEL_ATTR_INT, offsetof(LlamaConfig, vocab_size)},
+    {"seq_len", FSDP_MODEL_ATTR_INT, offsetof(LlamaConfig, seq_len)},
+    {"tie_embeddings", FSDP_MODEL_ATTR_INT, offsetof(LlamaConfig, tie_embeddings)},
+    {"rope_theta", FSDP_MODEL_ATTR_REAL, offsetof(LlamaConfig, rope_theta)},
+    {"norm_eps", FSDP_MODEL_ATTR_REAL, offsetof(LlamaConfig, norm_eps)},
+};
+#define LLAMA_NATTRS ((int)(sizeof kLlamaFields / sizeof kLlamaFields[0]))
 
 int LlamaConfigDescribe(const LlamaConfig *cfg, const char *preset, FsdpModelDesc *desc)
 {
-  LlamaConfig c = *cfg;
-  int *f[LLAMA_NINT];
-  IntFields(&c, f);
-  FsdpModelDescInit(desc, LLAMA_FAMILY, preset);
-  for (int i = 0; i < LLAMA_NINT; i++) FSDP_CALL(FsdpModelDescAddInt(desc, kIntNames[i], *f[i]));
-  FSDP_CALL(FsdpModelDescAddReal(desc, kRealNames[0], c.rope_theta));
-  FSDP_CALL(FsdpModelDescAddReal(desc, kRealNames[1], c.norm_eps));
-  return FSDP_SUCCESS;
+  return FsdpConfigDescribe(cfg, kLlamaFields, LLAMA_NATTRS, LLAMA_FAMILY, preset, desc);
 }
 
 int LlamaConfigFromDesc(const FsdpModelDesc *desc, const char *what, LlamaConfig *cfg)
 {
-  if (strcmp(desc->family, LLAMA_FAMILY) != 0)
-    FSDP_ERROR(FSDP_ERR_USAGE, "%s holds a model of family %s, not %s", what, desc->family,
-               LLAMA_FAMILY);
   LlamaConfig c;
-  int *f[LLAMA_NINT];
-  IntFields(&c, f);
-  char v[FSDP_MODEL_STRING_MAX + 32];
-  for (int i = 0; i < LLAMA_NINT; i++) {
-    const FsdpModelAttr *a = FsdpModelDescFind(desc, kIntNames[i]);
-    if (!a) FSDP_ERROR(FSDP_ERR_USAGE, "%s lacks the model attribute %s", what, kIntNames[i]);
-    FsdpModelAttrValueString(a, v, sizeof v);
-    if (a->type != FSDP_MODEL_ATTR_INT || a->i < INT_MIN || a->i > INT_MAX)
-      FSDP_ERROR(FSDP_ERR_USAGE, "%s has %s %s, not an integer in the range of an int", what,
-                 kIntNames[i], v);
-    *f[i] = (int)a->i;
-  }
-  double *r[LLAMA_NREAL] = {&c.rope_theta, &c.norm_eps};
-  for (int i = 0; i < LLAMA_NREAL; i++) {
-    const FsdpModelAttr *a = FsdpModelDescFind(desc, kRealNames[i]);
-    if (!a) FSDP_ERROR(FSDP_ERR_USAGE, "%s lacks the model attribute %s", what, kRealNames[i]);
-    if (a->type != FSDP_MODEL_ATTR_REAL) {
-      FsdpModelAttrValueString(a, v, sizeof v);
-      FSDP_ERROR(FSDP_ERR_USAGE, "%s has %s %s, not a real number", what, kRealNames[i], v);
-    }
-    *r[i] = a->r;
-  }
-  for (int i = 0; i < desc->nattrs; i++) {
-    int known = 0;
-    for (int k = 0; k < LLAMA_NINT; k++) known |= strcmp(desc->attr[i].name, kIntNames[k]) == 0;
-    for (int k = 0; k < LLAMA_NREAL; k++) known |= strcmp(desc->attr[i].name, kRealNames[k]) == 0;
-    if (!known)
-      FSDP_ERROR(FSDP_ERR_USAGE, "%s has the model attribute %s, which %s models do not have",
-                 what, desc->attr[i].name, LLAMA_FAMILY);
-  }
+  FSDP_CALL(FsdpConfigFromDesc(desc, what, kLlamaFields, LLAMA_NATTRS, LLAMA_FAMILY, &c));
   *cfg = c;
   return FSDP_SUCCESS;
 }
@@ -288,13 +238,7 @@ int LlamaModelCreate(const LlamaConfig *cfg, int wrap, int B, int T, const FsdpK
 {
   *out = NULL;
   FSDP_CALL(LlamaConfigValidate(cfg));
-  if (wrap < 1) FSDP_ERROR(FSDP_ERR_USAGE, "option -wrap: %d is not a positive integer", wrap);
-  if (B < 1) FSDP_ERROR(FSDP_ERR_USAGE, "option -batch_size: %d is not a positive integer", B);
-  if (T < 1 || T > cfg->seq_len)
-    FSDP_ERROR(FSDP_ERR_USAGE, "sequence length %d must be in [1, seq_len = %d]", T, cfg->seq_len);
-  if ((int64_t)B * T > INT_MAX)
-    FSDP_ERROR(FSDP_ERR_USAGE, "option -batch_size: %d sequences of %d tokens make %lld tokens "
-               "per rank, more than %d", B, T, (long long)B * T, INT_MAX);
+  FSDP_CALL(FsdpDecoderCheckSizes(wrap, B, T, cfg->seq_len));
   if (!ops->rmsnorm_forward || !ops->rope_forward || !ops->swiglu_forward || !ops->gqa_pack_forward)
     FSDP_ERROR(FSDP_ERR_USAGE, "the %s kernels do not implement the Llama kernels (RMSNorm, "
                "RoPE, SwiGLU, GQA): use -device cpu", ops->name);
@@ -329,33 +273,22 @@ int LlamaModelCreate(const LlamaConfig *cfg, int wrap, int B, int T, const FsdpK
       FsdpParamSpecSet(&m->unit_specs[l * BLK_NPARAMS + p], name, shapes[p][1] ? 2 : 1, shapes[p][0],
               shapes[p][1]);
     }
-  m->units = calloc((size_t)m->nunits, sizeof *m->units);
-  FSDP_CHECK_ALLOC(m->units, (size_t)m->nunits * sizeof *m->units);
-  m->stages = calloc((size_t)m->nunits + 1, sizeof *m->stages);
-  FSDP_CHECK_ALLOC(m->stages, ((size_t)m->nunits + 1) * sizeof *m->stages);
-  FsdpModelUnit *root = &m->units[0];
-  snprintf(root->name, sizeof root->name, "root");
-  root->is_root = 1;
-  root->nparams = cfg->tie_embeddings ? ROOT_HEAD : ROOT_MAXPARAMS;
-  root->params = m->root_specs;
-  m->stages[0] = (FsdpModelStage){0, EmbedForward, EmbedBackward, NULL};
-  for (int u = 1, l = 0; l < L; u++, l += wrap) {
-    int n = l + wrap > L ? L - l : wrap;
-    FsdpModelUnit *x = &m->units[u];
-    if (n == 1) snprintf(x->name, sizeof x->name, "model.layers.%d", l);
-    else snprintf(x->name, sizeof x->name, "model.layers.%d-%d", l, l + n - 1);
-    x->nparams = n * BLK_NPARAMS;
-    x->params = m->unit_specs + (size_t)l * BLK_NPARAMS;
-    m->stages[u] = (FsdpModelStage){u, UnitForward, UnitBackward, NULL};
-  }
-  m->stages[m->nunits] = (FsdpModelStage){0, HeadForward, HeadBackward, NULL};
+  m->dec = (FsdpDecoder){.unit_prefix = "model.layers.",
+                         .n_layer = L,
+                         .wrap = wrap,
+                         .nroot = cfg->tie_embeddings ? ROOT_HEAD : ROOT_MAXPARAMS,
+                         .root_specs = m->root_specs,
+                         .block_nparams = BLK_NPARAMS,
+                         .block_specs = m->unit_specs,
+                         .embed_forward = EmbedForward,
+                         .embed_backward = EmbedBackward,
+                         .unit_forward = UnitForward,
+                         .unit_backward = UnitBackward,
+                         .head_forward = HeadForward,
+                         .head_backward = HeadBackward};
   FsdpModelTable *t = &m->table;
+  FSDP_CALL(FsdpDecoderBuild(&m->dec, m, t));
   FSDP_CALL(LlamaConfigDescribe(cfg, "", &t->desc));
-  t->ctx = m;
-  t->nunits = m->nunits;
-  t->units = m->units;
-  t->nstages = m->nunits + 1;
-  t->stages = m->stages;
   t->init = LlamaInit;
   t->decays = LlamaParamDecays;
   t->kernels = ops;
@@ -504,8 +437,7 @@ int LlamaModelDestroy(LlamaModel *pm)
     FSDP_CALL(m->k->free(&m->targets));
     FSDP_CALL(FsdpFree(&m->losses_host));
   }
-  free(m->units);
-  free(m->stages);
+  FsdpDecoderFree(&m->dec);
   free(m->unit_specs);
   free(m);
   *pm = NULL;
@@ -514,30 +446,16 @@ int LlamaModelDestroy(LlamaModel *pm)
 
 int LlamaModelSetBatch(LlamaModel m, const int *inputs, const int *targets)
 {
-  if (!m->inputs) FSDP_ERROR(FSDP_ERR_STATE, "LlamaModelSetBatch before LlamaModelSetUp");
-  size_t BT = (size_t)m->B * m->T;
-  int V = m->cfg.vocab_size;
-  for (size_t i = 0; i < BT; i++)
-    if (inputs[i] < 0 || inputs[i] >= V || targets[i] < 0 || targets[i] >= V)
-      FSDP_ERROR(FSDP_ERR_USAGE, "token %d at batch position %zu is outside [0, vocab_size = %d)",
-                 inputs[i] < 0 || inputs[i] >= V ? inputs[i] : targets[i], i, V);
-  FSDP_CALL(m->k->copy_from_host(m->inputs, inputs, BT * sizeof(int)));
-  FSDP_CALL(m->k->copy_from_host(m->targets, targets, BT * sizeof(int)));
-  return FSDP_SUCCESS;
+  return FsdpDecoderSetBatch(m->k, m->inputs, m->targets, inputs, targets, (size_t)m->B * m->T,
+                             m->cfg.vocab_size);
 }
 
 double LlamaModelLoss(LlamaModel m) { return m->loss; }
 
 int LlamaModelLogits(LlamaModel m, int b, int t, float *out)
 {
-  if (!m->logits) FSDP_ERROR(FSDP_ERR_STATE, "LlamaModelLogits before LlamaModelSetUp");
-  if (b < 0 || b >= m->B || t < 0 || t >= m->T)
-    FSDP_ERROR(FSDP_ERR_STATE, "LlamaModelLogits: position (%d, %d) outside the batch (%d, %d)",
-               b, t, m->B, m->T);
-  size_t V = (size_t)m->cfg.vocab_size;
   /* crossentropy writes probs, so the head's logits stay in their buffer */
-  FSDP_CALL(m->k->copy_to_host(out, m->logits + ((size_t)b * m->T + t) * V, V * sizeof(float)));
-  return FSDP_SUCCESS;
+  return FsdpDecoderLogits(m->k, m->logits, m->B, m->T, m->cfg.vocab_size, b, t, out);
 }
 void LlamaModelSetLossScale(LlamaModel m, float scale) { m->loss_scale = scale; }
 
@@ -578,11 +496,7 @@ static int HeadForward(void *model, int stage, const FsdpUnitTensors *t)
                      (float)m->cfg.norm_eps);
   k->matmul_forward(m->logits, m->lnf, W, NULL, BT, C, V);
   k->crossentropy_forward(m->losses, m->probs, m->logits, m->targets, BT, V);
-  FSDP_CALL(k->copy_to_host(m->losses_host, m->losses, (size_t)BT * sizeof(float)));
-  double sum = 0.0;
-  for (int i = 0; i < BT; i++) sum += m->losses_host[i];
-  m->loss = sum / BT;
-  return FSDP_SUCCESS;
+  return FsdpDecoderMeanLoss(k, m->losses, m->losses_host, BT, &m->loss);
 }
 
 static int HeadBackward(void *model, int stage, const FsdpUnitTensors *t)
@@ -684,9 +598,9 @@ static int BlockBackward(LlamaModel m, int l, float *const *p, float *const *g)
 static int UnitForward(void *model, int stage, const FsdpUnitTensors *t)
 {
   LlamaModel m = (LlamaModel)model;
-  int first = (stage - 1) * m->wrap;
-  for (int j = 0; j < m->wrap && first + j < m->cfg.n_layer; j++)
-    BlockForward(m, first + j, t->param + j * BLK_NPARAMS);
+  int first, last;
+  FsdpDecoderStageLayers(&m->dec, stage, &first, &last);
+  for (int l = first; l <= last; l++) BlockForward(m, l, t->param + (l - first) * BLK_NPARAMS);
   return FSDP_SUCCESS;
 }
 
@@ -700,86 +614,27 @@ static int UnitRecompute(void *model, int stage, const FsdpUnitTensors *t)
 static int UnitBackward(void *model, int stage, const FsdpUnitTensors *t)
 {
   LlamaModel m = (LlamaModel)model;
-  int first = (stage - 1) * m->wrap;
-  int last = first + m->wrap - 1;
-  if (last >= m->cfg.n_layer) last = m->cfg.n_layer - 1;
+  int first, last;
+  FsdpDecoderStageLayers(&m->dec, stage, &first, &last);
   for (int l = last; l >= first; l--)
     FSDP_CALL(BlockBackward(m, l, t->param + (l - first) * BLK_NPARAMS,
                             t->grad + (l - first) * BLK_NPARAMS));
   return FSDP_SUCCESS;
 }
 
-/* ---- the family's operations (family.h) ----------------------------------- */
+/* ---- set-up options ---------------------------------------------------------- */
 
-static int FromDb(FsdpOpts db, const char *preset, FsdpModelDesc *desc)
+uint64_t LlamaModelActivationBytes(LlamaModel m)
 {
-  LlamaConfig c;
-  FSDP_CALL(LlamaConfigFromDb(db, preset, &c));
-  return LlamaConfigDescribe(&c, "", desc);
-}
-
-/* A description from a file: parsed, then validated with a message naming
- * the file (LlamaConfigValidate speaks of options). */
-static int Check(const FsdpModelDesc *desc, const char *what)
-{
-  LlamaConfig c;
-  FSDP_CALL(LlamaConfigFromDesc(desc, what, &c));
-  int hd = c.n_head > 0 ? c.n_embd / c.n_head : 0;
-  if (c.n_layer < 1 || c.n_embd < 1 || c.n_head < 1 || c.n_embd % c.n_head || hd % 2 ||
-      c.n_kv_head < 1 || c.n_head % c.n_kv_head || c.ffn_hidden < 1 || c.vocab_size < 2 ||
-      c.seq_len < 2 || (c.tie_embeddings != 0 && c.tie_embeddings != 1) ||
-      !(c.rope_theta > 1.0) || !isfinite(c.rope_theta) || !(c.norm_eps > 0.0) ||
-      !isfinite(c.norm_eps)) {
-    char attrs[1024];
-    FsdpModelDescFormat(desc, attrs, sizeof attrs);
-    FSDP_ERROR(FSDP_ERR_USAGE,
-               "%s holds an invalid llama model (%s): sizes must be positive, n_embd divisible "
-               "by n_head into an even head size, n_kv_head dividing n_head, tie_embeddings 0 "
-               "or 1, rope_theta > 1, norm_eps > 0",
-               what, attrs);
-  }
-  return FSDP_SUCCESS;
-}
-
-static int64_t ParamCount(const FsdpModelDesc *desc)
-{
-  LlamaConfig c;
-  return LlamaConfigFromDesc(desc, "description", &c) ? 0 : LlamaConfigParamCount(&c);
-}
-
-static uint64_t ActBytes(const FsdpModelDesc *desc, int wrap, int B, int T, int recompute,
-                         FsdpAttention attention)
-{
-  LlamaConfig c;
-  return LlamaConfigFromDesc(desc, "description", &c)
-             ? 0
-             : LlamaActivationBytes(&c, wrap, B, T, recompute, attention);
-}
-
-/* q and o projections, k and v, gate and up, down, head (in, out). */
-static int MatmulShapes(const FsdpModelDesc *desc, int64_t shape[][2], int max)
-{
-  LlamaConfig c;
-  if (LlamaConfigFromDesc(desc, "description", &c) || max < 5) return 0;
-  int64_t C = c.n_embd, KC = (int64_t)c.n_kv_head * (C / c.n_head), H = c.ffn_hidden;
-  const int64_t s[5][2] = {{C, C}, {C, KC}, {C, H}, {H, C}, {C, c.vocab_size}};
-  memcpy(shape, s, sizeof s);
-  return 5;
-}
-
-static uint64_t ModelActBytes(void *model)
-{
-  LlamaModel m = (LlamaModel)model;
   return m->acts ? LlamaActivationBytes(&m->cfg, m->wrap, m->B, m->T, m->recompute, m->attention)
                  : 0;
 }
 
-static int SetRecompute(void *model, int recompute)
+int LlamaModelSetRecompute(LlamaModel m, int recompute)
 {
-  LlamaModel m = (LlamaModel)model;
   if (m->acts) FSDP_ERROR(FSDP_ERR_STATE, "Llama recompute set after LlamaModelSetUp");
   m->recompute = recompute != 0;
-  for (int s = 1; s < m->nunits; s++) m->stages[s].recompute = m->recompute ? UnitRecompute : NULL;
+  for (int s = 1; s < m->nunits; s++) m->dec.stages[s].recompute = m->recompute ? UnitRecompute : NULL;
   return FSDP_SUCCESS;
 }
 
@@ -790,64 +645,3 @@ int LlamaModelSetAttention(LlamaModel m, FsdpAttention attention)
   m->attention = attention;
   return FSDP_SUCCESS;
 }
-
-static int SetAttention(void *model, FsdpAttention attention)
-{
-  return LlamaModelSetAttention((LlamaModel)model, attention);
-}
-
-static int Create(const FsdpModelDesc *desc, int wrap, int B, int T, const FsdpKernelOps *ops,
-                  uint64_t seed, void **model)
-{
-  LlamaConfig c;
-  FSDP_CALL(LlamaConfigFromDesc(desc, "the model description", &c));
-  LlamaModel m = NULL;
-  int err = LlamaModelCreate(&c, wrap, B, T, ops, seed, &m);
-  if (err) {
-    LlamaModelDestroy(&m);
-    return err;
-  }
-  *model = m;
-  return FSDP_SUCCESS;
-}
-
-static int Destroy(void **model)
-{
-  LlamaModel m = (LlamaModel)*model;
-  *model = NULL;
-  return LlamaModelDestroy(&m);
-}
-
-static const FsdpModelTable *Table(void *m) { return LlamaModelTable((LlamaModel)m); }
-static int SetUp(void *m) { return LlamaModelSetUp((LlamaModel)m); }
-static int SetBatch(void *m, const int *in, const int *tg)
-{
-  return LlamaModelSetBatch((LlamaModel)m, in, tg);
-}
-static double Loss(void *m) { return LlamaModelLoss((LlamaModel)m); }
-static int Logits(void *m, int b, int t, float *out)
-{
-  return LlamaModelLogits((LlamaModel)m, b, t, out);
-}
-static void SetLossScale(void *m, float s) { LlamaModelSetLossScale((LlamaModel)m, s); }
-
-const FsdpModelFamily FsdpLlamaFamily = {
-    .name = LLAMA_FAMILY,
-    .presets = LlamaPresetNames,
-    .from_db = FromDb,
-    .check = Check,
-    .param_count = ParamCount,
-    .activation_bytes = ActBytes,
-    .model_activation_bytes = ModelActBytes,
-    .set_recompute = SetRecompute,
-    .set_attention = SetAttention,
-    .matmul_shapes = MatmulShapes,
-    .create = Create,
-    .destroy = Destroy,
-    .table = Table,
-    .set_up = SetUp,
-    .set_batch = SetBatch,
-    .loss = Loss,
-    .logits = Logits,
-    .set_loss_scale = SetLossScale,
-};

@@ -1,7 +1,8 @@
 /* gpt.c: GPT-2 forward and backward as FSDP stages (see gpt.h). */
-#include "model/gpt.h"
+#include "model/gpt/gpt.h"
 
 #include <limits.h>
+#include <stddef.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 
 #include "base/error.h"
 #include "base/mem.h"
+#include "model/transformer.h"
 
 const char *const GptPresetNames[] = {"tiny",     "small",       "gpt2",
                                       "gpt2-medium", "gpt2-large", "gpt2-xl",
@@ -58,12 +60,10 @@ struct GptModel_ {
   float loss_scale;
   /* specs: root then blocks (block i at 1 + i's unit) */
   FsdpParamSpec root_specs[ROOT_NPARAMS];
-  FsdpParamSpec *unit_specs; /* per block unit: wrap * BLK_NPARAMS */
-  int first_block_stage;     /* stage index of the first block unit */
+  FsdpParamSpec *unit_specs; /* per block: BLK_NPARAMS */
   /* the table (GptModelTable): units [root, blocks...], stages [embed,
-   * blocks..., head] */
-  FsdpModelUnit *units;
-  FsdpModelStage *stages;
+   * blocks..., head] ([Note: the decoder's table] in transformer.h) */
+  FsdpDecoder dec;
   FsdpModelTable table;
   /* batch */
   int *inputs, *targets; /* (B,T) */
@@ -98,9 +98,7 @@ struct GptModel_ {
 
 int GptConfigValidate(const GptConfig *c)
 {
-  if (c->n_layer < 1) FSDP_ERROR(FSDP_ERR_USAGE, "option -n_layer: %d is not a positive integer", c->n_layer);
-  if (c->n_embd < 1) FSDP_ERROR(FSDP_ERR_USAGE, "option -n_embd: %d is not a positive integer", c->n_embd);
-  if (c->n_head < 1) FSDP_ERROR(FSDP_ERR_USAGE, "option -n_head: %d is not a positive integer", c->n_head);
+  FSDP_CALL(FsdpDecoderCheckDims(c->n_layer, c->n_embd, c->n_head));
   if (c->n_embd % c->n_head != 0)
     FSDP_ERROR(FSDP_ERR_USAGE,
                "option -n_embd %d is not divisible by -n_head %d (each head "
@@ -122,12 +120,7 @@ int GptConfigFromDb(FsdpOpts db, const char *preset, GptConfig *cfg)
   GptConfig c = kPresets[preset && idx < 7 ? idx : 0];
   int64_t v;
   /* Sizes may be overridden for any preset; custom starts from tiny. */
-  FSDP_CALL(FsdpOptsGetInt(db, "Model", "n_layer", "transformer blocks", c.n_layer, 1, 100000, &v));
-  c.n_layer = (int)v;
-  FSDP_CALL(FsdpOptsGetInt(db, "Model", "n_embd", "channels C", c.n_embd, 1, 1 << 20, &v));
-  c.n_embd = (int)v;
-  FSDP_CALL(FsdpOptsGetInt(db, "Model", "n_head", "attention heads (must divide n_embd)", c.n_head, 1, 1 << 16, &v));
-  c.n_head = (int)v;
+  FSDP_CALL(FsdpDecoderSizeOptions(db, &c.n_layer, &c.n_embd, &c.n_head));
   FSDP_CALL(FsdpOptsGetInt(db, "Model", "vocab_size", "vocabulary size V", c.vocab_size, 2, 65536, &v));
   c.vocab_size = (int)v;
   FSDP_CALL(FsdpOptsGetInt(db, "Model", "seq_len", "maximum sequence length (positions in wpe)", c.seq_len, 2, 1 << 20, &v));
@@ -191,36 +184,23 @@ static int HeadBackward(void *model, int stage, const FsdpUnitTensors *t);
  * block unit, root: head] (gpt.h), over the specs made by GptModelCreate. */
 static int BuildTable(GptModel m)
 {
-  int L = m->cfg.n_layer;
-  m->units = calloc((size_t)m->nunits, sizeof *m->units);
-  FSDP_CHECK_ALLOC(m->units, (size_t)m->nunits * sizeof *m->units);
-  m->stages = calloc((size_t)m->nunits + 1, sizeof *m->stages);
-  FSDP_CHECK_ALLOC(m->stages, ((size_t)m->nunits + 1) * sizeof *m->stages);
-  FsdpModelUnit *root = &m->units[0];
-  snprintf(root->name, sizeof root->name, "root");
-  root->is_root = 1;
-  root->nparams = ROOT_NPARAMS;
-  root->params = m->root_specs;
-  m->stages[0] = (FsdpModelStage){0, EmbedForward, EmbedBackward, NULL};
-  m->first_block_stage = 1;
-  for (int u = 1, l = 0; l < L; u++, l += m->wrap) {
-    int n = l + m->wrap > L ? L - l : m->wrap;
-    FsdpModelUnit *x = &m->units[u];
-    if (n == 1) snprintf(x->name, sizeof x->name, "h.%d", l);
-    else snprintf(x->name, sizeof x->name, "h.%d-%d", l, l + n - 1);
-    x->nparams = n * BLK_NPARAMS;
-    x->params = m->unit_specs + (size_t)l * BLK_NPARAMS;
-    m->stages[u] = (FsdpModelStage){u, UnitForward, UnitBackward, NULL};
-  }
-  m->stages[m->nunits] = (FsdpModelStage){0, HeadForward, HeadBackward, NULL};
+  m->dec = (FsdpDecoder){.unit_prefix = "h.",
+                         .n_layer = m->cfg.n_layer,
+                         .wrap = m->wrap,
+                         .nroot = ROOT_NPARAMS,
+                         .root_specs = m->root_specs,
+                         .block_nparams = BLK_NPARAMS,
+                         .block_specs = m->unit_specs,
+                         .embed_forward = EmbedForward,
+                         .embed_backward = EmbedBackward,
+                         .unit_forward = UnitForward,
+                         .unit_backward = UnitBackward,
+                         .head_forward = HeadForward,
+                         .head_backward = HeadBackward};
   FsdpModelTable *t = &m->table;
+  FSDP_CALL(FsdpDecoderBuild(&m->dec, m, t));
   /* the preset name is the driver's (-model); the table describes shapes */
   FSDP_CALL(GptConfigDescribe(&m->cfg, "", &t->desc));
-  t->ctx = m;
-  t->nunits = m->nunits;
-  t->units = m->units;
-  t->nstages = m->nunits + 1;
-  t->stages = m->stages;
   t->init = GptModelInit;
   t->decays = GptParamDecays;
   t->kernels = m->k;
@@ -234,17 +214,7 @@ int GptModelCreate(const GptConfig *cfg, int wrap, int B, int T, const FsdpKerne
 {
   *out = NULL;
   FSDP_CALL(GptConfigValidate(cfg));
-  if (wrap < 1) FSDP_ERROR(FSDP_ERR_USAGE, "option -wrap: %d is not a positive integer", wrap);
-  if (B < 1) FSDP_ERROR(FSDP_ERR_USAGE, "option -batch_size: %d is not a positive integer", B);
-  if (T < 1 || T > cfg->seq_len)
-    FSDP_ERROR(FSDP_ERR_USAGE, "sequence length %d must be in [1, seq_len = %d]", T, cfg->seq_len);
-  /* Kernels take the row count B*T as an int ([Note: 64-bit element
-   * counts] in kernels.h); its products with C, 4C and V are size_t. */
-  if ((int64_t)B * T > INT_MAX)
-    FSDP_ERROR(FSDP_ERR_USAGE,
-               "option -batch_size: %d sequences of %d tokens make %lld tokens per rank, "
-               "more than %d",
-               B, T, (long long)B * T, INT_MAX);
+  FSDP_CALL(FsdpDecoderCheckSizes(wrap, B, T, cfg->seq_len));
   GptModel m = calloc(1, sizeof *m);
   FSDP_CHECK_ALLOC(m, sizeof *m);
   m->cfg = *cfg;
@@ -316,8 +286,7 @@ int GptModelDestroy(GptModel *pm)
   if (!pm || !*pm) return FSDP_SUCCESS;
   GptModel m = *pm;
   FSDP_CALL(FreeActs(m));
-  free(m->units);
-  free(m->stages);
+  FsdpDecoderFree(&m->dec);
   free(m->unit_specs);
   free(m);
   *pm = NULL;
@@ -382,8 +351,7 @@ int GptModelSetRecompute(GptModel m, int recompute)
 {
   if (m->acts) FSDP_ERROR(FSDP_ERR_STATE, "GptModelSetRecompute after GptModelSetUp");
   m->recompute = recompute != 0;
-  for (int s = m->first_block_stage; s < m->nunits; s++)
-    m->stages[s].recompute = m->recompute ? UnitRecompute : NULL;
+  for (int s = 1; s < m->nunits; s++) m->dec.stages[s].recompute = m->recompute ? UnitRecompute : NULL;
   return FSDP_SUCCESS;
 }
 
@@ -463,41 +431,24 @@ int GptModelSetUp(GptModel m)
 
 int GptModelSetBatch(GptModel m, const int *inputs, const int *targets)
 {
-  if (!m->inputs) FSDP_ERROR(FSDP_ERR_STATE, "GptModelSetBatch before GptModelSetUp");
-  size_t BT = (size_t)m->B * m->T;
-  for (size_t i = 0; i < BT; i++) {
-    if (inputs[i] < 0 || inputs[i] >= m->cfg.vocab_size || targets[i] < 0 ||
-        targets[i] >= m->cfg.vocab_size)
-      FSDP_ERROR(FSDP_ERR_USAGE, "token %d at batch position %zu is outside [0, vocab_size = %d)",
-                 inputs[i] < 0 || inputs[i] >= m->cfg.vocab_size ? inputs[i] : targets[i], i,
-                 m->cfg.vocab_size);
-  }
-  FSDP_CALL(m->k->copy_from_host(m->inputs, inputs, BT * sizeof(int)));
-  FSDP_CALL(m->k->copy_from_host(m->targets, targets, BT * sizeof(int)));
-  return FSDP_SUCCESS;
+  return FsdpDecoderSetBatch(m->k, m->inputs, m->targets, inputs, targets, (size_t)m->B * m->T,
+                             m->cfg.vocab_size);
 }
 
 double GptModelLoss(GptModel m) { return m->loss; }
 
 int GptModelLogits(GptModel m, int b, int t, float *out)
 {
-  if (!m->logits) FSDP_ERROR(FSDP_ERR_STATE, "GptModelLogits before GptModelSetUp");
-  if (b < 0 || b >= m->B || t < 0 || t >= m->T)
-    FSDP_ERROR(FSDP_ERR_STATE, "GptModelLogits: position (%d, %d) outside the batch (%d, %d)", b, t,
-               m->B, m->T);
-  size_t V = (size_t)m->cfg.vocab_size;
   if (m->head_fused)
     FSDP_ERROR(FSDP_ERR_STATE, "GptModelLogits: the fused classifier wrote the logits' gradient "
                                "over them; give the model a kernel table without "
                                "crossentropy_fused to read logits (fsdp-sample does)");
   /* the head's logits stay in the buffer after the loss (crossentropy
    * writes probs, not logits) */
-  FSDP_CALL(m->k->copy_to_host(out, m->logits + ((size_t)b * m->T + t) * V, V * sizeof(float)));
-  return FSDP_SUCCESS;
+  return FsdpDecoderLogits(m->k, m->logits, m->B, m->T, m->cfg.vocab_size, b, t, out);
 }
 void GptModelSetLossScale(GptModel m, float scale) { m->loss_scale = scale; }
 const GptConfig *GptModelConfig(GptModel m) { return &m->cfg; }
-int GptModelNumUnits(GptModel m) { return m->nunits; }
 int GptModelBatch(GptModel m, int *B, int *T)
 {
   *B = m->B;
@@ -547,11 +498,7 @@ static int HeadForward(void *model, int stage, const FsdpUnitTensors *t)
     k->crossentropy_fused(m->losses, m->logits, m->targets, m->loss_scale / (float)BT, BT, V, V);
   else
     k->crossentropy_forward(m->losses, m->probs, m->logits, m->targets, BT, V);
-  FSDP_CALL(k->copy_to_host(m->losses_host, m->losses, (size_t)BT * sizeof(float)));
-  double sum = 0.0;
-  for (int i = 0; i < BT; i++) sum += m->losses_host[i];
-  m->loss = sum / BT;
-  return FSDP_SUCCESS;
+  return FsdpDecoderMeanLoss(k, m->losses, m->losses_host, BT, &m->loss);
 }
 
 static int HeadBackward(void *model, int stage, const FsdpUnitTensors *t)
@@ -649,9 +596,9 @@ static int BlockBackward(GptModel m, int l, float *const *p, float *const *g)
 static int UnitForward(void *model, int stage, const FsdpUnitTensors *t)
 {
   GptModel m = (GptModel)model;
-  int first = (stage - m->first_block_stage) * m->wrap;
-  for (int j = 0; j < m->wrap && first + j < m->cfg.n_layer; j++)
-    BlockForward(m, first + j, t->param + j * BLK_NPARAMS);
+  int first, last;
+  FsdpDecoderStageLayers(&m->dec, stage, &first, &last);
+  for (int l = first; l <= last; l++) BlockForward(m, l, t->param + (l - first) * BLK_NPARAMS);
   m->ws_stage = stage;
   return FSDP_SUCCESS;
 }
@@ -666,16 +613,15 @@ static int UnitRecompute(void *model, int stage, const FsdpUnitTensors *t)
 static int UnitBackward(void *model, int stage, const FsdpUnitTensors *t)
 {
   GptModel m = (GptModel)model;
-  int first = (stage - m->first_block_stage) * m->wrap;
-  int last = first + m->wrap - 1;
-  if (last >= m->cfg.n_layer) last = m->cfg.n_layer - 1;
+  int first, last;
+  FsdpDecoderStageLayers(&m->dec, stage, &first, &last);
   /* the working set must hold this unit's activations: a runtime without
    * -recompute 1 would run backward on another unit's */
   if (m->ws && m->ws_stage != stage)
     FSDP_ERROR(FSDP_ERR_STATE,
                "backward of stage %d (unit %s) without recomputing its forward: a model set "
                "up with GptModelSetRecompute needs a runtime with -recompute 1",
-               stage, m->units[m->stages[stage].unit].name);
+               stage, m->dec.units[m->dec.stages[stage].unit].name);
   for (int l = last; l >= first; l--)
     FSDP_CALL(BlockBackward(m, l, t->param + (l - first) * BLK_NPARAMS,
                             t->grad + (l - first) * BLK_NPARAMS));
@@ -685,56 +631,40 @@ static int UnitBackward(void *model, int stage, const FsdpUnitTensors *t)
 /* ---- the model's description ---------------------------------------------- */
 
 /* The attributes, in the order they are described and stored. */
-#define GPT_NATTRS 5
-static const char *const kGptAttrNames[GPT_NATTRS] = {"n_layer", "n_embd", "n_head", "vocab_size",
-                                                      "seq_len"};
-
-static void GptConfigFields(GptConfig *c, int *f[GPT_NATTRS])
-{
-  f[0] = &c->n_layer;
-  f[1] = &c->n_embd;
-  f[2] = &c->n_head;
-  f[3] = &c->vocab_size;
-  f[4] = &c->seq_len;
-}
+static const FsdpConfigField kGptFields[] = {
+    {"n_layer", FSDP_MODEL_ATTR_INT, offsetof(GptConfig, n_layer)},
+    {"n_embd", FSDP_MODEL_ATTR_INT, offsetof(GptConfig, n_embd)},
+    {"n_head", FSDP_MODEL_ATTR_INT, offsetof(GptConfig, n_head)},
+    {"vocab_size", FSDP_MODEL_ATTR_INT, offsetof(GptConfig, vocab_size)},
+    {"seq_len", FSDP_MODEL_ATTR_INT, offsetof(GptConfig, seq_len)},
+};
+#define GPT_NATTRS ((int)(sizeof kGptFields / sizeof kGptFields[0]))
 
 int GptConfigDescribe(const GptConfig *cfg, const char *preset, FsdpModelDesc *desc)
 {
-  GptConfig c = *cfg;
-  int *f[GPT_NATTRS];
-  GptConfigFields(&c, f);
-  FsdpModelDescInit(desc, GPT_FAMILY, preset);
-  for (int i = 0; i < GPT_NATTRS; i++) FSDP_CALL(FsdpModelDescAddInt(desc, kGptAttrNames[i], *f[i]));
-  return FSDP_SUCCESS;
+  return FsdpConfigDescribe(cfg, kGptFields, GPT_NATTRS, GPT_FAMILY, preset, desc);
 }
 
 int GptConfigFromDesc(const FsdpModelDesc *desc, const char *what, GptConfig *cfg)
 {
-  if (strcmp(desc->family, GPT_FAMILY) != 0)
-    FSDP_ERROR(FSDP_ERR_USAGE, "%s holds a model of family %s, not %s", what, desc->family,
-               GPT_FAMILY);
   GptConfig c;
-  int *f[GPT_NATTRS];
-  GptConfigFields(&c, f);
-  for (int i = 0; i < GPT_NATTRS; i++) {
-    const FsdpModelAttr *a = FsdpModelDescFind(desc, kGptAttrNames[i]);
-    if (!a) FSDP_ERROR(FSDP_ERR_USAGE, "%s lacks the model attribute %s", what, kGptAttrNames[i]);
-    char v[FSDP_MODEL_STRING_MAX + 32];
-    FsdpModelAttrValueString(a, v, sizeof v);
-    /* a cast would let 2^32 + 2 pass for 2 layers (found by tests/fuzz) */
-    if (a->type != FSDP_MODEL_ATTR_INT || a->i < INT_MIN || a->i > INT_MAX)
-      FSDP_ERROR(FSDP_ERR_USAGE, "%s has %s %s, not an integer in the range of an int", what,
-                 kGptAttrNames[i], v);
-    *f[i] = (int)a->i;
-  }
-  if (desc->nattrs != GPT_NATTRS)
-    for (int i = 0; i < desc->nattrs; i++) {
-      int known = 0;
-      for (int k = 0; k < GPT_NATTRS; k++) known |= strcmp(desc->attr[i].name, kGptAttrNames[k]) == 0;
-      if (!known)
-        FSDP_ERROR(FSDP_ERR_USAGE, "%s has the model attribute %s, which %s models do not have",
-                   what, desc->attr[i].name, GPT_FAMILY);
-    }
+  FSDP_CALL(FsdpConfigFromDesc(desc, what, kGptFields, GPT_NATTRS, GPT_FAMILY, &c));
   *cfg = c;
+  return FSDP_SUCCESS;
+}
+
+int GptConfigCheckFile(const FsdpModelDesc *desc, const char *what, GptConfig *c)
+{
+  FSDP_CALL(GptConfigFromDesc(desc, what, c));
+  if (c->n_layer < 1 || c->n_embd < 1 || c->n_head < 1 || c->seq_len < 2)
+    FSDP_ERROR(FSDP_ERR_USAGE,
+               "%s holds an invalid model config (n_layer %d, n_embd %d, n_head %d, seq_len %d)",
+               what, c->n_layer, c->n_embd, c->n_head, c->seq_len);
+  if (c->n_embd % c->n_head)
+    FSDP_ERROR(FSDP_ERR_USAGE, "%s: n_embd %d is not divisible by n_head %d", what, c->n_embd,
+               c->n_head);
+  if (c->vocab_size < 2 || c->vocab_size > 65536)
+    FSDP_ERROR(FSDP_ERR_USAGE, "%s: vocab_size %d is outside 2..65536 (fsdp stores tokens as uint16)",
+               what, c->vocab_size);
   return FSDP_SUCCESS;
 }
