@@ -57,7 +57,7 @@ int main(int argc, char **argv)
   FsdpModelFamily no_loss = MixerFamily;
   no_loss.name = "mixer3";
   no_loss.loss = NULL;
-  ExpectUsage(FsdpModelFamilyRegister(&no_loss), "lacks an operation",
+  ExpectUsage(FsdpModelFamilyRegister(&no_loss), "lacks a model operation",
               "a family without a loss operation is a usage error");
   Expect(!FsdpModelFamilyFind("mixer2") && !FsdpModelFamilyFind("mixer3"),
          "refused families are not registered");
