@@ -1,5 +1,5 @@
 /* train.h: the training driver -- options -> topology -> model -> runtime
- * -> loop -> summary (DESIGN §1).  fsdp-train is a thin main() around it;
+ * -> loop -> summary (docs/design.md §2, §4).  fsdp-train is a thin main() around it;
  * tests drive it directly on any communicator (e.g. MPI_COMM_SELF for a
  * one-rank reference inside a 4-rank test). */
 #ifndef FSDP_TRAIN_H

@@ -206,7 +206,7 @@ static void PieceRange(const FlatParamPiece *pc, int npieces, int param, int64_t
 }
 
 /* Collective on the file's comm: read one tensor (the save writes through
- * WriteTensor, [Note: failed saves]). */
+ * WriteTensors, [Note: failed saves]). */
 static int ReadTensor(hid_t parent, const char *name, const FsdpParamSpec *spec, hid_t dxpl,
                       float *buf, int64_t start, int64_t count)
 {

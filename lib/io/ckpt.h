@@ -1,4 +1,4 @@
-/* ckpt.h: reshardable checkpoints in parallel HDF5 (DESIGN §4 "Files").
+/* ckpt.h: reshardable checkpoints in parallel HDF5 (docs/design.md §7 "Checkpoint").
  *
  * File layout (format version FSDP_CKPT_VERSION; h5dump / h5py readable):
  *   /                      attributes: format_version, program, created
