@@ -252,13 +252,10 @@ int FsdpRuntimeUnitIsRoot(FsdpRuntime rt, int unit);
 FlatParam FsdpRuntimeUnitFlatParam(FsdpRuntime rt, int unit);
 float *FsdpRuntimeUnitShard(FsdpRuntime rt, int unit);
 float *FsdpRuntimeUnitGradShard(FsdpRuntime rt, int unit);
-FsdpUnitState FsdpRuntimeUnitState(FsdpRuntime rt, int unit);
 FsdpTopo FsdpRuntimeTopo(FsdpRuntime rt);
 FsdpColl FsdpRuntimeColl(FsdpRuntime rt);
 FsdpStream FsdpRuntimeStream(FsdpRuntime rt);
 const FsdpRuntimeOptions *FsdpRuntimeGetOptions(FsdpRuntime rt);
-/* Units in the order of their first forward stage (the table's, static). */
-int FsdpRuntimeForwardOrder(FsdpRuntime rt, const int **order, int *n);
 
 /* [Note: gather memory] as a pure function of the unit sizes, the stage
  * table and the options: the ring FsdpRuntimeSetUp allocates and fsdp-plan
