@@ -747,6 +747,14 @@ static int Lookup(FsdpOpts db, const char *group, const char *name,
   return FSDP_SUCCESS;
 }
 
+/* A numeric value outside the getter's [min, max]: the message says the
+ * range (form, "an integer in [1, 8]"). */
+static int OutOfRange(const OptGiven *g, const char *name, const char *form)
+{
+  GIVEN_ERROR(g, "option -%s: %s is out of range (expected %s)", name,
+              g->value, form);
+}
+
 /* Lookup for an option that takes a value: *given is NULL when the option
  * was not given; given without a value it is a usage error that says what
  * was `expected`. */
@@ -894,9 +902,7 @@ int FsdpOptsGetInt(FsdpOpts db, const char *group, const char *name,
   if (!ParseInt(g->value, &v))
     GIVEN_ERROR(g, "option -%s: '%s' is not an integer (expected %s)",
                name, g->value, form);
-  if (v < min || v > max)
-    GIVEN_ERROR(g, "option -%s: %s is out of range (expected %s)",
-               name, g->value, form);
+  if (v < min || v > max) return OutOfRange(g, name, form);
   *value = v;
   return FSDP_SUCCESS;
 }
@@ -943,9 +949,7 @@ int FsdpOptsGetDouble(FsdpOpts db, const char *group, const char *name,
     GIVEN_ERROR(g,
                "option -%s: '%s' is not a real number (expected %s)", name,
                g->value, form);
-  if (v < min || v > max)
-    GIVEN_ERROR(g, "option -%s: %s is out of range (expected %s)",
-               name, g->value, form);
+  if (v < min || v > max) return OutOfRange(g, name, form);
   *value = v;
   return FSDP_SUCCESS;
 }
