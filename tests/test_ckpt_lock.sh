@@ -13,21 +13,11 @@ set -u
 MPIEXEC=$1
 PREFLAGS=$2
 TRAIN=$3
-tmp=$(mktemp -d /tmp/fsdp_test_lock.XXXXXX)
+# shellcheck source=tests/testlib.sh
+. "$(dirname "$0")/testlib.sh"   # fail, run NP OUT options... (124: hung)
+testlib_tmpdir fsdp_test_lock
 apid=
-cleanup() {
-  [ -n "$apid" ] && kill -KILL "$apid" 2>/dev/null
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-run() { # run NP OUT options... (exit status of fsdp-train; 124: hung)
-  np=$1 out=$2
-  shift 2
-  # shellcheck disable=SC2086
-  timeout 120 "$MPIEXEC" $PREFLAGS -n "$np" "$TRAIN" "$@" >"$out" 2>"$out.err"
-}
+cleanup() { [ -n "$apid" ] && kill -KILL "$apid" 2>/dev/null; }
 ck=$tmp/ck
 lock=$ck/.fsdp.lock
 common="-model tiny -batch_size 2 -log_every 0 -checkpoint_dir $ck"

@@ -195,7 +195,9 @@ assert len(s["losses"]) == 3 and s["final_loss"] == s["losses"][-1]
 assert all(set(u) >= {"name", "numel", "padded_numel"} for u in s["units"])
 assert sum(u["numel"] for u in s["units"]) == s["model"]["param_count"]
 # The values, from the tiny preset written out here (L = 2 blocks, C = 32,
-# V = 64, T = 16) and DESIGN §5 for W = 4, F = 2, R = 2, fp32 (K = 4), RAF,
+# V = 64, T = 16) and the formulas of [Note: gather memory] (fsdp.h) and
+# [Note: byte accounting] (coll.h), docs/design.md §4-5, for W = 4, F = 2,
+# R = 2, fp32 (K = 4), RAF,
 # prefetch backward, L = 2: units padded to a multiple of F * 32 elements.
 F, R, K, C, V, T, nl = 2, 2, 4, 32, 64, 16, 2
 assert (s["model"]["n_layer"], s["model"]["n_embd"], s["model"]["vocab_size"], s["model"]["seq_len"]) == (nl, C, V, T)
@@ -233,7 +235,7 @@ bad = {k: (c[k], v) for k, v in want.items() if c[k] != v}
 assert not bad, ("comm_per_step (measured, expected)", bad)
 # backward starts at the head (the root, unsharded): both blocks go ahead (L = 2)
 assert s["comm_time_per_step"]["max_gathers_in_flight"] == 2
-print("ok: JSON summary has the documented fields and the values of DESIGN §5")
+print("ok: JSON summary has the documented fields and the values of the formulas")
 PY
 
 # checkpoints out of range or not finite ([Note: checkpoint attributes],

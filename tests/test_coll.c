@@ -230,15 +230,28 @@ static void check_all_gather(FsdpColl c, const FsdpGroup *g, FsdpDtype dt, Patte
   free(recv);
 }
 
+/* The reduce-scatter the two checks below hold to their expectations:
+ * rank p sends pattern f (salt) in dt, g->size * count elements; the
+ * counters expect it.  Returns this rank's shard (count elements; the
+ * caller frees it). */
+static void *reduce_scatter_pattern(FsdpColl c, const FsdpGroup *g, FsdpDtype dt, Pattern f,
+                                    int salt, size_t count, float scale, FsdpCommCounters *e)
+{
+  size_t K = FsdpDtypeSize(dt), total = (size_t)g->size * count;
+  void *send = xmalloc(total * K), *recv = xmalloc(count * K);
+  fill(send, dt, total, f, g->rank, 0, salt);
+  TCALL(FsdpCollReduceScatter(c, g, send, recv, count, dt, scale));
+  expect_add(e, FSDP_COLL_REDUCE_SCATTER, g, count, K);
+  free(send);
+  return recv;
+}
+
 /* Reduce-scatter with exact expectations: integer inputs, float scale. */
 static void check_rs_exact(FsdpColl c, const FsdpGroup *g, FsdpDtype dt, size_t count,
                            float scale, FsdpCommCounters *e)
 {
-  size_t K = FsdpDtypeSize(dt), n = (size_t)g->size, total = n * count;
-  void *send = xmalloc(total * K), *recv = xmalloc(count * K);
-  fill(send, dt, total, pat_int, g->rank, 0, 2);
-  TCALL(FsdpCollReduceScatter(c, g, send, recv, count, dt, scale));
-  expect_add(e, FSDP_COLL_REDUCE_SCATTER, g, count, K);
+  size_t n = (size_t)g->size;
+  void *recv = reduce_scatter_pattern(c, g, dt, pat_int, 2, count, scale, e);
   double *want = xmalloc(count * sizeof *want);
   for (size_t i = 0; i < count; i++) {
     float sum = 0.0f; /* integers: exact in any order */
@@ -250,7 +263,6 @@ static void check_rs_exact(FsdpColl c, const FsdpGroup *g, FsdpDtype dt, size_t 
            g->size, count, (double)scale);
   compare(what, recv, dt, want, NULL, count);
   free(want);
-  free(send);
   free(recv);
 }
 
@@ -265,11 +277,8 @@ static void check_rs_exact(FsdpColl c, const FsdpGroup *g, FsdpDtype dt, size_t 
 static void check_rs_lowp_random(FsdpColl c, const FsdpGroup *g, FsdpDtype dt, size_t count,
                                  float scale, FsdpCommCounters *e)
 {
-  size_t K = FsdpDtypeSize(dt), n = (size_t)g->size, total = n * count;
-  void *send = xmalloc(total * K), *recv = xmalloc(count * K);
-  fill(send, dt, total, pat_rand, g->rank, 0, 3);
-  TCALL(FsdpCollReduceScatter(c, g, send, recv, count, dt, scale));
-  expect_add(e, FSDP_COLL_REDUCE_SCATTER, g, count, K);
+  size_t n = (size_t)g->size;
+  void *recv = reduce_scatter_pattern(c, g, dt, pat_rand, 3, count, scale, e);
   double u = dt == FSDP_DTYPE_BF16 ? ldexp(1.0, -8) : ldexp(1.0, -11);
   double *want = xmalloc(count * sizeof *want), *tol = xmalloc(count * sizeof *tol);
   for (size_t i = 0; i < count; i++) {
@@ -292,7 +301,6 @@ static void check_rs_lowp_random(FsdpColl c, const FsdpGroup *g, FsdpDtype dt, s
   compare(what, recv, dt, want, tol, count);
   free(want);
   free(tol);
-  free(send);
   free(recv);
 }
 

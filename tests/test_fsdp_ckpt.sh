@@ -28,47 +28,12 @@ PREFLAGS=$2
 SRC=$3
 CKPT="$SRC/fsdp-ckpt"
 TRAIN="$SRC/fsdp-train"
+# shellcheck source=tests/testlib.sh
+. "$(dirname "$0")/testlib.sh"   # fail, expect, has (fsdp-ckpt = $CKPT)
 
-py=""
-for p in /usr/bin/python3 python3; do
-  if "$p" -c 'import h5py, numpy' >/dev/null 2>&1; then py=$p; break; fi
-done
-if [ -z "$py" ]; then
-  echo "SKIP: this test edits and reads HDF5 files with h5py and numpy (apt-get install python3-h5py python3-numpy)"
-  exit 77
-fi
+testlib_python "h5py, numpy" "this test edits and reads HDF5 files with h5py and numpy (apt-get install python3-h5py python3-numpy)"
+testlib_tmpdir fsdp_test_ckpt
 
-tmp=$(mktemp -d /tmp/fsdp_test_ckpt.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-checks=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-
-# expect STATUS PATTERN ARGS...: run fsdp-ckpt (one process, no mpiexec),
-# check its exit status and that stdout+stderr contain PATTERN (grep -E)
-expect() {
-  want=$1 pattern=$2
-  shift 2
-  checks=$((checks + 1))
-  timeout 120 "$CKPT" "$@" >"$tmp/stdout" 2>"$tmp/stderr"
-  got=$?
-  cat "$tmp/stdout" "$tmp/stderr" >"$tmp/out"
-  if [ "$got" -ne "$want" ]; then
-    fail "fsdp-ckpt $*: exit status $got, expected $want"
-    sed 's/^/    /' "$tmp/out" | tail -8
-  elif ! grep -E -q -- "$pattern" "$tmp/out"; then
-    fail "fsdp-ckpt $*: output lacks /$pattern/"
-    sed 's/^/    /' "$tmp/out" | tail -8
-  else
-    echo "ok: fsdp-ckpt $* -> $got: $(grep -E -m1 -- "$pattern" "$tmp/out")"
-  fi
-}
-# has PATTERN: the last expect's output also contains PATTERN
-has() {
-  checks=$((checks + 1))
-  if grep -E -q -- "$1" "$tmp/out"; then echo "ok:   ... $(grep -E -m1 -- "$1" "$tmp/out")"
-  else fail "output lacks /$1/"; sed 's/^/    /' "$tmp/out" | tail -40; fi
-}
 # pycheck NAME ARGS...: run a check of the Python helper below
 pycheck() {
   checks=$((checks + 1))

@@ -17,10 +17,10 @@ set -u
 MPIEXEC=$1
 PREFLAGS=$2
 BIN=$3
-tmp=$(mktemp -d /tmp/fsdp_test_gradtail.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+# shellcheck source=tests/testlib.sh
+. "$(dirname "$0")/testlib.sh"   # $fails, the temporary directory
+testlib_tmpdir fsdp_test_gradtail
 command -v python3 >/dev/null || { echo "SKIP: python3 missing: cannot read the trace"; exit 77; }
-fails=0
 common="-model tiny -n_layer 2 -steps 3 -log_every 0"
 for cfg in "stream 0" "stream 0 -sharding_factor 2" "poll 0" "poll 1" "none 0" "stream 1"; do
   set -- $cfg

@@ -34,41 +34,11 @@ BUILD=$3
 SRCDIR=$4
 CKPT="$BUILD/src/fsdp-ckpt"
 GOLD="$SRCDIR/tests/oracle/hf"
+# shellcheck source=tests/testlib.sh
+. "$(dirname "$0")/testlib.sh"   # fail, expect (fsdp-ckpt = $CKPT)
 
-py=""
-for p in /usr/bin/python3 python3; do
-  if "$p" -c 'import h5py, numpy' >/dev/null 2>&1; then py=$p; break; fi
-done
-if [ -z "$py" ]; then
-  echo "SKIP: this test reads HDF5 and safetensors files with h5py and numpy (apt-get install python3-h5py python3-numpy)"
-  exit 77
-fi
-
-tmp=$(mktemp -d /tmp/fsdp_test_hf.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-checks=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-
-# expect STATUS PATTERN ARGS...: run fsdp-ckpt, check exit status and that
-# stdout+stderr match PATTERN (grep -E)
-expect() {
-  want=$1 pattern=$2
-  shift 2
-  checks=$((checks + 1))
-  timeout 120 "$CKPT" "$@" >"$tmp/stdout" 2>"$tmp/stderr"
-  got=$?
-  cat "$tmp/stdout" "$tmp/stderr" >"$tmp/out"
-  if [ "$got" -ne "$want" ]; then
-    fail "fsdp-ckpt $*: exit status $got, expected $want"
-    sed 's/^/    /' "$tmp/out" | tail -8
-  elif ! grep -E -q -- "$pattern" "$tmp/out"; then
-    fail "fsdp-ckpt $*: output lacks /$pattern/"
-    sed 's/^/    /' "$tmp/out" | tail -8
-  else
-    echo "ok: fsdp-ckpt $* -> $got: $(grep -E -m1 -- "$pattern" "$tmp/out")"
-  fi
-}
+testlib_python "h5py, numpy" "this test reads HDF5 and safetensors files with h5py and numpy (apt-get install python3-h5py python3-numpy)"
+testlib_tmpdir fsdp_test_hf
 
 # ---- import every golden folder --------------------------------------------
 for d in gpt2 gpt2-sharded gpt2-bf16 llama-tied llama-untied; do

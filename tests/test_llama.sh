@@ -21,16 +21,11 @@ set -u
 MPIEXEC=$1
 PREFLAGS=$2
 BIN=$3
-tmp=$(mktemp -d /tmp/fsdp_test_llama.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-run() { # run NP OUT options...
-  np=$1 out=$2
-  shift 2
-  # shellcheck disable=SC2086
-  timeout 300 "$MPIEXEC" $PREFLAGS -n "$np" "$BIN/fsdp-train" "$@" >"$out" 2>"$out.err"
-}
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+TRAIN=$BIN/fsdp-train
+# shellcheck source=tests/testlib.sh
+. "$(dirname "$0")/testlib.sh"   # fail, run NP OUT options...
+RUN_TIMEOUT=300
+testlib_tmpdir fsdp_test_llama
 common="-model llama-tiny -steps 10 -lr 1e-2 -warmup 2 -seed 11 -summary json -log_every 0"
 
 run 4 "$tmp/full" $common -batch_size 2 -checkpoint_dir "$tmp/ck" -checkpoint_every 5 \

@@ -18,10 +18,9 @@ set -u
 MPIEXEC=$1
 PREFLAGS=$2
 BIN=$3
-tmp=$(mktemp -d /tmp/fsdp_test_plan.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-checks=0
+# shellcheck source=tests/testlib.sh
+. "$(dirname "$0")/testlib.sh"   # fail, $fails, $checks
+testlib_tmpdir fsdp_test_plan
 
 # compare NAME NP OPTIONS...: run both, compare the JSON summaries
 compare() {

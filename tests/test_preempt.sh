@@ -20,22 +20,13 @@ MPIEXEC=$1
 PREFLAGS=$2
 TRAIN=$3
 CKPT=$(dirname "$TRAIN")/fsdp-ckpt
-tmp=$(mktemp -d /tmp/fsdp_test_preempt.XXXXXX)
+# shellcheck source=tests/testlib.sh
+. "$(dirname "$0")/testlib.sh"   # fail, run NP OUT options...
+RUN_TIMEOUT=300
+testlib_tmpdir fsdp_test_preempt
 launcher=""
-cleanup() {
-  [ -n "$launcher" ] && kill -KILL "$launcher" 2>/dev/null
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+cleanup() { [ -n "$launcher" ] && kill -KILL "$launcher" 2>/dev/null; }
 ok() { echo "ok: $*"; }
-run() { # run NP OUT options...
-  np=$1 out=$2
-  shift 2
-  # shellcheck disable=SC2086
-  timeout 300 "$MPIEXEC" $PREFLAGS -n "$np" "$TRAIN" "$@" >"$out" 2>"$out.err"
-}
 common="-model tiny -batch_size 2 -lr 1e-3 -lr_min 1e-3 -warmup 2 -seed 5 -summary json -log_every 1"
 
 # the ranks: fsdp-train processes below the launcher (its children under

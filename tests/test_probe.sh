@@ -47,10 +47,9 @@ set -u
 MPIEXEC=$1
 PREFLAGS=$2
 BIN=$3
-tmp=$(mktemp -d /tmp/fsdp_test_probe.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+# shellcheck source=tests/testlib.sh
+. "$(dirname "$0")/testlib.sh"   # fail, $fails, $checks
+testlib_tmpdir fsdp_test_probe
 
 py=""
 for p in python3 /usr/bin/python3; do

@@ -13,16 +13,10 @@ set -u
 MPIEXEC=$1
 PREFLAGS=$2
 TRAIN=$3
-tmp=$(mktemp -d /tmp/fsdp_test_resume.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-run() { # run NP OUT options...
-  np=$1 out=$2
-  shift 2
-  # shellcheck disable=SC2086
-  timeout 300 "$MPIEXEC" $PREFLAGS -n "$np" "$TRAIN" "$@" >"$out" 2>"$out.err"
-}
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+# shellcheck source=tests/testlib.sh
+. "$(dirname "$0")/testlib.sh"   # fail, run NP OUT options...
+RUN_TIMEOUT=300
+testlib_tmpdir fsdp_test_resume
 # the same global batch (8 sequences) at every W
 common="-model tiny -steps 10 -lr 1e-2 -warmup 2 -seed 11 -summary json -log_every 1"
 

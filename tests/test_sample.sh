@@ -28,17 +28,10 @@ CKPT="$SRC/fsdp-ckpt"
 ORACLE_DIR="${FSDP_SRCDIR:-$(dirname "$0")/..}/tests/oracle"
 GOLDEN="$ORACLE_DIR/tiny_greedy.txt"
 
-py=""
-for p in /usr/bin/python3 python3; do
-  if "$p" -c 'import struct, array' >/dev/null 2>&1; then py=$p; break; fi
-done
-if [ -z "$py" ]; then echo "SKIP: needs python3 to write the llm.c files"; exit 77; fi
-
-tmp=$(mktemp -d /tmp/fsdp_test_sample.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-checks=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+# shellcheck source=tests/testlib.sh
+. "$(dirname "$0")/testlib.sh"   # fail (run is redefined below)
+testlib_python "struct, array" "needs python3 to write the llm.c files"
+testlib_tmpdir fsdp_test_sample
 
 # run NP ARGS...: fsdp-sample on NP ranks (NP 0: no launcher); stdout in
 # $tmp/out, stderr in $tmp/err, exit status in $rc

@@ -14,10 +14,10 @@ set -u
 MPIEXEC=$1
 PREFLAGS=$2
 BIN=$3
-tmp=$(mktemp -d /tmp/fsdp_test_steptime.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+# shellcheck source=tests/testlib.sh
+. "$(dirname "$0")/testlib.sh"   # $fails, the temporary directory
+testlib_tmpdir fsdp_test_steptime
 command -v python3 >/dev/null || { echo "SKIP: python3 missing: cannot read the trace"; exit 77; }
-fails=0
 # shellcheck disable=SC2086
 if ! timeout 120 "$MPIEXEC" $PREFLAGS -n 4 "$BIN/fsdp-probe" -model tiny -probe_compute 0 \
      -probe_min_bytes 1024 -probe_max_bytes 4096 -probe_reps 1 -profile_out "$tmp/prof.h5" \

@@ -18,21 +18,11 @@ SRC=$3
 MODE=$4
 TRAIN=$SRC/fsdp-train
 CKPT=$SRC/fsdp-ckpt
-tmp=$(mktemp -d /tmp/fsdp_test_storage.XXXXXX)
+# shellcheck source=tests/testlib.sh
+. "$(dirname "$0")/testlib.sh"   # fail, run NP OUT options... (124: hung)
+testlib_tmpdir fsdp_test_storage
 mnt=
-cleanup() {
-  [ -n "$mnt" ] && umount "$mnt" 2>/dev/null
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-run() { # run NP OUT options... (exit status of fsdp-train; 124: hung)
-  np=$1 out=$2
-  shift 2
-  # shellcheck disable=SC2086
-  timeout 120 "$MPIEXEC" $PREFLAGS -n "$np" "$TRAIN" "$@" >"$out" 2>"$out.err"
-}
+cleanup() { [ -n "$mnt" ] && umount "$mnt" 2>/dev/null; }
 common="-model tiny -batch_size 2 -lr 1e-2 -warmup 2 -seed 5 -log_every 1 -summary json"
 
 # no_leftovers DIR WHAT: no temporary (*.tmp-*, their headroom) file in DIR

@@ -12,9 +12,9 @@ set -u
 MPIEXEC=$1
 PREFLAGS=$2
 TRAIN=$3
-tmp=$(mktemp -d /tmp/fsdp_test_stream_fault.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
+# shellcheck source=tests/testlib.sh
+. "$(dirname "$0")/testlib.sh"   # $fails (fail and run are its own below)
+testlib_tmpdir fsdp_test_stream_fault
 # The job must end well inside the ctest timeout (300 s): a hang is caught
 # by `timeout` (status 124) and by this bound.
 max_s=60

@@ -2,7 +2,7 @@
  *
  * For every F dividing W, every G in {1, 2, 4, W} dividing W with block and
  * cyclic placement, and detected nodes (G = 0), the test computes node,
- * sharding and replica membership itself from the definition (DESIGN §3,
+ * sharding and replica membership itself from the definition (docs/design.md §5,
  * topo.h) and compares with the communicators the library built (world
  * ranks of every member, in communicator-rank order), the peers counts,
  * the accessors and the printed view.  The test's own node-first order is

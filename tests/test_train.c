@@ -1,5 +1,6 @@
-/* test_train: training with FSDP against one rank, and the DESIGN §5
- * formulas against measured memory and communication.
+/* test_train: training with FSDP against one rank, and the formulas of
+ * [Note: gather memory] (fsdp.h) and [Note: byte accounting] (coll.h),
+ * docs/design.md §4-5, against measured memory and communication.
  *
  *   test_train            sharded init, trajectory equivalence, gradient
  *                         norms, formulas (needs 4 ranks; 2 also works)
@@ -29,7 +30,7 @@ typedef struct {
   int slots;       /* gather ring slots, written by hand from the rule at each config */
 } Config;
 
-/* Independent DESIGN §5 arithmetic for the tiny model family. */
+/* Independent arithmetic of those formulas for the tiny model family. */
 static void check_formulas(FsdpTrainer tr, const Config *c, int W, int steps)
 {
   const GptConfig *g = GptModelConfig((GptModel)FsdpModelImpl(FsdpTrainerModel(tr)));
@@ -91,7 +92,7 @@ static void check_formulas(FsdpTrainer tr, const Config *c, int W, int steps)
   uint64_t shard = 4 * (uint64_t)(Proot + nb * Pb) / F;
   CHECK(m.param_shard_bytes == shard && m.grad_shard_bytes == shard, "%s F=%d: shard bytes %llu, expected %llu", tag, F, (unsigned long long)m.param_shard_bytes, (unsigned long long)shard);
   CHECK(FsdpOptimStateBytes(FsdpTrainerOptim(tr)) == 2 * shard, "optimizer state %llu, expected %llu", (unsigned long long)FsdpOptimStateBytes(FsdpTrainerOptim(tr)), (unsigned long long)(2 * shard));
-  /* DESIGN §5: the root plus the blocks live at once (all blocks are the
+  /* [Note: gather memory]: the root plus the blocks live at once (all blocks are the
    * same size here, so "the largest P_i" are all Pb); the ring is used up
    * to its last slot, so the peak equals it */
   int slots = F == 1 ? 0 : c->slots;
@@ -107,8 +108,8 @@ static void check_formulas(FsdpTrainer tr, const Config *c, int W, int steps)
 }
 
 /* FsdpGatherRingPlan, the one sizing of the gather ring (runtime and
- * fsdp-plan), against values written by hand from DESIGN §5 and [Note:
- * gather memory] / [Note: prefetch and the limiter]: the root is live
+ * fsdp-plan), against values written by hand from [Note: gather
+ * memory] / [Note: prefetch and the limiter]: the root is live
  * throughout; with RAF the unit computing plus the L gathers ahead of it
  * are live (L = 0: no limit), none ahead without prefetch, and with NRAF
  * every non-root unit; never more slots than non-root units.  Slots are

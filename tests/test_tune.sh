@@ -33,10 +33,9 @@ set -u
 MPIEXEC=$1
 PREFLAGS=$2
 BIN=$3
-tmp=$(mktemp -d /tmp/fsdp_test_tune.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+# shellcheck source=tests/testlib.sh
+. "$(dirname "$0")/testlib.sh"   # fail, $fails, $checks
+testlib_tmpdir fsdp_test_tune
 command -v python3 >/dev/null || { echo "SKIP: python3 missing"; exit 77; }
 
 describe() { # describe NAME NET_BW_PER_NODE

@@ -28,17 +28,10 @@ SRC=$3
 REPORT=$4
 TRAIN="$SRC/fsdp-train"
 
-py=""
-for p in /usr/bin/python3 python3; do
-  if "$p" -c 'import h5py, numpy' >/dev/null 2>&1; then py=$p; break; fi
-done
-if [ -z "$py" ]; then echo "SKIP: needs h5py and numpy (apt-get install python3-h5py python3-numpy)"; exit 77; fi
-
-tmp=$(mktemp -d /tmp/fsdp_test_val.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-checks=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+# shellcheck source=tests/testlib.sh
+. "$(dirname "$0")/testlib.sh"   # fail
+testlib_python "h5py, numpy" "needs h5py and numpy (apt-get install python3-h5py python3-numpy)"
+testlib_tmpdir fsdp_test_val
 
 # train NAME NP ARGS...: fsdp-train -model tiny on NP ranks, output in $tmp/NAME.out
 train() {

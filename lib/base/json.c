@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/mem.h"
 
 struct FsdpJson_ {
   char *text;
@@ -60,16 +61,9 @@ static void Fail(FsdpJson j, int code, const char *fmt, ...)
 static void Append(FsdpJson j, const char *s, size_t n)
 {
   if (j->err) return;
-  if (j->len + n + 1 > j->cap) {
-    size_t cap = j->cap;
-    while (j->len + n + 1 > cap) cap *= 2;
-    char *t = realloc(j->text, cap);
-    if (!t) {
-      Fail(j, FSDP_ERR_MEM, "out of memory growing a JSON text to %zu bytes", cap);
-      return;
-    }
-    j->text = t;
-    j->cap = cap;
+  if (FsdpArrayReserve(&j->text, &j->cap, j->len + n + 1, 1)) {
+    Fail(j, FSDP_ERR_MEM, "out of memory growing a JSON text to %zu bytes", j->len + n + 1);
+    return;
   }
   memcpy(j->text + j->len, s, n);
   j->len += n;

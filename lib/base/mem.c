@@ -20,7 +20,6 @@ typedef struct {
 } MemHeader;
 
 static size_t g_current[FSDP_MEM_NTAGS];
-static size_t g_peak[FSDP_MEM_NTAGS];
 static size_t g_current_total, g_peak_total;
 
 const char *FsdpMemTagName(FsdpMemTag tag)
@@ -48,7 +47,6 @@ int FsdpMalloc(FsdpMemTag tag, size_t bytes, void *ptr)
   h->tag = (uint32_t)tag;
   h->bytes = bytes;
   g_current[tag] += bytes;
-  if (g_current[tag] > g_peak[tag]) g_peak[tag] = g_current[tag];
   g_current_total += bytes;
   if (g_current_total > g_peak_total) g_peak_total = g_current_total;
   *out = base + FSDP_MEM_HEADER;
@@ -72,7 +70,6 @@ int FsdpFree(void *ptr)
 }
 
 size_t FsdpMemCurrent(FsdpMemTag tag) { return g_current[tag]; }
-size_t FsdpMemPeak(FsdpMemTag tag) { return g_peak[tag]; }
 size_t FsdpMemCurrentTotal(void) { return g_current_total; }
 size_t FsdpMemPeakTotal(void) { return g_peak_total; }
 
@@ -83,15 +80,19 @@ size_t FsdpMemPeakRSS(void)
   return (size_t)ru.ru_maxrss * 1024; /* Linux reports KiB */
 }
 
-void FsdpMemResetPeaks(void)
+int FsdpArrayReserve(void *array, size_t *cap, size_t need, size_t elem)
 {
-  for (int t = 0; t < FSDP_MEM_NTAGS; t++) g_peak[t] = g_current[t];
-  g_peak_total = g_current_total;
-}
-
-void FsdpMemReport(FILE *out)
-{
-  for (int t = 0; t < FSDP_MEM_NTAGS; t++)
-    fprintf(out, "  %-7s current %12zu peak %12zu bytes\n",
-            FsdpMemTagName((FsdpMemTag)t), g_current[t], g_peak[t]);
+  void **p = (void **)array;
+  if (need <= *cap) return FSDP_SUCCESS;
+  size_t ncap = *cap ? *cap : 16;
+  while (ncap < need) {
+    if (ncap > SIZE_MAX / 2) return FSDP_ERR_MEM;
+    ncap *= 2;
+  }
+  if (elem && ncap > SIZE_MAX / elem) return FSDP_ERR_MEM;
+  void *np = realloc(*p, ncap * elem);
+  if (!np) return FSDP_ERR_MEM;
+  *p = np;
+  *cap = ncap;
+  return FSDP_SUCCESS;
 }

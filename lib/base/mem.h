@@ -1,8 +1,8 @@
 /* mem.h: tagged host allocations with per-tag statistics.
  *
  * Every large buffer of the engine is allocated with a tag that says what it
- * is for, so a run reports current and peak bytes per tag and finalize can
- * find leaks (FsdpMemReport).  Blocks are 64-byte aligned and zeroed.
+ * is for, so a run reports current bytes per tag (the run file's shard
+ * bytes) and the current and peak total.  Blocks are 64-byte aligned and zeroed.
  * Allocation happens on the compute thread only (the communication stream
  * never allocates), so the counters need no locking.
  */
@@ -10,7 +10,6 @@
 #define FSDP_MEM_H
 
 #include <stddef.h>
-#include <stdio.h>
 
 typedef enum {
   FSDP_MEM_PARAMS,  /* fp32 parameter shards (and low-precision shard copies) */
@@ -35,14 +34,18 @@ int FsdpMalloc(FsdpMemTag tag, size_t bytes, void *ptr);
 int FsdpFree(void *ptr);
 
 size_t FsdpMemCurrent(FsdpMemTag tag);
-size_t FsdpMemPeak(FsdpMemTag tag);
 size_t FsdpMemCurrentTotal(void);
 size_t FsdpMemPeakTotal(void);
 /* Peak resident set size of this process in bytes (getrusage). */
 size_t FsdpMemPeakRSS(void);
-/* Reset every tag's peak to its current value. */
-void FsdpMemResetPeaks(void);
-/* Print current/peak per tag. */
-void FsdpMemReport(FILE *out);
+
+/* Not collective.  Make the malloc'ed array *(T **)array, of *cap elements
+ * of elem bytes, hold at least need elements: its capacity doubles (from
+ * 16 when it is 0) until it does, so appending n elements one at a time
+ * costs O(n).  Untagged (plain realloc): for the engine's small growing
+ * lists, freed with free().  Out of memory: returns FSDP_ERR_MEM with the
+ * array and *cap unchanged and prints nothing, so the caller says what it
+ * was growing (in its own words, or through its own error channel). */
+int FsdpArrayReserve(void *array, size_t *cap, size_t need, size_t elem);
 
 #endif

@@ -59,6 +59,7 @@
 #include <strings.h>
 
 #include "base/error.h"
+#include "base/mem.h"
 
 #define OPTS_MAX_DEPTH 8            /* options files nested at most this deep */
 #define OPTS_MAX_LINE 65536         /* longest line of an options file */
@@ -85,13 +86,16 @@ typedef struct {
 struct FsdpOpts_ {
   int rank;  /* in the creating comm: who prints */
   OptGiven *given;
-  int ngiven, cgiven;
+  int ngiven;
+  size_t cgiven;
   OptReg *reg;
-  int nreg, creg;
+  int nreg;
+  size_t creg;
   /* Values replaced by FsdpOptsSetValue stay alive until destroy, because
    * FsdpOptsGetString handed out pointers into them. */
   char **retired;
-  int nretired, cretired;
+  int nretired;
+  size_t cretired;
   int help, options_left, left_reported;
 };
 
@@ -111,17 +115,11 @@ static int StrDup(const char *s, char **out)
   return StrDupN(s, strlen(s), out);
 }
 
-/* Grow an array of elements of size elt so that it holds at least need. */
-static int Grow(void *arr, int *cap, int need, size_t elt)
+/* Grow an array of the database so that it holds at least need. */
+static int Grow(void *arr, size_t *cap, int need, size_t elt)
 {
-  void **p = (void **)arr;
-  if (need <= *cap) return FSDP_SUCCESS;
-  int ncap = *cap ? 2 * *cap : 16;
-  while (ncap < need) ncap *= 2;
-  void *np = realloc(*p, (size_t)ncap * elt);
-  FSDP_CHECK_ALLOC(np, (size_t)ncap * elt);
-  *p = np;
-  *cap = ncap;
+  if (FsdpArrayReserve(arr, cap, (size_t)need, elt))
+    FSDP_ERROR(FSDP_ERR_MEM, "out of memory growing the options database to %d entries", need);
   return FSDP_SUCCESS;
 }
 
@@ -251,15 +249,8 @@ static int BuildFail(Builder *b, int code, const char *fmt, ...)
 
 static int BuildAppend(Builder *b, const char *s, size_t n)
 {
-  if (b->len + n > b->cap) {
-    size_t ncap = b->cap ? b->cap : 1024;
-    while (ncap < b->len + n) ncap *= 2;
-    char *nb = realloc(b->buf, ncap);
-    if (!nb)
-      return BuildFail(b, FSDP_ERR_MEM, "out of memory reading options");
-    b->buf = nb;
-    b->cap = ncap;
-  }
+  if (FsdpArrayReserve(&b->buf, &b->cap, b->len + n, 1))
+    return BuildFail(b, FSDP_ERR_MEM, "out of memory reading options");
   memcpy(b->buf + b->len, s, n);
   b->len += n;
   return FSDP_SUCCESS;
@@ -285,7 +276,8 @@ static int BuildRecord(Builder *b, const char *name, size_t nlen,
 typedef struct {
   char **tok;
   int *literal;
-  int n, cap;
+  int n;
+  size_t cap_tok, cap_literal;
 } TokenList;
 
 static void TokenListFree(TokenList *t)
@@ -326,17 +318,11 @@ static int SplitTokens(Builder *b, const char *s, TokenList *t, int *bad_quote)
       }
     }
     cur[k] = '\0';
-    if (t->n == t->cap) {
-      int ncap = t->cap ? 2 * t->cap : 16;
-      char **nt = realloc(t->tok, (size_t)ncap * sizeof *nt);
-      if (nt) t->tok = nt;
-      int *nl = nt ? realloc(t->literal, (size_t)ncap * sizeof *nl) : NULL;
-      if (nl) t->literal = nl;
-      if (!nt || !nl) {
-        free(cur);
-        return BuildFail(b, FSDP_ERR_MEM, "out of memory reading options");
-      }
-      t->cap = ncap;
+    size_t need = (size_t)t->n + 1;
+    if (FsdpArrayReserve(&t->tok, &t->cap_tok, need, sizeof *t->tok) ||
+        FsdpArrayReserve(&t->literal, &t->cap_literal, need, sizeof *t->literal)) {
+      free(cur);
+      return BuildFail(b, FSDP_ERR_MEM, "out of memory reading options");
     }
     t->tok[t->n] = malloc(k + 1);
     if (!t->tok[t->n]) {
@@ -466,14 +452,8 @@ static int ReadLine(Builder *b, FILE *f, const char *path, char **line,
       return -BuildFail(b, FSDP_ERR_USAGE,
                         "%sline longer than %d bytes: not an options file",
                         b->src.lead, OPTS_MAX_LINE - 1);
-    if (*n + 2 > *cap) {
-      size_t ncap = *cap ? 2 * *cap : 256;
-      char *nl = realloc(*line, ncap);
-      if (!nl)
-        return -BuildFail(b, FSDP_ERR_MEM, "out of memory reading options");
-      *line = nl;
-      *cap = ncap;
-    }
+    if (FsdpArrayReserve(line, cap, *n + 2, 1))
+      return -BuildFail(b, FSDP_ERR_MEM, "out of memory reading options");
     (*line)[(*n)++] = (char)c;
   }
   if (ferror(f))
@@ -760,9 +740,32 @@ static int Lookup(FsdpOpts db, const char *group, const char *name,
                   const char *help, const char *brief, const char *def,
                   int is_bool, OptGiven **given)
 {
+  *given = NULL;
   FSDP_CALL(Register(db, group, name, help, brief, def, is_bool));
   *given = FindGiven(db, name);
   if (*given) (*given)->used = 1;
+  return FSDP_SUCCESS;
+}
+
+/* A numeric value outside the getter's [min, max]: the message says the
+ * range (form, "an integer in [1, 8]"). */
+static int OutOfRange(const OptGiven *g, const char *name, const char *form)
+{
+  GIVEN_ERROR(g, "option -%s: %s is out of range (expected %s)", name,
+              g->value, form);
+}
+
+/* Lookup for an option that takes a value: *given is NULL when the option
+ * was not given; given without a value it is a usage error that says what
+ * was `expected`. */
+static int LookupValue(FsdpOpts db, const char *group, const char *name,
+                       const char *help, const char *brief, const char *def,
+                       const char *expected, OptGiven **given)
+{
+  FSDP_CALL(Lookup(db, group, name, help, brief, def, 0, given));
+  if (*given && !(*given)->value)
+    GIVEN_ERROR(*given, "option -%s: missing value (expected %s)", name,
+                expected);
   return FSDP_SUCCESS;
 }
 
@@ -892,19 +895,14 @@ int FsdpOptsGetInt(FsdpOpts db, const char *group, const char *name,
   IntForm(min, max, form, sizeof form, brief, sizeof brief);
   snprintf(defs, sizeof defs, "%" PRId64, def);
   OptGiven *g;
-  FSDP_CALL(Lookup(db, group, name, help, brief, defs, 0, &g));
+  FSDP_CALL(LookupValue(db, group, name, help, brief, defs, form, &g));
   *value = def;
   if (!g) return FSDP_SUCCESS;
-  if (!g->value)
-    GIVEN_ERROR(g, "option -%s: missing value (expected %s)",
-               name, form);
   int64_t v;
   if (!ParseInt(g->value, &v))
     GIVEN_ERROR(g, "option -%s: '%s' is not an integer (expected %s)",
                name, g->value, form);
-  if (v < min || v > max)
-    GIVEN_ERROR(g, "option -%s: %s is out of range (expected %s)",
-               name, g->value, form);
+  if (v < min || v > max) return OutOfRange(g, name, form);
   *value = v;
   return FSDP_SUCCESS;
 }
@@ -919,12 +917,9 @@ int FsdpOptsGetSize(FsdpOpts db, const char *group, const char *name,
   char defs[32];
   FormatSize(def, defs, sizeof defs);
   OptGiven *g;
-  FSDP_CALL(Lookup(db, group, name, help, "<size>", defs, 0, &g));
+  FSDP_CALL(LookupValue(db, group, name, help, "<size>", defs, form, &g));
   *value = def;
   if (!g) return FSDP_SUCCESS;
-  if (!g->value)
-    GIVEN_ERROR(g, "option -%s: missing value (expected %s)",
-               name, form);
   size_t v;
   if (!ParseSize(g->value, &v))
     GIVEN_ERROR(g, "option -%s: '%s' is not a byte size (expected %s)",
@@ -943,12 +938,9 @@ int FsdpOptsGetDouble(FsdpOpts db, const char *group, const char *name,
   DoubleForm(min, max, form, sizeof form, brief, sizeof brief);
   snprintf(defs, sizeof defs, "%g", def);
   OptGiven *g;
-  FSDP_CALL(Lookup(db, group, name, help, brief, defs, 0, &g));
+  FSDP_CALL(LookupValue(db, group, name, help, brief, defs, form, &g));
   *value = def;
   if (!g) return FSDP_SUCCESS;
-  if (!g->value)
-    GIVEN_ERROR(g, "option -%s: missing value (expected %s)",
-               name, form);
   char *end;
   errno = 0;
   double v = strtod(g->value, &end);
@@ -957,9 +949,7 @@ int FsdpOptsGetDouble(FsdpOpts db, const char *group, const char *name,
     GIVEN_ERROR(g,
                "option -%s: '%s' is not a real number (expected %s)", name,
                g->value, form);
-  if (v < min || v > max)
-    GIVEN_ERROR(g, "option -%s: %s is out of range (expected %s)",
-               name, g->value, form);
+  if (v < min || v > max) return OutOfRange(g, name, form);
   *value = v;
   return FSDP_SUCCESS;
 }
@@ -993,14 +983,13 @@ int FsdpOptsGetString(FsdpOpts db, const char *group, const char *name,
 {
   FSDP_ASSERT(db && name && value);
   name = StripDash(name);
+  char expected[160];
+  snprintf(expected, sizeof expected, "-%s STRING", name);
   OptGiven *g;
-  FSDP_CALL(Lookup(db, group, name, help, "<string>", def ? def : "(none)", 0,
-                   &g));
+  FSDP_CALL(LookupValue(db, group, name, help, "<string>",
+                        def ? def : "(none)", expected, &g));
   *value = def;
   if (!g) return FSDP_SUCCESS;
-  if (!g->value)
-    GIVEN_ERROR(g, "option -%s: missing value (expected -%s STRING)",
-               name, name);
   *value = g->value;
   return FSDP_SUCCESS;
 }
@@ -1025,13 +1014,12 @@ int FsdpOptsGetEnum(FsdpOpts db, const char *group, const char *name,
   snprintf(brief + bl, sizeof brief - bl, ">");
   const char *defs =
       (def_index >= 0 && def_index < n) ? choices[def_index] : "(none)";
+  char expected[sizeof list + 16];
+  snprintf(expected, sizeof expected, "one of: %s", list);
   OptGiven *g;
-  FSDP_CALL(Lookup(db, group, name, help, brief, defs, 0, &g));
+  FSDP_CALL(LookupValue(db, group, name, help, brief, defs, expected, &g));
   *index = def_index;
   if (!g) return FSDP_SUCCESS;
-  if (!g->value)
-    GIVEN_ERROR(g, "option -%s: missing value (expected one of: %s)",
-               name, list);
   for (int i = 0; i < n; i++)
     if (!strcasecmp(g->value, choices[i])) {
       *index = i;

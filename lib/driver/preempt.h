@@ -1,6 +1,6 @@
 /* preempt.h: graceful preemption -- on a chosen signal every rank finishes
  * the step it is in, the run writes a checkpoint and exits with
- * FSDP_EXIT_PREEMPTED (DESIGN §4 "Files"; README "Preemption").
+ * FSDP_EXIT_PREEMPTED (docs/design.md §7 "Preemption").
  *
  * [Note: preemption] A scheduler that wants the nodes back (Slurm's
  * --signal, scancel --signal, preemption with a grace time; mpirun

@@ -9,7 +9,7 @@
  * shared ones: a Begin function opens the object with the shared members
  * and leaves it open for the caller's own, which ends it
  * (FsdpJsonEndObject).  The JSON contract (key names and meaning) is
- * DESIGN §5 and README "Output"; the writer is base/json.h.
+ * docs/design.md §7 ("Summary") and §9; the writer is base/json.h.
  */
 #ifndef FSDP_SUMMARY_H
 #define FSDP_SUMMARY_H

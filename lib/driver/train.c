@@ -60,7 +60,8 @@ struct FsdpTrainer_ {
   FsdpData val;                  /* held-out data (-val_every > 0) */
   int64_t *val_steps;            /* [Note: validation] step of each validation */
   double *val_losses;            /* its mean loss */
-  int nval, cap_val;
+  int nval;
+  size_t cap_val_steps, cap_val_losses;
   int device_set; /* FsdpDeviceSetUp succeeded: finalize at destroy */
   int flight;     /* the flight recorder runs: stop it at destroy */
   FsdpDirLock ckpt_lock; /* [Note: checkpoint directory lock] (io/dirlock.h) */
@@ -488,27 +489,15 @@ int FsdpTrainerValidate(FsdpTrainer tr, double *loss)
   }
   FSDP_CALL(FsdpCollScalarSum(tr->coll, FsdpTopoWorld(tr->topo), &sum, 1));
   double l = sum / ((double)tr->W * tr->o.val_batches);
-  if (tr->nval == tr->cap_val) {
-    int cap = tr->cap_val ? 2 * tr->cap_val : 16;
-    int64_t *st = realloc(tr->val_steps, (size_t)cap * sizeof *st);
-    if (st) tr->val_steps = st;
-    double *lo = realloc(tr->val_losses, (size_t)cap * sizeof *lo);
-    if (lo) tr->val_losses = lo;
-    FSDP_CHECK_ALLOC(st && lo ? (void *)lo : NULL, (size_t)cap * sizeof *lo);
-    tr->cap_val = cap;
-  }
+  size_t need = (size_t)tr->nval + 1;
+  if (FsdpArrayReserve(&tr->val_steps, &tr->cap_val_steps, need, sizeof *tr->val_steps) ||
+      FsdpArrayReserve(&tr->val_losses, &tr->cap_val_losses, need, sizeof *tr->val_losses))
+    FSDP_ERROR(FSDP_ERR_MEM, "out of memory recording validation %d", tr->nval + 1);
   tr->val_steps[tr->nval] = tr->step;
   tr->val_losses[tr->nval] = l;
   tr->nval++;
   if (loss) *loss = l;
   return FSDP_SUCCESS;
-}
-
-int FsdpTrainerValLosses(FsdpTrainer tr, const int64_t **steps, const double **losses)
-{
-  *steps = tr->val_steps;
-  *losses = tr->val_losses;
-  return tr->nval;
 }
 
 static double Median(const double *x, int64_t n)
@@ -660,14 +649,7 @@ int FsdpTrainerScaler(FsdpTrainer tr, double *scale, int64_t *skipped)
   return tr->scaler_on;
 }
 
-void FsdpTrainerCommTimes(FsdpTrainer tr, double *exposed_s, double *busy_s)
-{
-  *exposed_s = tr->exposed_s;
-  *busy_s = tr->busy_s;
-}
-
 FsdpTrace FsdpTrainerTrace(FsdpTrainer tr) { return tr->trace; }
-int64_t FsdpTrainerFirstStep(FsdpTrainer tr) { return tr->first_step; }
 int FsdpTrainerPreempted(FsdpTrainer tr) { return tr->preempted; }
 int FsdpTrainerNonFinite(FsdpTrainer tr) { return tr->nonfinite; }
 

@@ -1,5 +1,5 @@
 /* train.h: the training driver -- options -> topology -> model -> runtime
- * -> loop -> summary (DESIGN §1).  fsdp-train is a thin main() around it;
+ * -> loop -> summary (docs/design.md §2, §4).  fsdp-train is a thin main() around it;
  * tests drive it directly on any communicator (e.g. MPI_COMM_SELF for a
  * one-rank reference inside a 4-rank test). */
 #ifndef FSDP_TRAIN_H
@@ -95,9 +95,6 @@ void FsdpTrainerCommTotals(FsdpTrainer tr, FsdpCommCounters *c);
 /* The sharded gradient scaler (fp16): whether it is active, its current
  * scale and how many steps it skipped for an overflow. */
 int FsdpTrainerScaler(FsdpTrainer tr, double *scale, int64_t *skipped);
-/* Exposed communication (compute thread blocked on the stream) and stream
- * busy time, seconds summed over the steps so far (rank-local). */
-void FsdpTrainerCommTimes(FsdpTrainer tr, double *exposed_s, double *busy_s);
 FsdpTrace FsdpTrainerTrace(FsdpTrainer tr);
 /* The signal that preempted the run (SIGUSR1, ...: FsdpTrainerRun stopped
  * after a checkpoint, fsdp-train exits with FSDP_EXIT_PREEMPTED), or 0. */
@@ -114,10 +111,5 @@ int FsdpTrainerNonFinite(FsdpTrainer tr);
  * every rank.  Between steps; needs -val_every > 0 (the held-out data is
  * opened then). */
 int FsdpTrainerValidate(FsdpTrainer tr, double *loss);
-/* Validations done so far: steps[i], losses[i] (arrays owned by tr). */
-int FsdpTrainerValLosses(FsdpTrainer tr, const int64_t **steps, const double **losses);
-
-/* Step the run started from (0, or the resumed checkpoint's step). */
-int64_t FsdpTrainerFirstStep(FsdpTrainer tr);
 
 #endif

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "base/mem.h"
 #include "io/fileutil.h"
 #include "io/h5util.h"
 
@@ -206,7 +207,7 @@ static void PieceRange(const FlatParamPiece *pc, int npieces, int param, int64_t
 }
 
 /* Collective on the file's comm: read one tensor (the save writes through
- * WriteTensor, [Note: failed saves]). */
+ * WriteTensors, [Note: failed saves]). */
 static int ReadTensor(hid_t parent, const char *name, const FsdpParamSpec *spec, hid_t dxpl,
                       float *buf, int64_t start, int64_t count)
 {
@@ -1667,21 +1668,16 @@ static int ListCheckpoints(const char *dir, Entry **list, int *n)
   *n = 0;
   DIR *d = opendir(dir);
   if (!d) return FSDP_SUCCESS;
-  int cap = 0;
+  size_t cap = 0;
   struct dirent *e;
   while ((e = readdir(d)) != NULL) {
     int64_t step = ParseCkptName(e->d_name);
     if (step < 0 || strlen(e->d_name) >= sizeof((*list)->name)) continue;
-    if (*n == cap) {
-      cap = cap ? 2 * cap : 16;
-      Entry *grown = realloc(*list, (size_t)cap * sizeof **list);
-      if (!grown) {
-        closedir(d);
-        free(*list);
-        *list = NULL;
-        FSDP_ERROR(FSDP_ERR_MEM, "out of memory listing %s", dir);
-      }
-      *list = grown;
+    if (FsdpArrayReserve(list, &cap, (size_t)*n + 1, sizeof **list)) {
+      closedir(d);
+      free(*list);
+      *list = NULL;
+      FSDP_ERROR(FSDP_ERR_MEM, "out of memory listing %s", dir);
     }
     (*list)[*n].step = step;
     snprintf((*list)[*n].name, sizeof(*list)->name, "%s", e->d_name);
@@ -1779,7 +1775,8 @@ int FsdpCkptFindResumable(MPI_Comm comm, const char *dir, char *path, size_t siz
   return FSDP_SUCCESS;
 }
 
-/* Prune, never deleting the file named `protect` (may be NULL). */
+/* FsdpCkptWriteStep's pruning (ckpt.h), never deleting the file named
+ * `protect`. */
 static int PruneExcept(MPI_Comm comm, const char *dir, int keep, const char *protect)
 {
   FsdpHdf5Init();
@@ -1816,12 +1813,6 @@ static int PruneExcept(MPI_Comm comm, const char *dir, int keep, const char *pro
   }
   FSDP_CALL_MPI(MPI_Bcast(&err, 1, MPI_INT, 0, comm));
   if (err) FSDP_ERROR(err, "pruning checkpoints in %s failed", dir);
-  return FSDP_SUCCESS;
-}
-
-int FsdpCkptPrune(MPI_Comm comm, const char *dir, int keep)
-{
-  FSDP_CALL(PruneExcept(comm, dir, keep, NULL));
   return FSDP_SUCCESS;
 }
 

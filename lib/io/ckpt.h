@@ -1,4 +1,4 @@
-/* ckpt.h: reshardable checkpoints in parallel HDF5 (DESIGN §4 "Files").
+/* ckpt.h: reshardable checkpoints in parallel HDF5 (docs/design.md §7 "Checkpoint").
  *
  * File layout (format version FSDP_CKPT_VERSION; h5dump / h5py readable):
  *   /                      attributes: format_version, program, created
@@ -45,7 +45,7 @@
  * rank, then rank 0 fsyncs it, renames it to <path> and fsyncs the
  * directory.  So a file named ckpt_*.h5 is always complete: a job killed
  * while writing leaves only *.tmp-* files, which FsdpCkptFindLatest
- * ignores and the next FsdpCkptPrune removes.  A save that fails (a full
+ * ignores and the next periodic save's pruning removes.  A save that fails (a full
  * disk, an I/O error, on any rank) never hangs: all ranks agree on it,
  * the temporary file is removed and the previous checkpoints stay as they
  * were ([Note: failed saves] in ckpt.c).
@@ -242,16 +242,6 @@ int FsdpCkptIsOwnName(const char *name);
  * *found = 0 (and path "") when there is none or dir does not exist. */
 int FsdpCkptFindLatest(MPI_Comm comm, const char *dir, char *path, size_t size, int *found);
 
-/* Collective on comm.  Rank 0 deletes the checkpoints in dir beyond the
- * `keep` newest by step (keep <= 0 keeps all), counting only files that
- * pass FsdpCkptFindLatest's quick check (others are left alone), and
- * leftover *.tmp-* files of interrupted saves.  Call after a save
- * completed; FsdpCkptWriteStep prunes only after a save that passed the
- * finite check ([Note: finite checkpoints]) and never deletes the file it
- * just wrote, even when newer ones exist (a run resumed from an older
- * -resume FILE): the newest checkpoint known good always stays. */
-int FsdpCkptPrune(MPI_Comm comm, const char *dir, int keep);
-
 /* Options, group "Checkpoint". */
 typedef struct {
   const char *dir;     /* -checkpoint_dir D (default "checkpoints") */
@@ -290,8 +280,15 @@ int FsdpCkptResolveResume(MPI_Comm comm, const FsdpCkptOptions *o, char *path, s
 
 /* Collective on the runtime's world.  Periodic checkpoint: rank 0 creates
  * o->dir if needed, then FsdpCkptSave to FsdpCkptPath(o->dir, meta->step),
- * then FsdpCkptPrune(o->keep).  path/size (may be NULL/0) get the file
- * name, *seconds (may be NULL) the wall time of the whole call.  A save
+ * then prunes: rank 0 deletes the checkpoints in o->dir beyond the
+ * o->keep newest by step (keep <= 0 keeps all), counting only files that
+ * pass FsdpCkptFindLatest's quick check (others are left alone), and
+ * leftover *.tmp-* files of interrupted saves; only after a save that
+ * passed the finite check ([Note: finite checkpoints]), and never the
+ * file it just wrote, even when newer ones exist (a run resumed from an
+ * older -resume FILE): the newest checkpoint known good always stays.
+ * path/size (may be NULL/0) get the file name, *seconds (may be NULL) the
+ * wall time of the whole call.  A save
  * the file system refused (directory, disk full, I/O error) is, with
  * o->on_error STOP, FsdpCkptSave's FSDP_ERR_USAGE; with CONTINUE, rank 0
  * warns once, nothing is pruned, and the call succeeds with path set to

@@ -1,4 +1,4 @@
-/* data.h: token data for training (DESIGN §4 "token data").
+/* data.h: token data for training (docs/design.md §7 "Token data").
  *
  * Two sources behind one handle: a token file in llm.c's .bin layout
  * (256 int32 header: magic 20240520, version 1, token count n; then n

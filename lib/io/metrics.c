@@ -85,7 +85,8 @@ struct FsdpMetrics_ {
   hid_t val[2];  /* rank 0: /metrics/val_step, /metrics/val_loss */
   int64_t nval;  /* rank 0: validation rows */
   Column *cols;
-  int ncols, cap;
+  int ncols;
+  size_t cap;
   int64_t rows, nevents, mem_width;
   int swmr;    /* rank 0 entered SWMR mode */
   int started; /* a row or event was logged: the layout is fixed */
@@ -168,13 +169,8 @@ static int PushColumn(FsdpMetrics m, const char *name, int is_int, int *col)
 {
   if (strlen(name) == 0 || strlen(name) >= sizeof m->cols[0].name || strchr(name, '/'))
     FSDP_ERROR(FSDP_ERR_USAGE, "run file column name \"%s\" is empty, too long or has a '/'", name);
-  if (m->ncols == m->cap) {
-    int cap = m->cap ? 2 * m->cap : 16;
-    Column *grown = realloc(m->cols, (size_t)cap * sizeof *grown);
-    FSDP_CHECK_ALLOC(grown, (size_t)cap * sizeof *grown);
-    m->cols = grown;
-    m->cap = cap;
-  }
+  if (FsdpArrayReserve(&m->cols, &m->cap, (size_t)m->ncols + 1, sizeof *m->cols))
+    FSDP_ERROR(FSDP_ERR_MEM, "out of memory adding run file column \"%s\"", name);
   Column *c = &m->cols[m->ncols];
   memset(c, 0, sizeof *c);
   snprintf(c->name, sizeof c->name, "%s", name);

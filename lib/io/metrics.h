@@ -1,4 +1,4 @@
-/* metrics.h: the HDF5 run file (DESIGN §4 "Files", -metrics FILE).
+/* metrics.h: the HDF5 run file (docs/design.md §7 "Run file", -metrics FILE).
  *
  * Layout (format version FSDP_METRICS_VERSION; h5py / h5dump / h5watch):
  *   /            attributes: format_version, program, start_time (ISO

@@ -126,7 +126,6 @@ done:
   return FSDP_SUCCESS;
 }
 
-int FsdpTokenizerNumTokens(FsdpTokenizer t) { return t->n; }
 int FsdpTokenizerEot(FsdpTokenizer t) { return t->eot; }
 
 const char *FsdpTokenizerDecode(FsdpTokenizer t, int id, size_t *len)

@@ -27,7 +27,6 @@ int FsdpTokenizerLoad(const char *path, FsdpTokenizer *tok, char *msg, size_t si
 /* Accepts NULL. */
 void FsdpTokenizerDestroy(FsdpTokenizer *tok);
 
-int FsdpTokenizerNumTokens(FsdpTokenizer tok);
 /* The end-of-text id (version 2), or -1. */
 int FsdpTokenizerEot(FsdpTokenizer tok);
 /* Token id's bytes (*len of them, not NUL-terminated), or NULL when id is

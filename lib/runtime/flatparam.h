@@ -1,4 +1,4 @@
-/* flatparam.h: the FlatParameter layout of one unit (DESIGN §3).
+/* flatparam.h: the FlatParameter layout of one unit (docs/design.md §4).
  *
  * The unit's parameters are flattened and concatenated in registration
  * order (numel psi), then padded on the right to P, the smallest multiple

@@ -77,7 +77,8 @@ struct FsdpRuntime_ {
   int F, R, W;
   size_t klow, kred; /* bytes per element: param_dtype, reduce_dtype */
   Unit *units;
-  int nunits, cap_units;
+  int nunits;
+  size_t cap_units;
   Stage stages[MAX_STAGES];
   int nstages;
   int setup;
@@ -297,13 +298,8 @@ int FsdpRuntimeAddUnit(FsdpRuntime rt, const char *name, int is_root, const Fsdp
   if (is_root && rt->root >= 0)
     FSDP_ERROR(FSDP_ERR_STATE, "unit '%s': a root unit ('%s') exists already", name,
                rt->units[rt->root].name);
-  if (rt->nunits == rt->cap_units) {
-    int cap = rt->cap_units ? 2 * rt->cap_units : 16;
-    Unit *u = realloc(rt->units, (size_t)cap * sizeof *u);
-    FSDP_CHECK_ALLOC(u, (size_t)cap * sizeof *u);
-    rt->units = u;
-    rt->cap_units = cap;
-  }
+  if (FsdpArrayReserve(&rt->units, &rt->cap_units, (size_t)rt->nunits + 1, sizeof *rt->units))
+    FSDP_ERROR(FSDP_ERR_MEM, "out of memory adding unit '%s' (%d units)", name, rt->nunits + 1);
   Unit *x = &rt->units[rt->nunits];
   memset(x, 0, sizeof *x);
   snprintf(x->name, sizeof x->name, "%s", name);
@@ -702,14 +698,23 @@ static void TrackLive(uint64_t *live, uint64_t *peak, int64_t delta_bytes)
   if (*live > *peak) *peak = *live;
 }
 
+/* [Note: unit life cycle]: the transition `action` of unit u needs state
+ * `from`; any other is FSDP_ERR_STATE naming the unit and its state. */
+static int UnitExpectState(FsdpRuntime rt, int u, FsdpUnitState from, const char *action)
+{
+  const Unit *x = &rt->units[u];
+  if (x->state != from)
+    FSDP_ERROR(FSDP_ERR_STATE, "unit %d (%s): %s in state %s", u, x->name, action,
+               FsdpUnitStateNames[x->state]);
+  return FSDP_SUCCESS;
+}
+
 /* SHARDED -> GATHERING: take a buffer, cast (low precision), all-gather. */
 static int UnitIssueGather(FsdpRuntime rt, int u)
 {
   Unit *x = &rt->units[u];
   int low = rt->opt.param_dtype != FSDP_DTYPE_FP32;
-  if (x->state != FSDP_UNIT_SHARDED)
-    FSDP_ERROR(FSDP_ERR_STATE, "unit %d (%s): gather requested in state %s", u, x->name,
-               FsdpUnitStateNames[x->state]);
+  FSDP_CALL(UnitExpectState(rt, u, FSDP_UNIT_SHARDED, "gather requested"));
   x->gather_ev = FSDP_EVENT_NULL;
   TagTasks(rt, rt->gstream, u);
   const void *send = x->shard;
@@ -757,9 +762,7 @@ static int UnitIssueGather(FsdpRuntime rt, int u)
 static int UnitWaitGather(FsdpRuntime rt, int u)
 {
   Unit *x = &rt->units[u];
-  if (x->state != FSDP_UNIT_GATHERING)
-    FSDP_ERROR(FSDP_ERR_STATE, "unit %d (%s): wait on gather in state %s", u, x->name,
-               FsdpUnitStateNames[x->state]);
+  FSDP_CALL(UnitExpectState(rt, u, FSDP_UNIT_GATHERING, "wait on gather"));
   int err = FsdpDeviceGetKind() != FSDP_DEVICE_CPU
                 ? FsdpCollWaitDevice(rt->coll, x->gather_ev, FsdpDeviceComputeStream())
                 : TimedWait(rt, x->gather_ev, "wait all_gather", x->index);
@@ -791,9 +794,7 @@ static int UnitUnshard(FsdpRuntime rt, int u)
 static int UnitPrepareCompute(FsdpRuntime rt, int u)
 {
   Unit *x = &rt->units[u];
-  if (x->state != FSDP_UNIT_UNSHARDED)
-    FSDP_ERROR(FSDP_ERR_STATE, "unit %d (%s): compute in state %s", u, x->name,
-               FsdpUnitStateNames[x->state]);
+  FSDP_CALL(UnitExpectState(rt, u, FSDP_UNIT_UNSHARDED, "compute"));
   if (rt->opt.param_dtype == FSDP_DTYPE_FP32) {
     x->compute = x->full;
   } else if (x->is_root) {
@@ -820,9 +821,7 @@ static int UnitPrepareCompute(FsdpRuntime rt, int u)
 static int UnitReshard(FsdpRuntime rt, int u)
 {
   Unit *x = &rt->units[u];
-  if (x->state != FSDP_UNIT_UNSHARDED)
-    FSDP_ERROR(FSDP_ERR_STATE, "unit %d (%s): reshard in state %s", u, x->name,
-               FsdpUnitStateNames[x->state]);
+  FSDP_CALL(UnitExpectState(rt, u, FSDP_UNIT_UNSHARDED, "reshard"));
   if (rt->F > 1) {
     if (x->slot >= 0) rt->gslots[x->slot].owner = -1;
     TrackLive(&rt->live_params, &rt->peak_params, -x->P * (int64_t)rt->klow);
@@ -1212,18 +1211,10 @@ int FsdpRuntimeUnitIsRoot(FsdpRuntime rt, int u) { return rt->units[u].is_root; 
 FlatParam FsdpRuntimeUnitFlatParam(FsdpRuntime rt, int u) { return rt->units[u].fp; }
 float *FsdpRuntimeUnitShard(FsdpRuntime rt, int u) { return rt->units[u].shard; }
 float *FsdpRuntimeUnitGradShard(FsdpRuntime rt, int u) { return rt->units[u].grad_shard; }
-FsdpUnitState FsdpRuntimeUnitState(FsdpRuntime rt, int u) { return rt->units[u].state; }
 FsdpTopo FsdpRuntimeTopo(FsdpRuntime rt) { return rt->topo; }
 FsdpColl FsdpRuntimeColl(FsdpRuntime rt) { return rt->coll; }
 FsdpStream FsdpRuntimeStream(FsdpRuntime rt) { return rt->stream; }
 const FsdpRuntimeOptions *FsdpRuntimeGetOptions(FsdpRuntime rt) { return &rt->opt; }
-
-int FsdpRuntimeForwardOrder(FsdpRuntime rt, const int **order, int *n)
-{
-  *order = rt->order;
-  *n = rt->norder;
-  return FSDP_SUCCESS;
-}
 
 void FsdpRuntimeGetMemory(FsdpRuntime rt, FsdpRuntimeMemory *m)
 {

@@ -1,5 +1,5 @@
 /* fsdp.h: the FSDP runtime -- units, their FlatParameters, and when their
- * unsharded parameters and gradients exist (DESIGN §1, §3).
+ * unsharded parameters and gradients exist (docs/design.md §3, §4).
  *
  * A model is described to the runtime by its table (model/model.h):
  *   - units: a name and a list of parameters (name, shape), one of them
@@ -83,10 +83,10 @@
  * unsharded then anyway (gathered again under RAF, kept under NRAF), so
  * recomputation costs one more forward and no communication.  The model
  * keeps only each stage's input through forward and the full activations
- * of one stage as a working set shared by all stages (GPT: GptModelSetUp
- * with GptModelSetRecompute; GptActivationBytes plans the bytes).  The
- * same kernels on the same inputs give the same activations, so losses
- * and gradients are bit-identical to -recompute 0.  Stages without the
+ * of one stage as a working set shared by all stages (FsdpModelSetRecompute
+ * before FsdpModelSetUp, model/family.h; FsdpModelDescActivationBytes
+ * plans the bytes).  The same kernels on the same inputs give the same
+ * activations, so losses and gradients are bit-identical to -recompute 0.  Stages without the
  * callback (GPT's root stages) are not recomputed.
  */
 #ifndef FSDP_RUNTIME_H
@@ -252,13 +252,10 @@ int FsdpRuntimeUnitIsRoot(FsdpRuntime rt, int unit);
 FlatParam FsdpRuntimeUnitFlatParam(FsdpRuntime rt, int unit);
 float *FsdpRuntimeUnitShard(FsdpRuntime rt, int unit);
 float *FsdpRuntimeUnitGradShard(FsdpRuntime rt, int unit);
-FsdpUnitState FsdpRuntimeUnitState(FsdpRuntime rt, int unit);
 FsdpTopo FsdpRuntimeTopo(FsdpRuntime rt);
 FsdpColl FsdpRuntimeColl(FsdpRuntime rt);
 FsdpStream FsdpRuntimeStream(FsdpRuntime rt);
 const FsdpRuntimeOptions *FsdpRuntimeGetOptions(FsdpRuntime rt);
-/* Units in the order of their first forward stage (the table's, static). */
-int FsdpRuntimeForwardOrder(FsdpRuntime rt, const int **order, int *n);
 
 /* [Note: gather memory] as a pure function of the unit sizes, the stage
  * table and the options: the ring FsdpRuntimeSetUp allocates and fsdp-plan

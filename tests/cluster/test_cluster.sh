@@ -10,7 +10,8 @@
 #   - only the replica all-reduce crosses the link: the bytes the links
 #     carried per step (interface counters, difference of a 6-step and a
 #     2-step run, so start-up traffic cancels) equal the engine's inter-node
-#     bytes summed over ranks, which equal fsdp-plan's formula (DESIGN §5),
+#     bytes summed over ranks, which equal fsdp-plan's formula ([Note: byte
+#     accounting] in coll.h, docs/design.md §5),
 #     within 2%, plus TCP/IP and MPI headers (at most 1% more);
 #   - the losses equal those of the same run on one machine (-ranks_per_node 2
 #     emulating the same groups).

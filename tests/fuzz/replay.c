@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/mem.h"
 #include "fuzz.h"
 
 static int replay_file(const char *path)
@@ -17,19 +18,16 @@ static int replay_file(const char *path)
     perror(path);
     return 1;
   }
-  size_t cap = 4096, n = 0;
-  uint8_t *buf = malloc(cap);
-  size_t got;
-  while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
+  size_t cap = 0, n = 0, got = 1;
+  uint8_t *buf = NULL;
+  int oom = 0;
+  while (got > 0 && !(oom = FsdpArrayReserve(&buf, &cap, n + 4096, 1))) {
+    got = fread(buf + n, 1, cap - n, f);
     n += got;
-    if (n == cap) {
-      uint8_t *nb = realloc(buf, cap *= 2);
-      if (!nb) free(buf);
-      buf = nb;
-    }
   }
   fclose(f);
-  if (!buf) {
+  if (oom) {
+    free(buf);
     fprintf(stderr, "%s: out of memory\n", path);
     return 1;
   }
