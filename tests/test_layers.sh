@@ -1,6 +1,6 @@
 #!/bin/sh
 # test_layers.sh: the layer order of the source tree, checked on every
-# quoted #include (README "Layout"; ISSUE 11):
+# quoted #include (docs/design.md §1 "Layers"; ISSUE 11):
 #
 #   base -> kernels -> device -> comm -> model -> runtime -> io -> driver -> src
 #
