@@ -55,7 +55,8 @@ int FsdpOptimOptionsFromDb(FsdpOpts db, FsdpOptimOptions *o)
                               1.0, 0.0, 1e30, &o->grad_clip));
   FSDP_CALL(FsdpOptsGetInt(db, g, "warmup", "linear warmup steps", 20, 0, INT64_MAX / 2, &o->warmup));
   FSDP_CALL(FsdpOptsGetBool(db, g, "weight_decay_embeddings",
-                            "apply weight decay to wte and wpe too (biases and LayerNorm never)", 1,
+                            "apply weight decay to the embeddings too (GPT: wte, wpe; Llama: "
+                            "embed_tokens; biases and norms never)", 1,
                             &o->decay_embeddings));
   /* last: every option is read (-help lists them all) */
   if (o->lr_min > o->lr)
