@@ -13,14 +13,6 @@
 # Usage: test_citations.sh SRCDIR
 # (FSDP_CITATIONS_EXTRA_FILE=PATH adds file PATH: the self-check's way in.)
 
-# Files of other parts of issue 30 that still cite DESIGN §N; each is fixed
-# on its own branch, and this list is emptied when those are merged.
-pending='
-lib/model/gpt.h
-lib/comm/topo.h
-lib/comm/coll.h
-bench/hybrid_traffic.sh
-'
 
 self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 srcdir=${1:-${FSDP_SRCDIR:-.}}
@@ -37,14 +29,12 @@ sources() {
 }
 
 check() {
-  awk -v sections="$sections" -v pending="$pending" '
+  awk -v sections="$sections" '
     BEGIN {
       n = split(sections, s, " ")
       for (i = 1; i <= n; i++) S[s[i]] = 1
-      n = split(pending, p, "\n")
-      for (i = 1; i <= n; i++) if (p[i] != "") P[p[i]] = 1
     }
-    /DESIGN §/ && !(FILENAME in P) {
+    /DESIGN §/ {
       print FILENAME ":" FNR ": " $0 " (DESIGN.md is not in this repository: cite docs/design.md §N)"
     }
     /design\.md §/ {
