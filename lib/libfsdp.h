@@ -26,13 +26,13 @@
 #include "model/llama.h"
 #include "model/family.h"
 #include "runtime/optim.h"
-#include "runtime/steptime.h"
 #include "io/ckpt.h"
 #include "io/metrics.h"
-#include "io/profile.h"
 #include "io/tokenizer.h"
 #include "comm/trace.h"
 #include "comm/flight.h"
+#include "plan/profile.h"
+#include "plan/steptime.h"
 #include "driver/train.h"
 
 #endif

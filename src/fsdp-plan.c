@@ -35,7 +35,7 @@
 #include "libfsdp.h"
 #include "driver/summary.h"
 #include "driver/train.h"
-#include "runtime/steptime.h"
+#include "plan/steptime.h"
 
 static const char kHelp[] =
     "fsdp-plan: per-rank memory and per-step collective bytes (intra/inter node) of\n"

@@ -37,7 +37,7 @@
 #include "libfsdp.h"
 #include "driver/train.h"
 #include "io/fileutil.h"
-#include "io/profile.h"
+#include "plan/profile.h"
 
 static const char kHelp[] =
     "fsdp-probe: measure compute rates (the model's matmul shapes, attention,\n"

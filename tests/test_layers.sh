@@ -2,7 +2,7 @@
 # test_layers.sh: the layer order of the source tree, checked on every
 # quoted #include (README "Layout"; ISSUE 11):
 #
-#   base -> kernels -> device -> comm -> model -> runtime -> io -> driver -> src
+#   base -> kernels -> device -> comm -> model -> runtime -> io -> plan -> driver -> src
 #
 # A file may include headers of its own layer and of the layers before it,
 # with one tighter rule: the model layer (lib/model/) knows nothing of MPI,
@@ -56,7 +56,7 @@ check() {
       return "unknown"
     }
     BEGIN {
-      n = split("base kernels device comm model runtime io driver src", order, " ")
+      n = split("base kernels device comm model runtime io plan driver src", order, " ")
       for (i = 1; i <= n; i++) R[order[i]] = i
       n = split(exceptions, ex, "\n")
       for (i = 1; i <= n; i++) if (ex[i] != "") EX[ex[i]] = 1
@@ -122,6 +122,9 @@ if [ -z "$FSDP_LAYERS_EXTRA_FILE" ]; then
   planted=$(FSDP_LAYERS_EXTRA_FILE=$tmp.c FSDP_LAYERS_EXTRA_NAME=lib/model/planted.c sh "$self" .)
   printf '#include "comm/coll.h"\n#include "io/ckpt.h"\n' > "$tmp.c"
   planted2=$(FSDP_LAYERS_EXTRA_FILE=$tmp.c FSDP_LAYERS_EXTRA_NAME=lib/comm/planted.c sh "$self" .)
+  # the planner's layer (lib/plan/) sits above io: io may not include it
+  printf '#include "io/ckpt.h"\n#include "plan/profile.h"\n' > "$tmp.c"
+  planted3=$(FSDP_LAYERS_EXTRA_FILE=$tmp.c FSDP_LAYERS_EXTRA_NAME=lib/io/planted.c sh "$self" .)
   rm -f "$tmp.c"
   case $planted in
     *'lib/model/planted.c:2: #include "runtime/fsdp.h"'*'lib/model/planted.c:3: #include <mpi.h>'*) ;;
@@ -135,6 +138,14 @@ if [ -z "$FSDP_LAYERS_EXTRA_FILE" ]; then
   esac
   case $planted2 in
     *'planted.c:1:'*) echo "test_layers: self-check: comm/coll.h in a comm file was reported"; exit 1 ;;
+  esac
+  case $planted3 in
+    *'lib/io/planted.c:2: #include "plan/profile.h" (layer io may not include layer plan'*) ;;
+    *) echo "test_layers: self-check: an io file including plan/profile.h was not reported:"
+       printf '%s\n' "$planted3"; exit 1 ;;
+  esac
+  case $planted3 in
+    *'planted.c:1:'*) echo "test_layers: self-check: io/ckpt.h in an io file was reported"; exit 1 ;;
   esac
 fi
 echo "test_layers: $checked files follow the layer order"

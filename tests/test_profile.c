@@ -26,7 +26,7 @@
 #include <unistd.h>
 
 #include "libfsdp.h"
-#include "io/profile.h"
+#include "plan/profile.h"
 #include "testutil.h"
 
 static void Points(FsdpProfileCurve *c, double a, double b, const double *noise, int n)

@@ -57,7 +57,7 @@
 #include <string.h>
 
 #include "libfsdp.h"
-#include "runtime/steptime.h"
+#include "plan/steptime.h"
 #include "testutil.h"
 
 static const int kIsRoot[3] = {1, 0, 0};

@@ -26,7 +26,7 @@
  *   /collectives/<level>/<kind>   bytes, seconds float64 [n]; attributes
  *                          latency_s, bandwidth_bytes_per_s (0 = latency only)
  */
-#include "io/profile.h"
+#include "plan/profile.h"
 
 #include <errno.h>
 #include <math.h>
