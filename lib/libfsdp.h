@@ -33,6 +33,10 @@
 #include "comm/flight.h"
 #include "plan/profile.h"
 #include "plan/steptime.h"
+#include "plan/probe.h"
+#include "plan/describe.h"
+#include "plan/plan.h"
+#include "plan/tune.h"
 #include "driver/train.h"
 
 #endif

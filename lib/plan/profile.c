@@ -476,7 +476,7 @@ int FsdpProfileRead(const char *path, FsdpProfile *p)
                    "/compute contended_factor and cores_per_node of at least 0");
       p->cores_per_node = (int)cores;
     }
-    /* [Note: nodes sharing a host] in fsdp-probe.c (absent before it: 0) */
+    /* [Note: nodes sharing a host] in plan/probe.c (absent before it: 0) */
     if (H5Aexists(g, "nodes_per_host") > 0) {
       int64_t nodes = 0;
       READ_OR_FAIL(FsdpHdf5AttrReadInt64(g, "nodes_per_host", &nodes), "/compute nodes_per_host");
