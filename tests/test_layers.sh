@@ -2,7 +2,7 @@
 # test_layers.sh: the layer order of the source tree, checked on every
 # quoted #include (docs/design.md §1, "Layers"):
 #
-#   base -> kernels -> device -> comm -> model -> runtime -> io -> driver -> src
+#   base -> kernels -> device -> comm -> model -> runtime -> io -> plan -> driver -> src
 #
 # A file may include headers of its own layer and of the layers before it,
 # with two tighter rules: the model layer (lib/model/) knows nothing of MPI,
@@ -73,7 +73,7 @@ check() {
       return "unknown"
     }
     BEGIN {
-      n = split("base kernels device comm model runtime io driver src", order, " ")
+      n = split("base kernels device comm model runtime io plan driver src", order, " ")
       for (i = 1; i <= n; i++) R[order[i]] = i
       n = split(exceptions, ex, "\n")
       for (i = 1; i <= n; i++) if (ex[i] != "") EX[ex[i]] = 1
@@ -330,6 +330,9 @@ if [ -z "$FSDP_LAYERS_EXTRA_FILE" ]; then
   planted7=$(FSDP_LAYERS_EXTRA_FILE=$tmp.c FSDP_LAYERS_EXTRA_NAME=lib/runtime/planted.c sh "$self" .)
   printf '#include "libfsdp.h"\n#include "model/llama/llama.h"\nstatic GptConfig c;\nint f = GPT_FAMILY[0];\nconst char *a = "LlamaForCausalLM";\n' > "$tmp.c"
   planted8=$(FSDP_LAYERS_EXTRA_FILE=$tmp.c FSDP_LAYERS_EXTRA_NAME=src/planted.c sh "$self" .)
+  # the planner's layer (lib/plan/) sits above io: io may not include it
+  printf '#include "io/ckpt.h"\n#include "plan/profile.h"\n' > "$tmp.c"
+  planted9=$(FSDP_LAYERS_EXTRA_FILE=$tmp.c FSDP_LAYERS_EXTRA_NAME=lib/io/planted.c sh "$self" .)
   rm -f "$tmp.c"
   case $planted3 in
     *'lib/device/device.h:2: #include "comm/topo.h"'*) ;;
@@ -387,6 +390,14 @@ if [ -z "$FSDP_LAYERS_EXTRA_FILE" ]; then
   done
   case $planted8 in
     *'src/planted.c:1:'*) echo "test_layers: self-check: libfsdp.h in a program was reported"; exit 1 ;;
+  esac
+  case $planted9 in
+    *'lib/io/planted.c:2: #include "plan/profile.h" (layer io may not include layer plan'*) ;;
+    *) echo "test_layers: self-check: an io file including plan/profile.h was not reported:"
+       printf '%s\n' "$planted9"; exit 1 ;;
+  esac
+  case $planted9 in
+    *'planted.c:1:'*) echo "test_layers: self-check: io/ckpt.h in an io file was reported"; exit 1 ;;
   esac
 fi
 echo "test_layers: $checked files follow the layer order, with no cycle inside a layer"

@@ -1,7 +1,7 @@
 #!/bin/sh
 # test_probe_join.sh MPIEXEC "PREFLAGS" BINDIR: fsdp-probe's join fraction
 # charges the ranks' drift, not a core slower than the other
-# ([Note: joining a collective], JoinFraction in src/fsdp-probe.c).
+# ([Note: joining a collective], JoinFraction in lib/plan/probe.c).
 # Two ranks, each pinned to a core of its own; two busy loops share rank
 # 1's core for the whole of a second probe, so rank 1 runs every stage at
 # about a third of its speed.  The profile keeps the slowest rank's stage

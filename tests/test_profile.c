@@ -1,4 +1,4 @@
-/* test_profile: the machine profile's fit and file (io/profile.h).
+/* test_profile: the machine profile's fit and file (plan/profile.h).
  *
  *   - FsdpProfileFit recovers latency and bandwidth from exact points of
  *     t = a + v / b (to 1e-9), from points with +-5% noise where the
@@ -8,7 +8,7 @@
  *     described link: the line through them), and a link with a burst
  *     regime (tc tbf: small messages 33x faster per byte), whose bandwidth
  *     is the large messages' sustained rate to 2% ([Note: the large-message
- *     regime] in io/profile.c);
+ *     regime] in plan/profile.c);
  *   - FsdpProfileCurveSeconds is a + v / b;
  *   - a profile written and read back is the same in every field (with
  *     the stages' contended factor, the cores per node, the all-reduce
@@ -26,7 +26,7 @@
 #include <unistd.h>
 
 #include "libfsdp.h"
-#include "io/profile.h"
+#include "plan/profile.h"
 #include "testutil.h"
 
 static void Points(FsdpProfileCurve *c, double a, double b, const double *noise, int n)

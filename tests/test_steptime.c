@@ -1,4 +1,4 @@
-/* test_steptime: the step replayed on a virtual clock (runtime/steptime.h)
+/* test_steptime: the step replayed on a virtual clock (plan/steptime.h)
  * against timelines worked out by hand.
  *
  * Model: root unit 0 and two blocks 1, 2; stages [root, 1, 2, root];
@@ -57,7 +57,7 @@
 #include <string.h>
 
 #include "libfsdp.h"
-#include "runtime/steptime.h"
+#include "plan/steptime.h"
 #include "testutil.h"
 
 static const int kIsRoot[3] = {1, 0, 0};

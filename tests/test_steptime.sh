@@ -1,5 +1,5 @@
 #!/bin/sh
-# test_steptime.sh: fsdp-plan's step replay (runtime/steptime.h) runs the
+# test_steptime.sh: fsdp-plan's step replay (plan/steptime.h) runs the
 # schedule fsdp-train runs.  For each configuration -- prefetch none,
 # backward and both; RAF and NRAF; limiter 1; hybrid sharding; gradient
 # accumulation with and without communication -- fsdp-train writes a

@@ -58,7 +58,7 @@
  * beyond the slowest rank's median stage times, over them
  * (`join_fraction`; the replay's stages already run at the slowest rank's
  * pace, so a core slower than the other for the whole probe is not
- * charged again: JoinFraction in fsdp-probe.c).  The replay holds each collective that fraction
+ * charged again: JoinFraction in plan/probe.c).  The replay holds each collective that fraction
  * of the compute that preceded its issue (the last stage, or the
  * optimizer at a step's start; nothing right after a wait for a
  * collective, which the ranks leave together) before it moves bytes (the

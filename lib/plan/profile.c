@@ -26,7 +26,7 @@
  *   /collectives/<level>/<kind>   bytes, seconds float64 [n]; attributes
  *                          latency_s, bandwidth_bytes_per_s (0 = latency only)
  */
-#include "io/profile.h"
+#include "plan/profile.h"
 
 #include <errno.h>
 #include <math.h>
@@ -337,33 +337,10 @@ static herr_t ReadArray(hid_t loc, const char *name, hid_t type, void *buf, int 
     }                                                                             \
   } while (0)
 
-int FsdpProfileRead(const char *path, FsdpProfile *p)
+/* The root's attributes: where and how it was measured, the rates. */
+static int ReadIdentity(hid_t f, const char *path, FsdpProfile *p)
 {
-  FsdpHdf5Init();
-  memset(p, 0, sizeof *p);
-  if (access(path, R_OK) != 0)
-    FSDP_ERROR(FSDP_ERR_USAGE, "-profile %s: cannot read it: %s (write one with fsdp-probe "
-               "-profile_out FILE)", path, strerror(errno));
-  if (H5Fis_hdf5(path) <= 0)
-    FSDP_ERROR(FSDP_ERR_USAGE, "-profile %s is not an HDF5 file (expected a profile written "
-               "by fsdp-probe -profile_out)", path);
   int err = FSDP_SUCCESS;
-  hid_t f = -1, g = -1, lg = -1, kg = -1;
-  FSDP_HDF5_GOTO(f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT));
-  char kind[32] = "";
-  if (FsdpHdf5AttrReadString(f, "kind", kind, sizeof kind) < 0 || strcmp(kind, kKind) != 0) {
-    err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_USAGE, "-profile %s is an HDF5 file but not an fsdp profile "
-                       "(no kind attribute \"%s\"; a checkpoint or run file?)", path, kKind);
-    goto done;
-  }
-  int64_t version = 0;
-  READ_OR_FAIL(FsdpHdf5AttrReadInt64(f, "format_version", &version), "format_version");
-  if (version != FSDP_PROFILE_FORMAT_VERSION) {
-    err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_USAGE, "-profile %s has format version %lld, this fsdp reads "
-                       "version %d: measure again with fsdp-probe", path, (long long)version,
-                       FSDP_PROFILE_FORMAT_VERSION);
-    goto done;
-  }
   struct {
     const char *name;
     char *buf;
@@ -397,117 +374,144 @@ int FsdpProfileRead(const char *path, FsdpProfile *p)
                "stream_bytes_per_s");
   READ_OR_FAIL(FsdpHdf5AttrReadDouble(f, "adamw_bytes_per_s", &p->adamw_bytes_per_s),
                "adamw_bytes_per_s");
+done:
+  return err;
+}
 
-  READ_OR_FAIL(g = H5Gopen2(f, "compute", H5P_DEFAULT), "/compute");
-  {
-    char names[FSDP_PROFILE_MAX_GEMMS][sizeof p->gemm[0].name];
-    int64_t N[FSDP_PROFILE_MAX_GEMMS], C[FSDP_PROFILE_MAX_GEMMS], OC[FSDP_PROFILE_MAX_GEMMS];
-    double rate[FSDP_PROFILE_MAX_GEMMS];
-    int n[5] = {0};
-    hid_t st = H5Tcopy(H5T_C_S1);
-    READ_OR_FAIL(st, "a string type");
-    H5Tset_size(st, sizeof names[0]);
-    herr_t r = ReadArray(g, "gemm_name", st, names, FSDP_PROFILE_MAX_GEMMS, &n[0]);
-    H5Tclose(st);
-    READ_OR_FAIL(r, "/compute/gemm_name");
-    READ_OR_FAIL(ReadArray(g, "gemm_N", H5T_NATIVE_INT64, N, FSDP_PROFILE_MAX_GEMMS, &n[1]),
-                 "/compute/gemm_N");
-    READ_OR_FAIL(ReadArray(g, "gemm_C", H5T_NATIVE_INT64, C, FSDP_PROFILE_MAX_GEMMS, &n[2]),
-                 "/compute/gemm_C");
-    READ_OR_FAIL(ReadArray(g, "gemm_OC", H5T_NATIVE_INT64, OC, FSDP_PROFILE_MAX_GEMMS, &n[3]),
-                 "/compute/gemm_OC");
-    READ_OR_FAIL(ReadArray(g, "gemm_flops_per_s", H5T_NATIVE_DOUBLE, rate,
-                           FSDP_PROFILE_MAX_GEMMS, &n[4]),
-                 "/compute/gemm_flops_per_s");
-    READ_OR_FAIL(n[1] == n[0] && n[2] == n[0] && n[3] == n[0] && n[4] == n[0] ? 0 : -1,
-                 "/compute arrays of one length");
-    p->ngemm = n[0];
-    for (int i = 0; i < n[0]; i++) {
-      names[i][sizeof names[i] - 1] = '\0';
-      memcpy(p->gemm[i].name, names[i], sizeof names[i]);
-      p->gemm[i].N = N[i];
-      p->gemm[i].C = C[i];
-      p->gemm[i].OC = OC[i];
-      p->gemm[i].flops_per_s = rate[i];
-    }
-    /* the stages measured (absent in files of before them: none) */
-    if (H5Lexists(g, "stage_forward_s", H5P_DEFAULT) > 0) {
-      static double fw[FSDP_PROFILE_MAX_STAGE_BATCHES * FSDP_PROFILE_MAX_STAGES];
-      static double bw[FSDP_PROFILE_MAX_STAGE_BATCHES * FSDP_PROFILE_MAX_STAGES];
-      const int max = FSDP_PROFILE_MAX_STAGE_BATCHES * FSDP_PROFILE_MAX_STAGES;
-      int64_t sl = 0;
-      int nf = 0, nb = 0, nsb = 0;
-      READ_OR_FAIL(FsdpHdf5AttrReadInt64(g, "stage_seq_len", &sl), "/compute stage_seq_len");
-      READ_OR_FAIL(FsdpHdf5AttrReadInt64(g, "stage_params", &p->stage_params),
-                   "/compute stage_params");
-      READ_OR_FAIL(ReadArray(g, "stage_batch", H5T_NATIVE_INT, p->stage_batch,
-                             FSDP_PROFILE_MAX_STAGE_BATCHES, &nsb), "/compute/stage_batch");
-      READ_OR_FAIL(ReadArray(g, "stage_forward_s", H5T_NATIVE_DOUBLE, fw, max, &nf),
-                   "/compute/stage_forward_s");
-      READ_OR_FAIL(ReadArray(g, "stage_backward_s", H5T_NATIVE_DOUBLE, bw, max, &nb),
-                   "/compute/stage_backward_s");
-      READ_OR_FAIL(nf == nb && (nsb == 0 ? nf == 0 : nf % nsb == 0 && nf / nsb <= FSDP_PROFILE_MAX_STAGES)
-                       ? 0 : -1, "/compute stage arrays of one length per micro-batch");
-      /* [Note: micro-batches timed in turn] (absent in files of before
-       * it: 0, one micro-batch after the other) */
-      if (H5Aexists(g, "stage_rounds") > 0) {
-        int64_t rounds = 0;
-        READ_OR_FAIL(FsdpHdf5AttrReadInt64(g, "stage_rounds", &rounds), "/compute stage_rounds");
-        READ_OR_FAIL(rounds >= 0 && rounds <= 1000 ? 0 : -1, "/compute stage_rounds of 0 to 1000");
-        p->stage_rounds = (int)rounds;
-      }
-      p->nstage_batches = nsb;
-      p->nstages = nsb > 0 ? nf / nsb : 0;
-      p->stage_seq_len = (int)sl;
-      for (int b = 0; b < nsb; b++)
-        for (int i = 0; i < p->nstages; i++) {
-          p->stage_fwd_s[b][i] = fw[b * p->nstages + i];
-          p->stage_bwd_s[b][i] = bw[b * p->nstages + i];
-        }
-    }
-    /* [Note: contended compute] (absent in files of before it: 0, not
-     * measured; fsdp-plan takes factor 1) */
-    if (H5Aexists(g, "contended_factor") > 0) {
-      int64_t cores = 0;
-      READ_OR_FAIL(FsdpHdf5AttrReadDouble(g, "contended_factor", &p->contended_factor),
-                   "/compute contended_factor");
-      READ_OR_FAIL(FsdpHdf5AttrReadInt64(g, "cores_per_node", &cores), "/compute cores_per_node");
-      READ_OR_FAIL(p->contended_factor >= 0 && cores >= 0 ? 0 : -1,
-                   "/compute contended_factor and cores_per_node of at least 0");
-      p->cores_per_node = (int)cores;
-    }
-    /* [Note: nodes sharing a host] in fsdp-probe.c (absent before it: 0) */
-    if (H5Aexists(g, "nodes_per_host") > 0) {
-      int64_t nodes = 0;
-      READ_OR_FAIL(FsdpHdf5AttrReadInt64(g, "nodes_per_host", &nodes), "/compute nodes_per_host");
-      READ_OR_FAIL(nodes >= 0 && nodes <= INT32_MAX ? 0 : -1,
-                   "/compute nodes_per_host of at least 0");
-      p->nodes_per_host = (int)nodes;
-    }
-    if (H5Aexists(g, "contended_allreduce_s") > 0) {
-      READ_OR_FAIL(FsdpHdf5AttrReadDouble(g, "contended_allreduce_s", &p->contended_allreduce_s),
-                   "/compute contended_allreduce_s");
-      READ_OR_FAIL(FsdpHdf5AttrReadDouble(g, "contended_allreduce_bytes",
-                                          &p->contended_allreduce_bytes),
-                   "/compute contended_allreduce_bytes");
-    }
-    /* [Note: joining a collective] (absent in files of before it: 0) */
-    if (H5Aexists(g, "join_fraction") > 0) {
-      READ_OR_FAIL(FsdpHdf5AttrReadDouble(g, "join_fraction", &p->join_fraction),
-                   "/compute join_fraction");
-      READ_OR_FAIL(p->join_fraction >= 0 && p->join_fraction < 100 ? 0 : -1,
-                   "/compute join_fraction of 0 to 100");
-    }
-    /* [Note: sustained speed] (absent in files of before it: 0) */
-    if (H5Aexists(g, "sustained_factor") > 0) {
-      READ_OR_FAIL(FsdpHdf5AttrReadDouble(g, "sustained_factor", &p->sustained_factor),
-                   "/compute sustained_factor");
-      READ_OR_FAIL(p->sustained_factor >= 0 && p->sustained_factor < 100 ? 0 : -1,
-                   "/compute sustained_factor of 0 to 100");
-    }
+/* /compute: the matmul shapes and their rates. */
+static int ReadGemms(hid_t g, const char *path, FsdpProfile *p)
+{
+  int err = FSDP_SUCCESS;
+  char names[FSDP_PROFILE_MAX_GEMMS][sizeof p->gemm[0].name];
+  int64_t N[FSDP_PROFILE_MAX_GEMMS], C[FSDP_PROFILE_MAX_GEMMS], OC[FSDP_PROFILE_MAX_GEMMS];
+  double rate[FSDP_PROFILE_MAX_GEMMS];
+  int n[5] = {0};
+  hid_t st = H5Tcopy(H5T_C_S1);
+  READ_OR_FAIL(st, "a string type");
+  H5Tset_size(st, sizeof names[0]);
+  herr_t r = ReadArray(g, "gemm_name", st, names, FSDP_PROFILE_MAX_GEMMS, &n[0]);
+  H5Tclose(st);
+  READ_OR_FAIL(r, "/compute/gemm_name");
+  READ_OR_FAIL(ReadArray(g, "gemm_N", H5T_NATIVE_INT64, N, FSDP_PROFILE_MAX_GEMMS, &n[1]),
+               "/compute/gemm_N");
+  READ_OR_FAIL(ReadArray(g, "gemm_C", H5T_NATIVE_INT64, C, FSDP_PROFILE_MAX_GEMMS, &n[2]),
+               "/compute/gemm_C");
+  READ_OR_FAIL(ReadArray(g, "gemm_OC", H5T_NATIVE_INT64, OC, FSDP_PROFILE_MAX_GEMMS, &n[3]),
+               "/compute/gemm_OC");
+  READ_OR_FAIL(ReadArray(g, "gemm_flops_per_s", H5T_NATIVE_DOUBLE, rate,
+                         FSDP_PROFILE_MAX_GEMMS, &n[4]),
+               "/compute/gemm_flops_per_s");
+  READ_OR_FAIL(n[1] == n[0] && n[2] == n[0] && n[3] == n[0] && n[4] == n[0] ? 0 : -1,
+               "/compute arrays of one length");
+  p->ngemm = n[0];
+  for (int i = 0; i < n[0]; i++) {
+    names[i][sizeof names[i] - 1] = '\0';
+    memcpy(p->gemm[i].name, names[i], sizeof names[i]);
+    p->gemm[i].N = N[i];
+    p->gemm[i].C = C[i];
+    p->gemm[i].OC = OC[i];
+    p->gemm[i].flops_per_s = rate[i];
   }
-  FsdpHdf5Close(&g);
+done:
+  return err;
+}
 
+/* /compute: the stages measured ([Note: stages measured] in plan/probe.c). */
+static int ReadStages(hid_t g, const char *path, FsdpProfile *p)
+{
+  int err = FSDP_SUCCESS;
+  /* the stages measured (absent in files of before them: none) */
+  if (H5Lexists(g, "stage_forward_s", H5P_DEFAULT) > 0) {
+    static double fw[FSDP_PROFILE_MAX_STAGE_BATCHES * FSDP_PROFILE_MAX_STAGES];
+    static double bw[FSDP_PROFILE_MAX_STAGE_BATCHES * FSDP_PROFILE_MAX_STAGES];
+    const int max = FSDP_PROFILE_MAX_STAGE_BATCHES * FSDP_PROFILE_MAX_STAGES;
+    int64_t sl = 0;
+    int nf = 0, nb = 0, nsb = 0;
+    READ_OR_FAIL(FsdpHdf5AttrReadInt64(g, "stage_seq_len", &sl), "/compute stage_seq_len");
+    READ_OR_FAIL(FsdpHdf5AttrReadInt64(g, "stage_params", &p->stage_params),
+                 "/compute stage_params");
+    READ_OR_FAIL(ReadArray(g, "stage_batch", H5T_NATIVE_INT, p->stage_batch,
+                           FSDP_PROFILE_MAX_STAGE_BATCHES, &nsb), "/compute/stage_batch");
+    READ_OR_FAIL(ReadArray(g, "stage_forward_s", H5T_NATIVE_DOUBLE, fw, max, &nf),
+                 "/compute/stage_forward_s");
+    READ_OR_FAIL(ReadArray(g, "stage_backward_s", H5T_NATIVE_DOUBLE, bw, max, &nb),
+                 "/compute/stage_backward_s");
+    READ_OR_FAIL(nf == nb && (nsb == 0 ? nf == 0 : nf % nsb == 0 && nf / nsb <= FSDP_PROFILE_MAX_STAGES)
+                     ? 0 : -1, "/compute stage arrays of one length per micro-batch");
+    /* [Note: micro-batches timed in turn] (absent in files of before
+     * it: 0, one micro-batch after the other) */
+    if (H5Aexists(g, "stage_rounds") > 0) {
+      int64_t rounds = 0;
+      READ_OR_FAIL(FsdpHdf5AttrReadInt64(g, "stage_rounds", &rounds), "/compute stage_rounds");
+      READ_OR_FAIL(rounds >= 0 && rounds <= 1000 ? 0 : -1, "/compute stage_rounds of 0 to 1000");
+      p->stage_rounds = (int)rounds;
+    }
+    p->nstage_batches = nsb;
+    p->nstages = nsb > 0 ? nf / nsb : 0;
+    p->stage_seq_len = (int)sl;
+    for (int b = 0; b < nsb; b++)
+      for (int i = 0; i < p->nstages; i++) {
+        p->stage_fwd_s[b][i] = fw[b * p->nstages + i];
+        p->stage_bwd_s[b][i] = bw[b * p->nstages + i];
+      }
+  }
+done:
+  return err;
+}
+
+/* /compute: the factors of what runs beside what, and the speed sustained. */
+static int ReadComputeFactors(hid_t g, const char *path, FsdpProfile *p)
+{
+  int err = FSDP_SUCCESS;
+  /* [Note: contended compute] (absent in files of before it: 0, not
+   * measured; fsdp-plan takes factor 1) */
+  if (H5Aexists(g, "contended_factor") > 0) {
+    int64_t cores = 0;
+    READ_OR_FAIL(FsdpHdf5AttrReadDouble(g, "contended_factor", &p->contended_factor),
+                 "/compute contended_factor");
+    READ_OR_FAIL(FsdpHdf5AttrReadInt64(g, "cores_per_node", &cores), "/compute cores_per_node");
+    READ_OR_FAIL(p->contended_factor >= 0 && cores >= 0 ? 0 : -1,
+                 "/compute contended_factor and cores_per_node of at least 0");
+    p->cores_per_node = (int)cores;
+  }
+  /* [Note: nodes sharing a host] in plan/probe.c (absent before it: 0) */
+  if (H5Aexists(g, "nodes_per_host") > 0) {
+    int64_t nodes = 0;
+    READ_OR_FAIL(FsdpHdf5AttrReadInt64(g, "nodes_per_host", &nodes), "/compute nodes_per_host");
+    READ_OR_FAIL(nodes >= 0 && nodes <= INT32_MAX ? 0 : -1,
+                 "/compute nodes_per_host of at least 0");
+    p->nodes_per_host = (int)nodes;
+  }
+  if (H5Aexists(g, "contended_allreduce_s") > 0) {
+    READ_OR_FAIL(FsdpHdf5AttrReadDouble(g, "contended_allreduce_s", &p->contended_allreduce_s),
+                 "/compute contended_allreduce_s");
+    READ_OR_FAIL(FsdpHdf5AttrReadDouble(g, "contended_allreduce_bytes",
+                                        &p->contended_allreduce_bytes),
+                 "/compute contended_allreduce_bytes");
+  }
+  /* [Note: joining a collective] (absent in files of before it: 0) */
+  if (H5Aexists(g, "join_fraction") > 0) {
+    READ_OR_FAIL(FsdpHdf5AttrReadDouble(g, "join_fraction", &p->join_fraction),
+                 "/compute join_fraction");
+    READ_OR_FAIL(p->join_fraction >= 0 && p->join_fraction < 100 ? 0 : -1,
+                 "/compute join_fraction of 0 to 100");
+  }
+  /* [Note: sustained speed] (absent in files of before it: 0) */
+  if (H5Aexists(g, "sustained_factor") > 0) {
+    READ_OR_FAIL(FsdpHdf5AttrReadDouble(g, "sustained_factor", &p->sustained_factor),
+                 "/compute sustained_factor");
+    READ_OR_FAIL(p->sustained_factor >= 0 && p->sustained_factor < 100 ? 0 : -1,
+                 "/compute sustained_factor of 0 to 100");
+  }
+done:
+  return err;
+}
+
+/* /collectives: every level's curves. */
+static int ReadCollectives(hid_t f, const char *path, FsdpProfile *p)
+{
+  int err = FSDP_SUCCESS;
+  hid_t g = -1, lg = -1, kg = -1;
   READ_OR_FAIL(g = H5Gopen2(f, "collectives", H5P_DEFAULT), "/collectives");
   /* [Note: two collectives at once] (absent in files of before it: 0) */
   if (H5Aexists(g, "concurrent_factor") > 0) {
@@ -549,6 +553,47 @@ int FsdpProfileRead(const char *path, FsdpProfile *p)
 done:
   FsdpHdf5Close(&kg);
   FsdpHdf5Close(&lg);
+  FsdpHdf5Close(&g);
+  return err;
+}
+
+int FsdpProfileRead(const char *path, FsdpProfile *p)
+{
+  FsdpHdf5Init();
+  memset(p, 0, sizeof *p);
+  if (access(path, R_OK) != 0)
+    FSDP_ERROR(FSDP_ERR_USAGE, "-profile %s: cannot read it: %s (write one with fsdp-probe "
+               "-profile_out FILE)", path, strerror(errno));
+  if (H5Fis_hdf5(path) <= 0)
+    FSDP_ERROR(FSDP_ERR_USAGE, "-profile %s is not an HDF5 file (expected a profile written "
+               "by fsdp-probe -profile_out)", path);
+  int err = FSDP_SUCCESS;
+  hid_t f = -1, g = -1;
+  FSDP_HDF5_GOTO(f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT));
+  char kind[32] = "";
+  if (FsdpHdf5AttrReadString(f, "kind", kind, sizeof kind) < 0 || strcmp(kind, kKind) != 0) {
+    err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_USAGE, "-profile %s is an HDF5 file but not an fsdp profile "
+                       "(no kind attribute \"%s\"; a checkpoint or run file?)", path, kKind);
+    goto done;
+  }
+  int64_t version = 0;
+  READ_OR_FAIL(FsdpHdf5AttrReadInt64(f, "format_version", &version), "format_version");
+  if (version != FSDP_PROFILE_FORMAT_VERSION) {
+    err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_USAGE, "-profile %s has format version %lld, this fsdp reads "
+                       "version %d: measure again with fsdp-probe", path, (long long)version,
+                       FSDP_PROFILE_FORMAT_VERSION);
+    goto done;
+  }
+  err = ReadIdentity(f, path, p);
+  if (err) goto done;
+  READ_OR_FAIL(g = H5Gopen2(f, "compute", H5P_DEFAULT), "/compute");
+  err = ReadGemms(g, path, p);
+  if (!err) err = ReadStages(g, path, p);
+  if (!err) err = ReadComputeFactors(g, path, p);
+  if (err) goto done;
+  FsdpHdf5Close(&g);
+  err = ReadCollectives(f, path, p);
+done:
   FsdpHdf5Close(&g);
   FsdpHdf5Close(&f);
   return err ? FsdpErrorTrace(__FILE__, __LINE__, __func__, err) : FSDP_SUCCESS;

@@ -23,7 +23,7 @@
  *     thread beside them (every rank at once), and the cores of a node:
  *     where the ranks' threads fill the cores, the communication thread
  *     (which polls inside a blocking collective) takes CPU from the
- *     compute thread ([Note: contended compute] in runtime/steptime.h);
+ *     compute thread ([Note: contended compute] in plan/steptime.h);
  *   - the wait of a collective issued right after each stage for the last
  *     rank to join it, and two collectives at once against one ([Note:
  *     joining a collective], [Note: two collectives at once]).
@@ -88,10 +88,10 @@ typedef struct {
   /* the probe's model run stage by stage on one rank (every rank at once)
    * at each micro-batch stage_batch[b] (sequences of stage_seq_len): median
    * seconds of each stage's forward and backward, slowest rank ([Note:
-   * stages measured] in fsdp-probe.c); nstages 0: not measured (a
+   * stages measured] in plan/probe.c); nstages 0: not measured (a
    * described profile, a model too large for one rank, an older file) */
   int nstages, nstage_batches, stage_seq_len;
-  /* [Note: micro-batches timed in turn] (fsdp-probe.c): the rounds of one
+  /* [Note: micro-batches timed in turn] (plan/probe.c): the rounds of one
    * pass at every micro-batch each time is the median of; 0: timed one
    * micro-batch after the other (a file of before it, a described one) */
   int stage_rounds;
@@ -99,14 +99,14 @@ typedef struct {
   int64_t stage_params; /* the model's parameter count (with its name: which model) */
   double stage_fwd_s[FSDP_PROFILE_MAX_STAGE_BATCHES][FSDP_PROFILE_MAX_STAGES];
   double stage_bwd_s[FSDP_PROFILE_MAX_STAGE_BATCHES][FSDP_PROFILE_MAX_STAGES];
-  /* [Note: contended compute] (runtime/steptime.h): the stages at
+  /* [Note: contended compute] (plan/steptime.h): the stages at
    * stage_batch[0] timed while an all-reduce loops on a stream thread
    * beside them, over their time alone (the sum of forward and backward);
    * 0: not measured (a described profile, an older file: fsdp-plan takes
    * 1 and says so).  cores_per_node: the CPUs a node's ranks share (the
    * fewest any rank sees; 0: not recorded), its host's divided among
    * the nodes_per_host nodes on it ([Note: nodes sharing a host] in
-   * fsdp-probe.c; 0: not recorded, a file of before it) */
+   * plan/probe.c; 0: not recorded, a file of before it) */
   double contended_factor;
   int cores_per_node;
   int nodes_per_host;
@@ -115,7 +115,7 @@ typedef struct {
    * sets it against the world all-reduce curve measured alone); 0: not
    * measured */
   double contended_allreduce_s, contended_allreduce_bytes;
-  /* [Note: joining a collective] (runtime/steptime.h): the model's stages
+  /* [Note: joining a collective] (plan/steptime.h): the model's stages
    * with a one-element world all-reduce issued on a stream thread right
    * after each and waited for (every rank at once, as an on-demand gather
    * follows a stage in a run: the wait for the last rank to join, with the
@@ -123,14 +123,14 @@ typedef struct {
    * stage times, over them; the mean over ranks; 0: none, or not measured
    * (a described profile, an older file) */
   double join_fraction;
-  /* [Note: sustained speed] (fsdp-probe.c): the stages at stage_batch[0],
+  /* [Note: sustained speed] (plan/probe.c): the stages at stage_batch[0],
    * the slowest rank's mean over the rounds against its median (the sums
    * over the stages): above 1 where the machine stopped the ranks for
    * stretches the medians leave out (a CPU quota, vCPUs shared with other
    * guests); fsdp-plan predicts at that sustained speed.  0: not measured
    * (a described profile without it, an older file: fsdp-plan takes 1) */
   double sustained_factor;
-  /* [Note: two collectives at once] (runtime/steptime.h): the time of
+  /* [Note: two collectives at once] (plan/steptime.h): the time of
    * two equal world all-gathers run at once on two stream threads (each
    * its own communicator) over the time of one alone; 0: not measured
    * (fsdp-plan takes 1) */
@@ -157,7 +157,7 @@ void FsdpProfileFit(FsdpProfileCurve *c);
  * volume) on curve c: latency + bytes / bandwidth. */
 double FsdpProfileCurveSeconds(const FsdpProfileCurve *c, double bytes);
 
-/* Not collective.  [Note: sustained speed] (fsdp-probe.c): every time in
+/* Not collective.  [Note: sustained speed] (plan/probe.c): every time in
  * p (stage times, curve points and latencies, the contended all-reduce)
  * multiplied by factor and every rate (matmuls, attention, streaming,
  * AdamW, curve bandwidths) divided by it; fractions and factors of one

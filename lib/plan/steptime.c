@@ -1,6 +1,6 @@
 /* steptime.c: [Note: the schedule replayed] in steptime.h.  Each function
  * below names the runtime function of fsdp.c it replays. */
-#include "runtime/steptime.h"
+#include "plan/steptime.h"
 
 #include <math.h>
 #include <stdlib.h>
