@@ -1315,56 +1315,51 @@ static const struct {
                  {"import-llmc", 2}, {"import-hf", 2}, {"export-hf", 2}};
 #define NCOMMANDS ((int)(sizeof kCommands / sizeof kCommands[0]))
 
-static int Run(int argc, char **argv)
+/* The options of every subcommand, and the -help text (kHelp, each
+ * family's conversion paragraph, kHelpTail) put together once the
+ * families are known. */
+typedef struct {
+  int weights_only;
+  int64_t global_batch;
+  int hf_dtype;
+} CkptOptions;
+
+static char help_text[16384];
+
+static int ReadOptions(FsdpOpts db, void *state)
 {
-  /* positional arguments (subcommand, files) come first; the options
-   * database gets the rest */
-  const char *cmd = NULL, *files[2] = {NULL, NULL};
-  int nfiles = 0, i = 1;
-  if (i < argc && argv[i][0] != '-') cmd = argv[i++];
-  for (; i < argc && argv[i][0] != '-'; i++) {
-    if (nfiles < 2) files[nfiles] = argv[i];
-    nfiles++;
-  }
-  char **rest = calloc((size_t)argc + 1, sizeof *rest);
-  FSDP_CHECK_ALLOC(rest, ((size_t)argc + 1) * sizeof *rest);
-  int nrest = 0;
-  rest[nrest++] = argv[0];
-  for (; i < argc; i++) rest[nrest++] = argv[i];
-  FsdpOpts db = NULL;
-  int err = FsdpOptsCreate(MPI_COMM_WORLD, nrest, rest, &db);
-  free(rest);
-  FSDP_CALL(err);
-  int weights_only = 0;
-  int64_t global_batch = 0;
-  err = FsdpOptsGetBool(db, "fsdp-ckpt", "weights_only",
-                        "verify: accept a checkpoint without /optim (weights only)", 0,
-                        &weights_only);
+  CkptOptions *o = state;
+  size_t n = (size_t)snprintf(help_text, sizeof help_text, "%s", kHelp);
+  for (int f = 0; f < FsdpModelNumFamilies() && n < sizeof help_text; f++)
+    if (FsdpModelFamilyAt(f)->convert_help)
+      n += (size_t)snprintf(help_text + n, sizeof help_text - n, "%s\n",
+                            FsdpModelFamilyAt(f)->convert_help);
+  if (n < sizeof help_text) snprintf(help_text + n, sizeof help_text - n, "%s", kHelpTail);
+  int err = FsdpOptsGetBool(db, "fsdp-ckpt", "weights_only",
+                            "verify: accept a checkpoint without /optim (weights only)", 0,
+                            &o->weights_only);
   if (!err)
     err = FsdpOptsGetInt(db, "fsdp-ckpt", "global_batch",
                          "import-llmc, import-hf: sequences per optimizer step to record in the checkpoint "
                          "(informational: a resume with another global batch warns; 0 = unknown)",
-                         0, 0, INT64_MAX / 4, &global_batch);
+                         0, 0, INT64_MAX / 4, &o->global_batch);
   static const char *const hf_dtypes[] = {"fp32", "bf16", NULL};
-  int hf_dtype = 0;
   if (!err)
     err = FsdpOptsGetEnum(db, "fsdp-ckpt", "hf_dtype",
                           "export-hf: element type of model.safetensors (bf16 rounds to nearest even)",
-                          hf_dtypes, 0, &hf_dtype);
-  if (FsdpOptsHelpRequested(db)) {
-    char help[16384];
-    size_t n = (size_t)snprintf(help, sizeof help, "%s", kHelp);
-    for (int f = 0; f < FsdpModelNumFamilies() && n < sizeof help; f++)
-      if (FsdpModelFamilyAt(f)->convert_help)
-        n += (size_t)snprintf(help + n, sizeof help - n, "%s\n", FsdpModelFamilyAt(f)->convert_help);
-    if (n < sizeof help) snprintf(help + n, sizeof help - n, "%s", kHelpTail);
-    FsdpOptsPrintHelp(db, stdout, help);
-    FsdpOptsDestroy(&db);
-    return FSDP_SUCCESS;
-  }
-  if (!err) err = FsdpOptsCheckUnknown(db);
-  FsdpOptsDestroy(&db);
-  FSDP_CALL(err);
+                          hf_dtypes, 0, &o->hf_dtype);
+  return err;
+}
+
+/* One process: the subcommand (the first positional argument) on its
+ * files (the next ones). */
+static int Convert(FsdpProgramRun *r)
+{
+  const CkptOptions *o = r->state;
+  const char *cmd = r->npositional > 0 ? r->positional[0] : NULL;
+  const char *files[2] = {r->npositional > 1 ? r->positional[1] : NULL,
+                          r->npositional > 2 ? r->positional[2] : NULL};
+  int nfiles = r->npositional > 0 ? r->npositional - 1 : 0;
   int size;
   FSDP_CALL_MPI(MPI_Comm_size(MPI_COMM_WORLD, &size));
   if (size != 1)
@@ -1386,19 +1381,24 @@ static int Run(int argc, char **argv)
   FsdpHdf5Init();
   switch (c) {
   case 0: FSDP_CALL(Info(files[0])); break;
-  case 1: FSDP_CALL(Verify(files[0], weights_only)); break;
+  case 1: FSDP_CALL(Verify(files[0], o->weights_only)); break;
   case 2: FSDP_CALL(ExportLlmc(files[0], files[1])); break;
-  case 3: FSDP_CALL(ImportLlmc(files[0], files[1], global_batch)); break;
-  case 4: FSDP_CALL(ImportHf(files[0], files[1], global_batch)); break;
-  default: FSDP_CALL(ExportHf(files[0], files[1], hf_dtype == 1)); break;
+  case 3: FSDP_CALL(ImportLlmc(files[0], files[1], o->global_batch)); break;
+  case 4: FSDP_CALL(ImportHf(files[0], files[1], o->global_batch)); break;
+  default: FSDP_CALL(ExportHf(files[0], files[1], o->hf_dtype == 1)); break;
   }
   return FSDP_SUCCESS;
 }
 
-int main(int argc, char **argv)
-{
-  int err = FsdpInitialize(&argc, &argv);
-  if (!err) err = Run(argc, argv);
-  FsdpFinalize();
-  return FsdpExitStatus(err);
-}
+static CkptOptions options;
+
+/* One process: every failure ends with MPI_Finalize. */
+static const FsdpProgram kProgram = {.name = "fsdp-ckpt",
+                                     .help = help_text,
+                                     .max_positional = 3,
+                                     .on_failure = FSDP_PROGRAM_FINALIZE_ON_FAILURE,
+                                     .state = &options,
+                                     .read_options = ReadOptions,
+                                     .run = Convert};
+
+int main(int argc, char **argv) { return FsdpProgramMain(argc, argv, &kProgram); }

@@ -362,34 +362,23 @@ static int Tune(const PlanOptions *po)
   return err;
 }
 
-static int Run(int argc, char **argv, int *handled_help)
+static int ReadOptions(FsdpOpts db, void *state) { return PlanOptionsFromDb(db, state); }
+
+/* Not collective in effect (every rank plans alike, rank 0 prints). */
+static int Plan(FsdpProgramRun *r)
 {
-  FsdpOpts db = NULL;
-  PlanOptions po;
-  *handled_help = 0;
-  FSDP_CALL(FsdpOptsCreate(MPI_COMM_WORLD, argc, argv, &db));
-  int err = PlanOptionsFromDb(db, &po);
-  if (FsdpOptsHelpRequested(db)) {
-    FsdpOptsPrintHelp(db, stdout, kHelp);
-    *handled_help = 1;
-    FsdpOptsDestroy(&db);
-    return FSDP_SUCCESS;
-  }
-  if (!err) err = FsdpOptsCheckUnknown(db);
-  if (!err) err = po.tune ? Tune(&po) : PlanOnce(&po);
-  FsdpOptsDestroy(&db);
-  return err;
+  PlanOptions *po = r->state;
+  return po->tune ? Tune(po) : PlanOnce(po);
 }
 
-int main(int argc, char **argv)
-{
-  int err = FsdpInitialize(&argc, &argv);
-  if (err) {
-    FsdpFinalize();
-    return FsdpExitStatus(err);
-  }
-  int help = 0;
-  err = Run(argc, argv, &help);
-  FsdpFinalize();
-  return FsdpExitStatus(err);
-}
+static PlanOptions options;
+
+/* Every failure of a plan is found alike on every rank: main finalizes. */
+static const FsdpProgram kProgram = {.name = "fsdp-plan",
+                                     .help = kHelp,
+                                     .on_failure = FSDP_PROGRAM_FINALIZE_ON_FAILURE,
+                                     .state = &options,
+                                     .read_options = ReadOptions,
+                                     .run = Plan};
+
+int main(int argc, char **argv) { return FsdpProgramMain(argc, argv, &kProgram); }

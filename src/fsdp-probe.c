@@ -250,21 +250,15 @@ static void PrintProfile(const FsdpProfile *p, const char *path)
   printf("fsdp-probe: profile written to %s\n", path);
 }
 
-static int Run(int argc, char **argv)
+static int ReadOptions(FsdpOpts db, void *state) { return ProbeOptionsFromDb(db, state); }
+
+/* Collective on MPI_COMM_WORLD: measure (or describe) the machine; rank 0
+ * writes the profile. */
+static int Probe(FsdpProgramRun *r)
 {
-  FsdpOpts db = NULL;
-  ProbeOptions po;
+  ProbeOptions po = *(const ProbeOptions *)r->state;
   FsdpTopo topo = NULL;
-  FSDP_CALL(FsdpOptsCreate(MPI_COMM_WORLD, argc, argv, &db));
-  int err = ProbeOptionsFromDb(db, &po);
-  if (FsdpOptsHelpRequested(db)) {
-    FsdpOptsPrintHelp(db, stdout, kHelp);
-    FsdpOptsDestroy(&db);
-    return FSDP_SUCCESS;
-  }
-  if (!err) err = FsdpOptsCheckUnknown(db);
-  if (!err) FsdpWarnThreadAffinity("fsdp-probe"); /* base/init.c */
-  if (!err) err = CheckProbeOptions(&po);
+  int err = CheckProbeOptions(&po);
   if (!err) err = CheckOutputPath(po.out);
   FsdpProfile *p = calloc(1, sizeof *p);
   if (!err && !p) err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_MEM,
@@ -287,21 +281,19 @@ static int Run(int argc, char **argv)
   }
   free(p);
   if (topo) FsdpTopoDestroy(&topo);
-  FsdpOptsDestroy(&db);
   return err;
 }
 
-int main(int argc, char **argv)
-{
-  int err = FsdpInitialize(&argc, &argv);
-  if (err) {
-    FsdpFinalize();
-    return FsdpExitStatus(err);
-  }
-  err = Run(argc, argv);
-  /* a usage error is found alike on every rank; anything else (rank 0's
-   * write failing) may leave the others waiting */
-  if (err && err != FSDP_ERR_USAGE) FsdpAbort(err);
-  FsdpFinalize();
-  return FsdpExitStatus(err);
-}
+static ProbeOptions options;
+
+/* A usage error is found alike on every rank; anything else (rank 0's
+ * write failing) may leave the others waiting: main aborts the job. */
+static const FsdpProgram kProgram = {.name = "fsdp-probe",
+                                     .help = kHelp,
+                                     .on_failure = FSDP_PROGRAM_ABORT_ON_FAILURE,
+                                     .computes = 1,
+                                     .state = &options,
+                                     .read_options = ReadOptions,
+                                     .run = Probe};
+
+int main(int argc, char **argv) { return FsdpProgramMain(argc, argv, &kProgram); }
