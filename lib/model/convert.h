@@ -2,7 +2,7 @@
  * folders, llm.c checkpoints), for fsdp-ckpt's generic converters.
  *
  * A family knows its names, shapes, transposes and config keys; the
- * converter (src/fsdp-ckpt.c) knows the files: it opens them, checks a
+ * converter (lib/driver/ckpt_tool.c) knows the files: it opens them, checks a
  * family's layout against the parameter list of the family's model, and
  * streams one tensor at a time ([Note: streamed conversion] there).  So a
  * family owns all of its conversions without touching HDF5, safetensors or
