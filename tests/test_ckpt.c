@@ -889,6 +889,19 @@ static void test_family_register(void)
         "a second family named gpt2 was not refused");
   static FsdpModelFamily copy;
   static const char *const no_presets[] = {NULL};
+  /* a conversion given in part: fsdp-ckpt would call what is missing */
+  copy = *gpt;
+  copy.name = "gpt2-half-hf";
+  copy.presets = no_presets;
+  copy.hf_write_config = NULL;
+  CHECK(FsdpModelFamilyRegister(&copy) == FSDP_ERR_USAGE && FsdpModelNumFamilies() == before,
+        "a family with half a Hugging Face conversion was registered");
+  copy = *gpt;
+  copy.name = "gpt2-half-llmc";
+  copy.presets = no_presets;
+  copy.llmc_magic = 0;
+  CHECK(FsdpModelFamilyRegister(&copy) == FSDP_ERR_USAGE && FsdpModelNumFamilies() == before,
+        "a family with part of an llm.c conversion was registered");
   copy = *gpt;
   copy.name = "gpt2-outside";
   copy.presets = no_presets;

@@ -353,6 +353,18 @@ absent "$tmp/x.h5"
 expect 2 "short.bin is [0-9]+ bytes, but its header .* makes [0-9]+: truncated" \
   import-llmc "$tmp/short.bin" "$tmp/x.h5"
 absent "$tmp/x.h5"
+# a crafted header whose 4 + 12 L tensors wrap an int (L = 357913942), in a
+# sparse file of exactly the size it claims: refused by its bounds, never
+# laid out (the layout would be written past its end)
+python3 -c '
+import struct, sys
+h = [20240326, 3, 2, 2, 357913942, 1, 1, 2] + [0] * 248
+open(sys.argv[1], "wb").write(struct.pack("<256i", *h))' "$tmp/wrap.bin"
+truncate -s $((1024 + 4 * (6 + 25 * 357913942))) "$tmp/wrap.bin"
+expect 2 "wrap.bin has an invalid header: maxT 2, V 2, L 357913942" \
+  import-llmc "$tmp/wrap.bin" "$tmp/x.h5"
+absent "$tmp/x.h5"
+rm -f "$tmp/wrap.bin"
 head -c 100 "$tmp/a.bin" >"$tmp/hdr.bin"
 expect 2 "hdr.bin is not an llm.c GPT-2 checkpoint: shorter than the 1024-byte header" \
   import-llmc "$tmp/hdr.bin" "$tmp/x.h5"

@@ -340,8 +340,11 @@ static void test_errors(void)
   {
     const char *a[] = {"-lr", "0.1", "-steps", NULL};
     TCALL(create(a, &db));
+    i64 = -1;
     int err = FsdpOptsGetInt(db, "T", "steps", "h", 100, 1, 1000000, &i64);
     EXPECT_USAGE(err, "-steps", "missing value", "an integer in [1, 1000000]");
+    /* opts.h: the default also on error (a reader goes on after a bad value) */
+    CHECK(i64 == 100, "a missing -steps value left %lld, not the default 100", (long long)i64);
     TCALL(FsdpOptsDestroy(&db));
   }
   {
@@ -351,8 +354,10 @@ static void test_errors(void)
     EXPECT_USAGE(err, "-lr", "'abc'", "a real number in [0, 1]");
     err = FsdpOptsGetDouble(db, "T", "wd", "h", 0.1, 0, 1, &d);
     EXPECT_USAGE(err, "-wd", "out of range", "a real number in [0, 1]");
+    d = -1;
     err = FsdpOptsGetDouble(db, "T", "m", "h", 0.1, 0, 1, &d);
     EXPECT_USAGE(err, "-m", "missing value", "a real number");
+    CHECK(d == 0.1, "a missing -m value left %g, not the default 0.1", d);
     TCALL(FsdpOptsDestroy(&db));
   }
   {
@@ -360,8 +365,10 @@ static void test_errors(void)
     TCALL(create(a, &db));
     int err = FsdpOptsGetEnum(db, "T", "prefetch", "h", pf, 1, &idx);
     EXPECT_USAGE(err, "-prefetch", "'al'", "none, backward, both");
+    idx = -1;
     err = FsdpOptsGetEnum(db, "T", "pre2", "h", pf, 1, &idx);
     EXPECT_USAGE(err, "-pre2", "missing value", "none, backward, both");
+    CHECK(idx == 1, "a missing -pre2 value left index %d, not the default 1", idx);
     TCALL(FsdpOptsDestroy(&db));
   }
   {

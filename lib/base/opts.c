@@ -895,8 +895,9 @@ int FsdpOptsGetInt(FsdpOpts db, const char *group, const char *name,
   IntForm(min, max, form, sizeof form, brief, sizeof brief);
   snprintf(defs, sizeof defs, "%" PRId64, def);
   OptGiven *g;
-  FSDP_CALL(LookupValue(db, group, name, help, brief, defs, form, &g));
+  /* the default also on error (opts.h) */
   *value = def;
+  FSDP_CALL(LookupValue(db, group, name, help, brief, defs, form, &g));
   if (!g) return FSDP_SUCCESS;
   int64_t v;
   if (!ParseInt(g->value, &v))
@@ -917,8 +918,9 @@ int FsdpOptsGetSize(FsdpOpts db, const char *group, const char *name,
   char defs[32];
   FormatSize(def, defs, sizeof defs);
   OptGiven *g;
-  FSDP_CALL(LookupValue(db, group, name, help, "<size>", defs, form, &g));
+  /* the default also on error (opts.h) */
   *value = def;
+  FSDP_CALL(LookupValue(db, group, name, help, "<size>", defs, form, &g));
   if (!g) return FSDP_SUCCESS;
   size_t v;
   if (!ParseSize(g->value, &v))
@@ -938,8 +940,9 @@ int FsdpOptsGetDouble(FsdpOpts db, const char *group, const char *name,
   DoubleForm(min, max, form, sizeof form, brief, sizeof brief);
   snprintf(defs, sizeof defs, "%g", def);
   OptGiven *g;
-  FSDP_CALL(LookupValue(db, group, name, help, brief, defs, form, &g));
+  /* the default also on error (opts.h) */
   *value = def;
+  FSDP_CALL(LookupValue(db, group, name, help, brief, defs, form, &g));
   if (!g) return FSDP_SUCCESS;
   char *end;
   errno = 0;
@@ -986,9 +989,10 @@ int FsdpOptsGetString(FsdpOpts db, const char *group, const char *name,
   char expected[160];
   snprintf(expected, sizeof expected, "-%s STRING", name);
   OptGiven *g;
+  /* the default also on error (opts.h) */
+  *value = def;
   FSDP_CALL(LookupValue(db, group, name, help, "<string>",
                         def ? def : "(none)", expected, &g));
-  *value = def;
   if (!g) return FSDP_SUCCESS;
   *value = g->value;
   return FSDP_SUCCESS;
@@ -1017,8 +1021,9 @@ int FsdpOptsGetEnum(FsdpOpts db, const char *group, const char *name,
   char expected[sizeof list + 16];
   snprintf(expected, sizeof expected, "one of: %s", list);
   OptGiven *g;
-  FSDP_CALL(LookupValue(db, group, name, help, brief, defs, expected, &g));
+  /* the default also on error (opts.h) */
   *index = def_index;
+  FSDP_CALL(LookupValue(db, group, name, help, brief, defs, expected, &g));
   if (!g) return FSDP_SUCCESS;
   for (int i = 0; i < n; i++)
     if (!strcasecmp(g->value, choices[i])) {

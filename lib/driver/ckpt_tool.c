@@ -561,15 +561,17 @@ int FsdpCkptToolExportLlmc(const char *path, const char *out)
   }
   H5Fclose(f);
   int derr = EngineDestroy(&e);
+  if (!err && !derr) {
+    int64_t n = FsdpLlmcLayoutNumel(&lay);
+    printf("%s: llm.c %s checkpoint, version %d (fp32), step %lld of %s: %s, %lld parameters, "
+           "%lld bytes\n",
+           out, fam->title ? fam->title : fam->name, lay.version, (long long)m.step, path,
+           lay.sizes, (long long)n, (long long)(FSDP_LLMC_HEADER_INTS * 4 + n * 4));
+    fflush(stdout);
+  }
+  FsdpLlmcLayoutDestroy(&lay); /* on every path: llmc_write made it */
   FSDP_CALL(err);
   FSDP_CALL(derr);
-  int64_t n = FsdpLlmcLayoutNumel(&lay);
-  printf("%s: llm.c %s checkpoint, version %d (fp32), step %lld of %s: %s, %lld parameters, "
-         "%lld bytes\n",
-         out, fam->title ? fam->title : fam->name, lay.version, (long long)m.step, path, lay.sizes, (long long)n,
-         (long long)(FSDP_LLMC_HEADER_INTS * 4 + n * 4));
-  FsdpLlmcLayoutDestroy(&lay);
-  fflush(stdout);
   return FSDP_SUCCESS;
 }
 

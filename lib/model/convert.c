@@ -230,8 +230,10 @@ void FsdpHfLayoutDestroy(FsdpHfLayout *l)
 int FsdpLlmcLayoutCreate(int n, FsdpLlmcLayout *l)
 {
   memset(l, 0, sizeof *l);
+  FSDP_ASSERT(n >= 0);
   l->t = calloc((size_t)n + 1, sizeof *l->t);
   FSDP_CHECK_ALLOC(l->t, ((size_t)n + 1) * sizeof *l->t);
+  l->cap = n;
   return FSDP_SUCCESS;
 }
 
@@ -239,7 +241,7 @@ void FsdpLlmcLayoutDestroy(FsdpLlmcLayout *l)
 {
   free(l->t);
   l->t = NULL;
-  l->n = 0;
+  l->n = l->cap = 0;
 }
 
 int64_t FsdpLlmcLayoutNumel(const FsdpLlmcLayout *l)

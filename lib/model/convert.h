@@ -118,7 +118,7 @@ typedef struct {
 typedef struct {
   int version;
   int elem_bytes; /* 4: fp32, 2: bf16 */
-  int n;
+  int n, cap; /* tensors filled, and room for (FsdpLlmcLayoutCreate's n) */
   FsdpLlmcTensor *t;
   /* the header's sizes in llm.c's words, for messages: "maxT 8, V 37 (Vp
    * 128), L 2, NH 2, C 12" */

@@ -62,6 +62,15 @@ int FsdpModelFamilyRegister(const FsdpModelFamily *f)
       !f->set_loss_scale)
     FSDP_ERROR(FSDP_ERR_USAGE, "FsdpModelFamilyRegister: family '%s' lacks a model operation "
                "(family.h: only set_attention and the conversions may be NULL)", f->name);
+  /* the conversions come whole or not at all: fsdp-ckpt calls every
+   * operation of a format it finds one of (import and export alike) */
+  int hf = !!f->hf_layout + !!f->hf_read_config + !!f->hf_write_config + !!f->hf_model_type +
+           !!f->hf_architecture;
+  int llmc = !!f->llmc_read + !!f->llmc_write + !!f->llmc_magic;
+  if ((hf != 0 && hf != 5) || (llmc != 0 && llmc != 3))
+    FSDP_ERROR(FSDP_ERR_USAGE, "FsdpModelFamilyRegister: family '%s' gives part of a conversion "
+               "(family.h: hf_layout, hf_read_config, hf_write_config, hf_model_type and "
+               "hf_architecture together; llmc_read, llmc_write and llmc_magic together)", f->name);
   /* -model names one family: a preset another family has is ambiguous */
   for (int i = 0; f->presets[i]; i++)
     if (FamilyOfPreset(f->presets[i]) || strcmp(f->presets[i], "custom") == 0)

@@ -182,6 +182,7 @@ static int PaddedVocab(int V) { return (int)(((int64_t)V + 127) / 128 * 128); }
  * the element count llm.c gives it (wte: V of its Vp rows, then the pad). */
 static int LlmcLayout(const LlmcHeader *h, FsdpLlmcLayout *l)
 {
+  FSDP_ASSERT(h->L >= 1 && h->L <= 100000);
   FSDP_CALL(FsdpLlmcLayoutCreate(4 + 12 * h->L, l));
   l->version = h->version;
   l->elem_bytes = h->version == 3 ? 4 : 2;
@@ -189,6 +190,7 @@ static int LlmcLayout(const LlmcHeader *h, FsdpLlmcLayout *l)
            h->Vp, h->L, h->NH, h->C);
   for (int t = 0; t < NLLMC; t++)
     for (int layer = 0; layer < (kLlmc[t].per_layer ? h->L : 1); layer++) {
+      FSDP_ASSERT(l->n < l->cap);
       FsdpLlmcTensor *x = &l->t[l->n++];
       snprintf(x->llmc, sizeof x->llmc, "%s", kLlmc[t].llmc);
       x->layer = kLlmc[t].per_layer ? layer : -1;
@@ -213,7 +215,10 @@ int GptLlmcRead(const int32_t *hdr, int64_t file_bytes, const char *path, FsdpMo
                "llm.c checkpoint %s has version %d; fsdp-ckpt reads version 3 (fp32) and 5 (bf16)",
                path, (int)hdr[1]);
   LlmcHeader h = {hdr[1], hdr[2], hdr[3], hdr[4], hdr[5], hdr[6], hdr[7]};
-  if (h.maxT < 1 || h.V < 1 || h.L < 1 || h.NH < 1 || h.C < 1 || h.Vp < h.V)
+  /* the bounds keep the element counts below in int64 and the layout's
+   * tensor count in int (a crafted header must not wrap either) */
+  if (h.maxT < 1 || h.V < 1 || h.L < 1 || h.NH < 1 || h.C < 1 || h.Vp < h.V ||
+      h.L > 100000 || h.C > (1 << 20) || h.maxT > (1 << 24) || h.Vp > (1 << 20))
     FSDP_ERROR(FSDP_ERR_USAGE,
                "llm.c checkpoint %s has an invalid header: maxT %d, V %d, L %d, NH %d, C %d, Vp %d",
                path, h.maxT, h.V, h.L, h.NH, h.C, h.Vp);

@@ -656,7 +656,7 @@ int GptConfigFromDesc(const FsdpModelDesc *desc, const char *what, GptConfig *cf
 int GptConfigCheckFile(const FsdpModelDesc *desc, const char *what, GptConfig *c)
 {
   FSDP_CALL(GptConfigFromDesc(desc, what, c));
-  if (c->n_layer < 1 || c->n_embd < 1 || c->n_head < 1 || c->seq_len < 2)
+  if (c->n_layer < 1 || c->n_embd < 1 || c->n_head < 1 || c->seq_len < 2 || c->n_layer > 100000)
     FSDP_ERROR(FSDP_ERR_USAGE,
                "%s holds an invalid model config (n_layer %d, n_embd %d, n_head %d, seq_len %d)",
                what, c->n_layer, c->n_embd, c->n_head, c->seq_len);
