@@ -367,9 +367,6 @@ int FsdpCudaPoolReset(FsdpCudaPool p)
   return FSDP_SUCCESS;
 }
 
-size_t FsdpCudaPoolUsed(FsdpCudaPool p) { return p ? p->used : 0; }
-size_t FsdpCudaPoolSize(FsdpCudaPool p) { return p ? p->size : 0; }
-
 int FsdpCudaPoolDestroy(FsdpCudaPool *pp)
 {
   if (!pp || !*pp) return FSDP_SUCCESS;
@@ -386,10 +383,4 @@ int FsdpCudaPoolDestroy(FsdpCudaPool *pp)
 void FsdpCudaMemGetStats(FsdpCudaMemStats *s)
 {
   if (s) *s = g_stats;
-}
-
-void FsdpCudaMemResetPeaks(void)
-{
-  g_stats.peak = g_stats.allocated;
-  for (int t = 0; t < FSDP_MEM_NTAGS; t++) g_stats.tag_peak[t] = g_stats.tag_allocated[t];
 }
