@@ -61,7 +61,8 @@ void FsdpAbort(int code) { FsdpErrorAbortJob(code); } /* [Note: ending the job] 
  * that binds each rank to one core (Open MPI does for -n 1 and -n 2) then
  * leaves T threads taking turns on that core.  Nothing fails: every team
  * barrier waits for a thread the OS has not scheduled, and a step takes
- * up to T times as long (bench/README.md, "threads beyond the mask").  So every
+ * up to T times as long (bench/results/2026-12-01-commthreads.md, "Threads
+ * beyond the affinity mask").  So every
  * computing program checks it after start-up and names the fix. */
 int FsdpThreadsBeyondAffinity(int *threads, int *cores)
 {

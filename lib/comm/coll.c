@@ -278,11 +278,6 @@ int FsdpCollSetCudaStreams(FsdpColl c, void *comm_stream, void *compute_stream)
   return FSDP_SUCCESS;
 }
 
-void *FsdpCollCudaStream(FsdpColl c)
-{
-  return c && c->ops->cuda_stream ? c->ops->cuda_stream(c->state) : NULL;
-}
-
 int FsdpCollAttach(FsdpColl c, const FsdpGroup *g)
 {
   if (!c) FSDP_ERROR(FSDP_ERR_INTERNAL, "FsdpCollAttach: NULL FsdpColl");

@@ -143,9 +143,6 @@ int FsdpCollAllReduceAsync(FsdpColl c, const FsdpGroup *g, void *buf,
  * default stream).  Call it before the first collective or between
  * collectives, never while one is being issued. */
 int FsdpCollSetCudaStreams(FsdpColl c, void *comm_stream, void *compute_stream);
-/* The communication stream: the one given, else that of the first
- * communicator made (NULL with the MPI backend). */
-void *FsdpCollCudaStream(FsdpColl c);
 /* Collective on g.  Creates g's NCCL communicator now (bootstrap by an
  * ncclUniqueId broadcast over g->comm) instead of at its first
  * collective; call it at setup for the sharding and replica groups. */

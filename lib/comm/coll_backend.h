@@ -45,7 +45,6 @@ typedef struct {
                      FsdpEvent *ev);
   /* NULL: nothing to do (FsdpCollSetCudaStreams, FsdpCollAttach). */
   int (*set_cuda_streams)(void *state, void *comm_stream, void *compute_stream);
-  void *(*cuda_stream)(void *state); /* NULL: no stream (returns NULL) */
   int (*attach)(void *state, const FsdpGroup *g);
   /* *handled = 1 when cuda_stream now waits on the device for ev; 0 lets
    * coll.c wait on the host (NULL: always the host). */

@@ -51,7 +51,7 @@ void FsdpCollSplitScale(float scale, float *pre, float *post);
  *          from 2 us doubling to 256 us: the thread costs (almost) no cycles
  *          while it waits, at a latency of up to 256 us per step of the
  *          collective's algorithm.
- * Measured (bench/README.md, "Communication threads"): at W = 2 on one
+ * Measured (bench/results/2026-12-01-commthreads.md): at W = 2 on one
  * node, one thread per rank, sleep made F = 2 steps a few percent faster
  * than block (within the noise of the loaded machine), but on an
  * oversubscribed, loaded machine every wake-up from nanosleep waits for a

@@ -170,10 +170,11 @@ static int MpiChunkType(const CollMpi *m, FsdpDtype dt, size_t len, size_t count
  * slow for the large buffers FSDP reduces: on 2 ranks of one node a
  * 158 MB fp32 buffer (GPT-2's root unit) took 135-160 ms, 1.6x a full
  * MPI_Allreduce of the same buffer (90-95 ms), which moves twice the data
- * (MPI_Reduce_scatter and MPI_Ireduce_scatter_block alike; bench/README.md,
- * "Reduce-scatter").  So reductions of at least RS_RING_MIN_BYTES per rank
- * run as a ring, the bandwidth-optimal schedule: W - 1 steps; at step s
- * rank r sends its running sum of chunk (r - s - 1) mod W to rank r + 1,
+ * (MPI_Reduce_scatter and MPI_Ireduce_scatter_block alike;
+ * bench/results/2026-12-01-collective-rings.md).  So reductions of at
+ * least RS_RING_MIN_BYTES per rank run as a ring, the bandwidth-optimal
+ * schedule: W - 1 steps; at step s rank r sends its running sum of chunk
+ * (r - s - 1) mod W to rank r + 1,
  * receives the running sum of chunk (r - s - 2) mod W from rank r - 1 into
  * recv and adds its own contribution; after the last step recv holds the
  * sum of chunk r.  Each rank sends (W - 1)/W of the buffer, the ring
@@ -252,8 +253,8 @@ static int MpiRingExchange(const CollMpi *m, const FsdpGroup *g, const void *out
  * 2.4-2.7x the ring's time, which fills the link.  Inside a node
  * MPI_Allgather (shared memory) is as fast or faster (W = 2: 0.97-1.14 of
  * the ring; W = 4 on 2 cores: 0.5-0.95), so under FSDP_COLL_ALGO=auto only
- * groups with peers on other nodes take the ring (bench/README.md,
- * "Reduce-scatter"). */
+ * groups with peers on other nodes take the ring
+ * (bench/results/2026-12-01-collective-rings.md). */
 static int MpiAllGatherRing(const CollMpi *m, const FsdpGroup *g, const void *send, void *recv,
                             size_t count, FsdpDtype dt)
 {
@@ -378,7 +379,7 @@ static int MpiReduceScatter(void *state, const FsdpGroup *g, void *send, void *r
  * slower, and splitting it ourselves into MPI_Ireduce_scatter_block +
  * MPI_Iallgather chunks too (F = 1 at W = 2, where every gradient is
  * all-reduced: 1320 and 1365 ms a step against 1205 ms blocking,
- * bench/README.md "Communication threads"). */
+ * bench/results/2026-12-01-commthreads.md). */
 /* [Note: ring all-reduce] The same ring for an all-reduce ([Note: ring
  * reduce-scatter]): W - 1 steps reduce chunk c of ceil(count / W)
  * elements (the last chunk shorter or empty) along one path so that rank r
@@ -387,8 +388,9 @@ static int MpiReduceScatter(void *state, const FsdpGroup *g, void *send, void *r
  * chunk was summed once and then copied.  A received running sum needs a
  * landing place that is not buf: one segment, allocated per call (plain
  * malloc, not the tagged planner: [Note: stream ring]).  Open MPI 4.1's
- * MPI_Allreduce measured slower than this on one node (bench/README.md,
- * "Reduce-scatter"); FSDP_COLL_ALGO chooses for both. */
+ * MPI_Allreduce measured slower than this on one node
+ * (bench/results/2026-12-01-collective-rings.md); FSDP_COLL_ALGO chooses for
+ * both. */
 static size_t RingChunkLen(size_t count, size_t chunk, size_t c)
 {
   size_t lo = c * chunk;

@@ -243,7 +243,7 @@ static int NcclCommOf(CollNccl *c, const FsdpGroup *g, CollNcclComm **out)
   /* the collective part first, so every rank of g takes part in it */
   void *nc = NULL;
   int err = NcclCommInit(g, &nc);
-  /* the first communicator uses the coll's own stream (FsdpCollCudaStream) */
+  /* the first communicator uses the coll's own stream */
   int lo = 0, hi = 0;
   if (!err && c->ncomms == 0) {
     cc->own = c->own_stream;
@@ -544,7 +544,6 @@ static int NcclSetCudaStreams(void *state, void *comm_stream, void *compute_stre
   return FSDP_SUCCESS;
 }
 
-static void *NcclCudaStream(void *state) { return (void *)((CollNccl *)state)->comm_stream; }
 
 static int NcclAttach(void *state, const FsdpGroup *g)
 {
@@ -585,7 +584,6 @@ static const CollBackendOps coll_ops_nccl = {
     .all_reduce = NcclAllReduce,
     .issue_async = NcclIssueAsync,
     .set_cuda_streams = NcclSetCudaStreams,
-    .cuda_stream = NcclCudaStream,
     .attach = NcclAttach,
     .wait_device = NcclWaitDevice,
     .nccl_comm_create = NcclCommCreate,

@@ -275,11 +275,6 @@ static void DumpTo(Flight *fl, FILE *f, const char *why)
   fflush(f);
 }
 
-void FsdpFlightDump(FILE *f, const char *why)
-{
-  if (g_fl) DumpTo(g_fl, f, why);
-}
-
 /* stderr, and the per-rank file next to the run file (appended: several
  * SIGUSR2 dumps accumulate). */
 static void DumpAll(Flight *fl, const char *why)

@@ -103,7 +103,5 @@ void FsdpFlightDevice(uint64_t h);
 void FsdpFlightSetStep(int64_t step);
 void FsdpFlightSetPhase(int phase);
 
-/* Write this rank's ring to f (the SIGUSR2 and timeout dumps). */
-void FsdpFlightDump(FILE *f, const char *why);
 
 #endif

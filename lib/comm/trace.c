@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "base/mem.h"
 
 const char *const FsdpPhaseNames[3] = {"forward", "backward", "optimizer"};
 static const char *const kKindNames[FSDP_COLL_NKINDS] = {"all_gather", "reduce_scatter", "all_reduce"};
@@ -63,15 +64,11 @@ struct FsdpTrace_ {
   pthread_mutex_t mu; /* the stream threads record concurrently */
 };
 
-#define GROW(arr, n, cap)                                                   \
-  do {                                                                      \
-    if ((n) == (cap)) {                                                     \
-      size_t nc = (cap) ? 2 * (cap) : 1024;                                 \
-      void *p = realloc((arr), nc * sizeof *(arr));                         \
-      if (!p) FSDP_ERROR(FSDP_ERR_MEM, "out of memory growing the trace");  \
-      (arr) = p;                                                            \
-      (cap) = nc;                                                           \
-    }                                                                       \
+/* Room for one more element in a growing list of the trace. */
+#define GROW(arr, n, cap)                                                  \
+  do {                                                                     \
+    if (FsdpArrayReserve(&(arr), &(cap), (n) + 1, sizeof *(arr)))          \
+      FSDP_ERROR(FSDP_ERR_MEM, "out of memory growing the trace");         \
   } while (0)
 
 int FsdpTraceCreate(MPI_Comm comm, int enabled, FsdpTrace *out)
@@ -148,18 +145,10 @@ void FsdpTraceStreamRecorder(void *ctx, const FsdpStreamTaskTime *tt, const void
   pthread_mutex_lock(&t->mu);
   t->busy_s += tt->end_s - tt->start_s;
   if (t->enabled) {
-    int ok = 1;
-    if (t->ndone == t->cdone) { /* stream thread: cannot raise, drop on failure */
-      size_t nc = t->cdone ? 2 * t->cdone : 1024;
-      void *p = realloc(t->done, nc * sizeof *t->done);
-      if (p) {
-        t->done = p;
-        t->cdone = nc;
-      } else {
-        ok = 0;
-      }
-    }
-    if (ok) t->done[t->ndone++] = (Done){ln->lane, tt->seq, tt->label, (tt->issue_s - t->t0) * 1e6, b, e};
+    /* stream thread: cannot raise, drops the record on failure (the
+     * reserve prints nothing) */
+    if (!FsdpArrayReserve(&t->done, &t->cdone, t->ndone + 1, sizeof *t->done))
+      t->done[t->ndone++] = (Done){ln->lane, tt->seq, tt->label, (tt->issue_s - t->t0) * 1e6, b, e};
   }
   pthread_mutex_unlock(&t->mu);
 }
@@ -197,12 +186,7 @@ static void BufPrintf(Buf *b, const char *fmt, ...)
     va_end(ap);
     if (k < 0) { b->failed = 1; return; }
     if (b->s && b->n + (size_t)k < b->cap) { b->n += (size_t)k; return; }
-    size_t nc = b->cap ? 2 * b->cap : 65536;
-    while (nc < b->n + (size_t)k + 1) nc *= 2;
-    char *p = realloc(b->s, nc);
-    if (!p) { b->failed = 1; return; }
-    b->s = p;
-    b->cap = nc;
+    if (FsdpArrayReserve(&b->s, &b->cap, b->n + (size_t)k + 1, 1)) { b->failed = 1; return; }
   }
 }
 

@@ -224,13 +224,9 @@ int FsdpCudaMalloc(FsdpMemTag tag, size_t bytes, void *ptr)
     FSDP_ERROR(FSDP_ERR_INTERNAL, "FsdpCudaMalloc: bad arguments");
   *(void **)ptr = NULL;
   if (bytes == 0) return FSDP_SUCCESS;
-  if (g_nblocks == g_capblocks) {
-    size_t cap = g_capblocks ? 2 * g_capblocks : 64;
-    DevBlock *nb = realloc(g_blocks, cap * sizeof *nb);
-    FSDP_CHECK_ALLOC(nb, cap * sizeof *nb);
-    g_blocks = nb;
-    g_capblocks = cap;
-  }
+  if (FsdpArrayReserve(&g_blocks, &g_capblocks, g_nblocks + 1, sizeof *g_blocks))
+    FSDP_ERROR(FSDP_ERR_MEM, "out of memory allocating %zu bytes",
+               (g_capblocks ? 2 * g_capblocks : 16) * sizeof *g_blocks);
   void *p = NULL;
   FSDP_CALL(DevMalloc(tag, bytes, &p));
   /* Zeroed before return: the caller may fill it from any stream next. */
@@ -371,9 +367,6 @@ int FsdpCudaPoolReset(FsdpCudaPool p)
   return FSDP_SUCCESS;
 }
 
-size_t FsdpCudaPoolUsed(FsdpCudaPool p) { return p ? p->used : 0; }
-size_t FsdpCudaPoolSize(FsdpCudaPool p) { return p ? p->size : 0; }
-
 int FsdpCudaPoolDestroy(FsdpCudaPool *pp)
 {
   if (!pp || !*pp) return FSDP_SUCCESS;
@@ -390,10 +383,4 @@ int FsdpCudaPoolDestroy(FsdpCudaPool *pp)
 void FsdpCudaMemGetStats(FsdpCudaMemStats *s)
 {
   if (s) *s = g_stats;
-}
-
-void FsdpCudaMemResetPeaks(void)
-{
-  g_stats.peak = g_stats.allocated;
-  for (int t = 0; t < FSDP_MEM_NTAGS; t++) g_stats.tag_peak[t] = g_stats.tag_allocated[t];
 }

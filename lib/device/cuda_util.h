@@ -113,13 +113,10 @@ int FsdpCudaPoolCreate(FsdpMemTag tag, size_t bytes, FsdpCudaPool *pool);
 /* 256-byte aligned, not zeroed. */
 int FsdpCudaPoolAlloc(FsdpCudaPool pool, FsdpMemTag tag, size_t bytes, void *ptr);
 int FsdpCudaPoolReset(FsdpCudaPool pool); /* every block of the pool is free */
-size_t FsdpCudaPoolUsed(FsdpCudaPool pool);
-size_t FsdpCudaPoolSize(FsdpCudaPool pool);
 int FsdpCudaPoolDestroy(FsdpCudaPool *pool);
 
 /* Statistics over FsdpCudaMalloc and the pools (pool blocks count as
  * allocated under their tag; the pool's whole size as reserved). */
 void FsdpCudaMemGetStats(FsdpCudaMemStats *s);
-void FsdpCudaMemResetPeaks(void);
 
 #endif

@@ -142,7 +142,6 @@ int FsdpDeviceAnyNonFinite(const float *x, size_t n, int *bad)
 }
 
 int FsdpDeviceCheck(void) { return Current()->check(); }
-int FsdpDeviceSynchronize(void) { return Current()->synchronize(); }
 
 /* [Note: one readback per step]: empty buffers are dropped here, so a
  * back-end sees only n[i] > 0; at most FSDP_DEVICE_READBACK_MAX per call. */

@@ -108,8 +108,6 @@ int FsdpDeviceAnyNonFinite(const float *x, size_t n, int *bad);
 /* Report kernel launch errors recorded since the last check, without
  * waiting (CPU: nothing). */
 int FsdpDeviceCheck(void);
-/* Wait for the compute stream and report launch errors (CPU: nothing). */
-int FsdpDeviceSynchronize(void);
 /* fp32 matmuls on TF32 tensor cores (on = 1: 10-bit mantissa products,
  * fp32 sums, as PyTorch's allow_tf32) or in true fp32 (0).  *applied = 1
  * where the back-end has the choice (CUDA), 0 where on means nothing (the

@@ -38,7 +38,6 @@ typedef struct {
   int (*add_scaled)(float *dst, const void *src, FsdpDtype dt, float scale, size_t n);
   int (*any_nonfinite)(const float *x, size_t n, int *bad); /* n > 0 */
   int (*check)(void);
-  int (*synchronize)(void);
   /* 1 and *s filled where the back-end keeps device memory statistics;
    * 0 where it has none (the CPU: FsdpMemGetStats covers host memory). */
   int (*mem_stats)(FsdpDeviceMemStats *s);

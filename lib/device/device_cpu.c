@@ -121,7 +121,6 @@ static const FsdpDeviceBackend kCpuBackend = {
     .add_scaled = CpuAddScaled,
     .any_nonfinite = CpuAnyNonFinite,
     .check = CpuNothingPending,
-    .synchronize = CpuNothingPending,
     .mem_stats = CpuMemStats,
     .sum_squares_many = CpuSumSquaresMany,
     .any_nonfinite_many = CpuAnyNonFiniteMany,

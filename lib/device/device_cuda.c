@@ -134,7 +134,6 @@ static const FsdpDeviceBackend kCudaBackend = {
     .add_scaled = CudaAddScaled,
     .any_nonfinite = CudaAnyNonFinite,
     .check = FsdpKernelsCudaCheck,
-    .synchronize = FsdpKernelsCudaSynchronize,
     .mem_stats = CudaMemStats,
     .set_tf32 = CudaSetTF32,
     .sum_squares_many = CudaSumSquaresMany,

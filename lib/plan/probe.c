@@ -497,9 +497,9 @@ static int JoinStop(JoinState *js)
  * (an AMD EPYC guest, issue 29), and 1.0-1.3 on this project's AMD
  * machine under a CPU quota of one core for the two ranks; against
  * means, 0.08-0.21 in the same runs (what is left: a rank throttled
- * while the other runs, which is drift; bench/README.md, "The join
- * fraction on a machine that runs half the time").  The replay charges
- * the fraction on every collective, so 0.98 doubled each wait.
+ * while the other runs, which is drift;
+ * bench/results/2026-12-06-steptime-validation-amd.md).  The replay
+ * charges the fraction on every collective, so 0.98 doubled each wait.
  * (The waits over the rank's own stages, the first measure, took a core
  * slower than the other for drift: on one node the fast rank waited
  * 0.27 of every stage and the slow one 0.002, and the replay, already at
@@ -690,7 +690,8 @@ static int ProbeStagesAt(const FsdpProbeOptions *po, int B, StagesMode mode, int
  * B/2's made B/2 x 2 look 9% faster than B x 1, and -tune picked it (the
  * "per-micro-step cost" of issue 16, which traces showed was not there:
  * the time outside the stages does not grow with the micro-steps;
- * bench/README.md).  So the passes are taken in rounds, one pass at every
+ * bench/results/2026-12-01-steptime-validation.md, "The per-micro-step
+ * cost, traced").  So the passes are taken in rounds, one pass at every
  * micro-batch per round, the order rotating, and each micro-batch keeps
  * the median of its rounds: a drift lands on all of them alike.  (Each
  * round builds the models again: one copy at a time in memory, as before.) */
@@ -1019,7 +1020,8 @@ static void ProbeIdentity(const FsdpProbeOptions *po, FsdpTopo topo, FsdpProfile
  * each rank counted as its node's: a profile of 2 emulated nodes of 1
  * rank on a 2-core host said 2 cores per node where each node had 1, and
  * fsdp-plan, seeing an idle core per node, charged no contention
- * (predictions 0.80-1.00 of measured; bench/README.md).  The kernel's
+ * (predictions 0.80-1.00 of measured;
+ * bench/results/2026-12-02-steptime-validation.md).  The kernel's
  * boot id names the host (the same in every namespace, a different one on
  * every machine; where it cannot be read, the rank's node stands for its
  * host); *nodes: how many of the topology's nodes run on my host (the

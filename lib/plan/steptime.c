@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/mem.h"
 
 const char *const FsdpStepEventNames[4] = {"gather", "forward", "backward", "reduce"};
 
@@ -37,7 +38,8 @@ typedef struct {
 typedef struct {
   const FsdpStepTimeInput *in;
   Task *task;
-  int ntask, cap_task;
+  int ntask;
+  size_t cap_task;
   int head[2], tail[2]; /* per stream: running task and last issued (-1 none) */
   SimUnit *u;
   int *gslot_owner;     /* [gather_slots] */
@@ -161,13 +163,7 @@ static void WaitTask(Sim *s, int t)
  * out of memory. */
 static int Issue(Sim *s, int k, double alone, int coll)
 {
-  if (s->ntask == s->cap_task) {
-    int cap = s->cap_task ? 2 * s->cap_task : 64;
-    Task *t = realloc(s->task, (size_t)cap * sizeof *t);
-    if (!t) return -1;
-    s->task = t;
-    s->cap_task = cap;
-  }
+  if (FsdpArrayReserve(&s->task, &s->cap_task, (size_t)s->ntask + 1, sizeof *s->task)) return -1;
   int i = s->ntask++;
   double join = coll && s->in->join_fraction > 0 ? s->in->join_fraction * s->last_compute : 0.0;
   s->task[i] = (Task){alone, s->tc, s->tc + join, coll, 0, s->record, -1};

@@ -29,7 +29,8 @@
  * compute threads already fill a node's cores (ranks per node x OpenMP
  * threads >= cores), that CPU comes from the compute thread: on 2 ranks
  * over 2 cores, micro-step 2 of -grad_accum 2 ran its stages 21-31% slower
- * while micro-step 1's all-reduce ran beside it (bench/README.md).  The
+ * while micro-step 1's all-reduce ran beside it
+ * (bench/results/2026-12-01-steptime-validation.md).  The
  * probe times the model's stages with an all-reduce looping on a stream
  * thread beside them; their time over the time alone is `contended` here,
  * the all-reduce's time over its time alone `comm_contended`.  The replay
@@ -43,17 +44,18 @@
  * (Before, a task was timed once, when issued, at the contended rate if
  * compute was to go on beside it: a waited-for gather was charged in full,
  * and at 10 Gbit/s the wider wraps' predicted exposure came out 2.3x the
- * measured: bench/README.md.)
+ * measured: bench/results/2026-12-01-steptime-validation.md.)
  *
  * [Note: joining a collective] A collective moves nothing until the last
  * rank of its group has issued it, and a rank's stream thread must wake
  * up to run it; on 4 ranks over 2 cores the ranks drift apart by
  * milliseconds within a stage.  In a 10 Gbit/s trace of -prefetch none
- * (bench/README.md), the last rank issued a collective 6.9 ms after rank
- * 0 on average, 138 ms a step over its 20 collectives, where the replay
- * charged nothing.  The probe measures the wait directly: a one-element
- * world all-reduce issued on a stream thread right after each stage and
- * waited for, every rank at once; the ranks drift apart in proportion to
+ * (bench/results/2026-12-02-steptime-validation.md), the last rank issued
+ * a collective 6.9 ms after rank 0 on average, 138 ms a step over its 20
+ * collectives, where the replay charged nothing.  The probe measures the
+ * wait directly: a one-element world all-reduce issued on a stream thread
+ * right after each stage and waited for, every rank at once; the ranks
+ * drift apart in proportion to
  * the work between two meetings, so it keeps what that lockstep took
  * beyond the slowest rank's median stage times, over them
  * (`join_fraction`; the replay's stages already run at the slowest rank's

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/mem.h"
 #include "model/family.h"
 
 /* How far a candidate's options are from fsdp-train's defaults (-wrap 1,
@@ -80,12 +81,8 @@ static int TryCandidate(Search *s, FsdpTuneCandidate *x)
   s->tried++;
   if (x->o.mem_total < s->smallest.o.mem_total) s->smallest = *x;
   if ((double)x->o.mem_total > s->limit) return FSDP_SUCCESS;
-  if (s->n == s->cap) {
-    FsdpTuneCandidate *more = realloc(s->c, 2 * s->cap * sizeof *s->c);
-    FSDP_CHECK_ALLOC(more, 2 * s->cap * sizeof *s->c);
-    s->c = more;
-    s->cap *= 2;
-  }
+  if (FsdpArrayReserve(&s->c, &s->cap, s->n + 1, sizeof *s->c))
+    FSDP_ERROR(FSDP_ERR_MEM, "out of memory allocating %zu bytes", 2 * s->cap * sizeof *s->c);
   s->c[s->n++] = *x;
   return FSDP_SUCCESS;
 }
