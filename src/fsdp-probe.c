@@ -256,27 +256,27 @@ static int ReadOptions(FsdpOpts db, void *state) { return ProbeOptionsFromDb(db,
  * writes the profile. */
 static int Probe(FsdpProgramRun *r)
 {
-  ProbeOptions po = *(const ProbeOptions *)r->state;
+  ProbeOptions *po = r->state;
   FsdpTopo topo = NULL;
-  int err = CheckProbeOptions(&po);
-  if (!err) err = CheckOutputPath(po.out);
+  int err = CheckProbeOptions(po);
+  if (!err) err = CheckOutputPath(po->out);
   FsdpProfile *p = calloc(1, sizeof *p);
   if (!err && !p) err = FsdpErrorRaise(__FILE__, __LINE__, __func__, FSDP_ERR_MEM,
                                        "out of memory for a profile (%zu bytes)", sizeof *p);
-  if (!err && po.d.on) {
-    FsdpProfileDescribe(&po.d.d, po.t.model_name, po.peak_flops, p);
+  if (!err && po->d.on) {
+    FsdpProfileDescribe(&po->d.d, po->t.model_name, po->peak_flops, p);
   } else if (!err) {
-    err = FsdpTopoCreate(MPI_COMM_WORLD, &po.t.topo, &topo);
-    FsdpProbeOptions o = {&po.t.model, po.t.model_name, po.t.batch_size, po.t.wrap, po.t.seed,
-                          po.t.fsdp.attention, po.min_bytes, po.max_bytes, po.reps, po.compute,
-                          po.peak_flops};
+    err = FsdpTopoCreate(MPI_COMM_WORLD, &po->t.topo, &topo);
+    FsdpProbeOptions o = {&po->t.model, po->t.model_name, po->t.batch_size, po->t.wrap, po->t.seed,
+                          po->t.fsdp.attention, po->min_bytes, po->max_bytes, po->reps, po->compute,
+                          po->peak_flops};
     if (!err) err = FsdpProbeMachine(&o, topo, p);
   }
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   if (!err && rank == 0) {
-    err = FsdpProfileWrite(p, po.out);
-    if (!err) PrintProfile(p, po.out);
+    err = FsdpProfileWrite(p, po->out);
+    if (!err) PrintProfile(p, po->out);
     fflush(stdout);
   }
   free(p);

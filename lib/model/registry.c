@@ -86,9 +86,10 @@ int FsdpModelFamilyRegister(const FsdpModelFamily *f)
 /* Family names, NULL terminated: -family's choices. */
 static const char *const *FamilyNames(void)
 {
-  static const char *names[MAX_REGISTERED + 8];
+  /* room for every family there can be: no name is ever left out */
+  static const char *names[NBUILTIN + MAX_REGISTERED + 1];
   int n = 0;
-  for (int i = 0; i < NFAMILIES && n < MAX_REGISTERED + 7; i++) names[n++] = FsdpModelFamilyAt(i)->name;
+  for (int i = 0; i < NFAMILIES; i++) names[n++] = FsdpModelFamilyAt(i)->name;
   names[n] = NULL;
   return names;
 }
